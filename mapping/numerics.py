@@ -1,0 +1,183 @@
+"""Fixed-point numerics shared bit for bit by the golden model and the hardware.
+
+Bit layout
+----------
+Every stored tensor element is a 16-bit two's-complement word (``WORD_BITS``).
+Its real value is ``word / 2**frac`` where ``frac`` depends on the tensor kind
+(:class:`Formats`): activations, weights, biases and errors each have their own.
+
+Products of two words are exact (``fa + fb`` fractional bits) and are summed
+exactly in accumulators of ``ACC_BITS`` bits; the mapping refuses any layer
+whose worst-case sum could exceed that width, so accumulation never wraps and
+never saturates, and the sum is the same whatever order the hardware adds in.
+Partial sums therefore travel between the nodes of an ICP layer at full width.
+
+An accumulator goes back to a 16-bit word in exactly one place per tensor,
+with :func:`requantize`: an arithmetic right shift by ``shift`` bits after adding
+``shift`` bits of noise (stochastic rounding, ``floor((acc + r) / 2**shift)`` with
+``r`` uniform in ``[0, 2**shift)``), then saturation to the 16-bit range.
+
+The noise is a stateless function of ``(seed, tensor_id, sample, index)``
+(:func:`noise`), where ``index`` is the element's row-major position in the whole
+tensor of one sample (global channel numbers, never a slice's local ones) and
+``sample`` is the global sample number (for weight updates: the mini-batch
+number). Hardware that visits elements in any order, on any node, draws the same
+noise as the golden model.
+
+The hash is built from xorshifts and multiplications by constants with three set
+bits, so a hardware rounding unit needs only adders: :func:`mix32` is the
+specification the Amaranth unit implements.
+"""
+
+from dataclasses import dataclass, asdict
+
+import numpy as np
+
+WORD_BITS = 16
+WORD_MIN = -(1 << (WORD_BITS - 1))
+WORD_MAX = (1 << (WORD_BITS - 1)) - 1
+ACC_BITS = 48
+MAX_SHIFT = 32  # noise words are 32 bits wide
+
+_M32 = np.uint64(0xFFFFFFFF)
+
+# (xorshift, (shift-add terms)) rounds of mix32; each multiplier is 1 + 2**a + 2**b.
+MIX_ROUNDS = ((16, (3, 11)), (13, (5, 19)), (15, (7, 24)))
+MIX_FINAL_XORSHIFT = 16
+
+# Tensor kinds inside a tensor id: tensor_id = layer_position * TENSOR_KINDS + kind.
+FP_OUT, EB_OUT, WEIGHT_UPDATE, BIAS_UPDATE, LOSS_ERROR = range(5)
+TENSOR_KINDS = 8
+
+
+@dataclass(frozen=True)
+class Formats:
+    """Fractional bits of each tensor kind, and the rounding seed.
+
+    Defaults, and why:
+    - activations Q7.8: inputs are in [0, 1) and post-ReLU activations of the zoo's
+      nets stay well inside +-128 while 1/256 resolution keeps small activations;
+    - weights Q3.12: He-initialised weights are |w| < 1 almost always, +-8 leaves
+      room for growth during training, 2**-12 resolves small updates with SR;
+    - biases Q3.12, the same reasoning;
+    - errors Q3.12: MSE errors start in [-1, 1] and shrink going backwards;
+      stochastic rounding keeps the small ones unbiased;
+    - learning-rate constants (lr / batch) are unsigned 16-bit with 16 fractional
+      bits, so rates down to 2**-16 per sample are representable.
+    """
+
+    act_frac: int = 8
+    weight_frac: int = 12
+    bias_frac: int = 12
+    error_frac: int = 12
+    lr_frac: int = 16
+    seed: int = 0x2545F491
+
+    def __post_init__(self):
+        for name in ("act_frac", "weight_frac", "bias_frac", "error_frac", "lr_frac"):
+            value = getattr(self, name)
+            if not 0 <= value < 2 * WORD_BITS:
+                raise ValueError(f"formats: {name} = {value} is outside 0..{2 * WORD_BITS - 1}")
+        if self.bias_frac > self.act_frac + self.weight_frac:
+            raise ValueError(
+                f"formats: bias_frac = {self.bias_frac} exceeds act_frac + weight_frac = "
+                f"{self.act_frac + self.weight_frac}; the bias could not be aligned exactly")
+        if not 0 <= self.seed < 1 << 32:
+            raise ValueError(f"formats: seed = {self.seed} is not a 32-bit unsigned value")
+
+    # Shifts of the single rounding point of each tensor kind.
+    @property
+    def fp_shift(self):
+        return self.weight_frac
+
+    @property
+    def eb_shift(self):
+        return self.weight_frac
+
+    @property
+    def weight_update_shift(self):
+        return self.act_frac + self.error_frac + self.lr_frac - self.weight_frac
+
+    @property
+    def bias_update_shift(self):
+        return self.error_frac + self.lr_frac - self.bias_frac
+
+    @property
+    def loss_shift(self):
+        return self.act_frac - self.error_frac
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def tensor_id(layer_position, kind):
+    return layer_position * TENSOR_KINDS + kind
+
+
+def mix32(x):
+    """Bijective 32-bit mixer; ``x`` is a scalar or an array of unsigned ints."""
+    x = np.asarray(x, dtype=np.uint64) & _M32
+    for xorshift, (a, b) in MIX_ROUNDS:
+        x = x ^ (x >> np.uint64(xorshift))
+        x = (x + (x << np.uint64(a)) + (x << np.uint64(b))) & _M32
+    return x ^ (x >> np.uint64(MIX_FINAL_XORSHIFT))
+
+
+def stream_key(seed, tensor, sample):
+    """Per (tensor, sample) key: computed once per sample by the hardware."""
+    return mix32(mix32(np.uint64(seed) ^ np.uint64(tensor)) ^ np.uint64(sample & 0xFFFFFFFF))
+
+
+def noise(seed, tensor, sample, index):
+    """32-bit rounding noise of the elements at flat positions ``index``."""
+    index = np.asarray(index, dtype=np.uint64) & _M32
+    return mix32(stream_key(seed, tensor, sample) ^ index)
+
+
+def saturate(x, bits=WORD_BITS):
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return np.clip(x, lo, hi)
+
+
+def requantize(acc, shift, seed, tensor, sample, index=None):
+    """Round a wide accumulator array to 16-bit words (see module docstring).
+
+    ``shift`` > 0 rounds stochastically, 0 passes through, < 0 shifts left exactly.
+    ``index`` defaults to the row-major positions of ``acc``.
+    """
+    acc = np.asarray(acc, dtype=np.int64)
+    if shift > MAX_SHIFT:
+        raise ValueError(f"requantize: shift {shift} exceeds the {MAX_SHIFT}-bit noise word")
+    if shift > 0:
+        if index is None:
+            index = np.arange(acc.size, dtype=np.uint64).reshape(acc.shape)
+        r = (noise(seed, tensor, sample, index) & np.uint64((1 << shift) - 1)).astype(np.int64)
+        acc = (acc + r) >> shift
+    elif shift < 0:
+        acc = saturate(acc, ACC_BITS) << (-shift)
+    return saturate(acc).astype(np.int64)
+
+
+def quantize(values, frac):
+    """Round-to-nearest conversion of real values to words (inputs, initial weights)."""
+    return saturate(np.round(np.asarray(values, dtype=np.float64) * (1 << frac))).astype(np.int64)
+
+
+def dequantize(words, frac):
+    return np.asarray(words, dtype=np.float64) / (1 << frac)
+
+
+def lr_constant(lr, batch, formats):
+    """The hardware's unsigned learning-rate constant round(lr / batch * 2**lr_frac)."""
+    value = int(round(lr / batch * (1 << formats.lr_frac)))
+    if not 0 < value < 1 << WORD_BITS:
+        raise ValueError(
+            f"learning rate {lr} / batch {batch} = {lr / batch:g} is not representable as an "
+            f"unsigned {WORD_BITS}-bit constant with {formats.lr_frac} fractional bits")
+    return value
+
+
+def acc_bits_needed(terms):
+    """Worst-case bits of a sum of ``terms`` products of two words, sign included."""
+    max_product = (1 << (WORD_BITS - 1)) ** 2
+    return int(max_product * terms).bit_length() + 1
