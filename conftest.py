@@ -1,0 +1,1 @@
+# Repository root on sys.path so tests import `sim.testbench` and the packages in place.

@@ -1,0 +1,105 @@
+"""Exact per-sample tensor operations of CNN training, for float64 or int64 arrays.
+
+These are the primitives of the golden model. On int64 inputs every result is
+exact (no rounding happens here; :mod:`mapping.numerics` rounds afterwards),
+so the hardware blocks are compared against these functions directly.
+
+Shapes: activations and errors are (C, H, W); conv weights are (OC, IC, K, K).
+"""
+
+import numpy as np
+
+
+def pad(x, padding):
+    if padding == 0:
+        return x
+    return np.pad(x, ((0, 0), (padding, padding), (padding, padding)))
+
+
+def windows(x, kernel, stride=1, padding=0):
+    """K x K windows of ``x`` as the line buffer emits them: (OH, OW, C, K, K), raster order."""
+    xp = pad(x, padding)
+    c, h, w = xp.shape
+    oh, ow = (h - kernel) // stride + 1, (w - kernel) // stride + 1
+    view = np.lib.stride_tricks.sliding_window_view(xp, (kernel, kernel), axis=(1, 2))
+    return view[:, ::stride, ::stride][:, :oh, :ow].transpose(1, 2, 0, 3, 4)
+
+
+def conv_forward(x, w, stride=1, padding=0, bias=None, bias_shift=0):
+    """Exact sum of products: (OC, OH, OW). ``bias << bias_shift`` is added when given."""
+    win = windows(x, w.shape[2], stride, padding)
+    out = np.einsum("hwcij,ocij->ohw", win, w, optimize=True)
+    if bias is not None:
+        out = out + (bias * (1 << bias_shift) if bias_shift else bias)[:, None, None]
+    return out
+
+
+def dilate_pad_errors(err, kernel, stride, padding, in_hw):
+    """The zero-inserted, padded error map EB convolves with flipped kernels."""
+    oc, oh, ow = err.shape
+    h, w = in_hw
+    full = np.zeros((oc, h + 2 * padding + kernel - 1, w + 2 * padding + kernel - 1), err.dtype)
+    # Output pixel (y, x) covered padded-input rows y*s .. y*s+K-1; in the full map
+    # it sits at row y*s + K-1 so that a K x K window at (i, j) gathers its taps.
+    full[:, kernel - 1:kernel - 1 + oh * stride:stride, kernel - 1:kernel - 1 + ow * stride:stride] = err
+    return full
+
+
+def conv_backward(err, w, in_shape, stride=1, padding=0):
+    """Exact errors of the layer input, (IC, H, W), as a convolution with flipped kernels."""
+    kernel = w.shape[2]
+    _, h, wd = in_shape
+    full = dilate_pad_errors(err, kernel, stride, padding, (h, wd))
+    flipped = w[:, :, ::-1, ::-1]
+    win = windows(full, kernel)  # (H + 2p, W + 2p, OC, K, K)
+    out = np.einsum("hwoab,oiab->ihw", win, flipped, optimize=True)
+    return out[:, padding:padding + h, padding:padding + wd]
+
+
+def conv_weight_grad(x, err, kernel, stride=1, padding=0):
+    """Exact weight gradients, (OC, IC, K, K): sum over output pixels of err * window."""
+    win = windows(x, kernel, stride, padding)  # (OH, OW, IC, K, K)
+    return np.einsum("ohw,hwcij->ocij", err, win, optimize=True)
+
+
+def bias_grad(err):
+    return err.sum(axis=(1, 2))
+
+
+def relu_forward(x):
+    return np.maximum(x, 0)
+
+
+def relu_backward(err, pre_activation):
+    return np.where(pre_activation > 0, err, 0)
+
+
+def maxpool_forward(x, kernel, stride, padding=0):
+    """Max-pool and the argmax of every window (first maximum in raster order).
+
+    Padding cells never win: they are -inf (float) or below every integer.
+    Returns (y, argmax) with argmax the flat (row-major) position in the unpadded
+    (H, W) plane of each channel.
+    """
+    c, h, w = x.shape
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(np.int64).min
+    xp = np.pad(x, ((0, 0), (padding, padding), (padding, padding)), constant_values=low)
+    win = windows(xp, kernel, stride)  # (OH, OW, C, K, K)
+    oh, ow = win.shape[:2]
+    flat = win.reshape(oh, ow, c, kernel * kernel)
+    arg = flat.argmax(axis=-1)  # numpy returns the first maximum
+    y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0].transpose(2, 0, 1)
+    ky, kx = np.divmod(arg, kernel)
+    rows = np.arange(oh)[:, None, None] * stride + ky - padding
+    cols = np.arange(ow)[None, :, None] * stride + kx - padding
+    argmax = (rows * w + cols).transpose(2, 0, 1)
+    return y, argmax
+
+
+def maxpool_backward(err, argmax, in_shape):
+    """Route each error to its window's maximum; overlapping windows add exactly."""
+    c, h, w = in_shape
+    out = np.zeros((c, h * w), dtype=err.dtype)
+    for ch in range(c):
+        np.add.at(out[ch], argmax[ch].ravel(), err[ch].ravel())
+    return out.reshape(in_shape)
