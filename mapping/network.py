@@ -164,6 +164,11 @@ def _window_out(size, kernel, stride, padding, what):
     return (padded - kernel) // stride + 1
 
 
+def _non_negative(value, what):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SpecError(f"{what} must be an integer >= 0, got {value!r}")
+
+
 def _positive(value, what):
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise SpecError(f"{what} must be a positive integer, got {value!r}")
@@ -187,6 +192,10 @@ def infer(name, input_shape, layers):
             shape = shapes[layer.input]
         c, h, w = shape
         weights = biases = macs = 0
+        if layer.in_channels is not None:
+            _positive(layer.in_channels, f"{where}: in_channels")
+        if not isinstance(layer.bias, bool):
+            raise SpecError(f"{where}: bias must be true or false, got {layer.bias!r}")
         if layer.in_channels is not None and layer.in_channels != c:
             raise SpecError(f"{where}: declares in_channels={layer.in_channels} but receives {c} channels")
         t = layer.type
@@ -195,8 +204,7 @@ def infer(name, input_shape, layers):
             _positive(layer.kernel, f"{where}: kernel")
             _positive(layer.stride, f"{where}: stride")
             _positive(layer.groups, f"{where}: groups")
-            if layer.padding < 0:
-                raise SpecError(f"{where}: padding must be >= 0, got {layer.padding}")
+            _non_negative(layer.padding, f"{where}: padding")
             if c % layer.groups or layer.out_channels % layer.groups:
                 raise SpecError(f"{where}: groups={layer.groups} does not divide {c} in / "
                                 f"{layer.out_channels} out channels")
@@ -220,6 +228,7 @@ def infer(name, input_shape, layers):
             else:
                 _positive(layer.kernel, f"{where}: kernel")
                 _positive(layer.stride, f"{where}: stride")
+                _non_negative(layer.padding, f"{where}: padding")
                 if not 0 <= layer.padding <= layer.kernel // 2:
                     raise SpecError(f"{where}: padding must be in 0..{layer.kernel // 2}, got {layer.padding}")
                 out = (c, _window_out(h, layer.kernel, layer.stride, layer.padding, where),
@@ -263,6 +272,9 @@ def from_dict(spec, origin="network"):
         if key not in spec:
             raise SpecError(f"{origin}: missing '{key}'")
     name = spec.get("name", origin)
+    for key in ("input", "layers"):
+        if not isinstance(spec[key], list):
+            raise SpecError(f"network {name}: '{key}' must be a list, got {spec[key]!r}")
     layers = []
     for i, entry in enumerate(spec["layers"]):
         if not isinstance(entry, dict) or "type" not in entry:
@@ -271,6 +283,8 @@ def from_dict(spec, origin="network"):
         if "out_features" in entry:
             entry["out_channels"] = entry.pop("out_features")
         entry.setdefault("name", f"{entry['type']}{i}")
+        if entry["type"] in ("maxpool", "avgpool") and "kernel" in entry:
+            entry.setdefault("stride", entry["kernel"])  # PyTorch's default
         unknown = set(entry) - _LAYER_FIELDS
         if unknown:
             raise SpecError(f"network {name}, layer '{entry['name']}': unknown field(s) "

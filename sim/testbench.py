@@ -6,6 +6,7 @@ the probability that a producer holds valid low (or a consumer holds ready
 low) on a given cycle.
 """
 
+from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 
@@ -44,7 +45,10 @@ def simulate(dut, *testbenches, processes=(), vcd=None, deadline=None):
 
     ``deadline``: a cycle budget after which the run fails instead of hanging.
     """
-    sim = Simulator(dut)
+    top = Module()  # defines `sync` so purely combinational blocks can be clocked too
+    top.domains.sync = ClockDomain()
+    top.submodules.dut = dut
+    sim = Simulator(top)
     sim.add_clock(1e-8)
     for bench in testbenches:
         sim.add_testbench(bench)
@@ -60,5 +64,7 @@ def simulate(dut, *testbenches, processes=(), vcd=None, deadline=None):
 def _run(sim, deadline):
     if deadline is None:
         sim.run()
-    elif sim.run_until(deadline * 1e-8):
+        return
+    sim.run_until(deadline * 1e-8)
+    if sim.advance():  # True while a testbench has not returned
         raise AssertionError(f"simulation still running after {deadline} cycles")

@@ -1,0 +1,143 @@
+"""Stochastic rounding and saturation: :func:`mapping.numerics.requantize` in hardware.
+
+For every lane, ``value = saturate((acc + r) >> shift)`` with the noise
+``r = mix32(key ^ index) & (2**shift - 1)`` and the per-sample key
+``key = mix32(mix32(seed ^ tensor) ^ sample)``. The inner ``mix32(seed ^ tensor)``
+is an elaboration-time constant; the key is recomputed for every beat (it only
+changes at sample boundaries, but recomputing costs three adders and needs no
+state that would have to be reset between samples).
+
+``mix32`` needs only xorshifts and shift-add multiplies by constants with three set
+bits, so the unit uses adders and no DSP blocks. Each mix round (a 32-bit xorshift
+and a three-input add) is one pipeline stage, so the clock is never limited by a
+chain of adders:
+
+====================  =====================================================
+stage 1..3            key rounds (sample)           | index, acc delayed
+stage 4..6            noise rounds (key ^ index)    | acc delayed
+stage 7               sum = acc + r (r: low ``shift`` bits of the noise)
+stage 8               saturate(sum >> shift)
+====================  =====================================================
+
+With ``shift <= 0`` there is no noise and the unit is a single stage. Every stage
+advances together when the output is free or being taken (``advance``), which is
+also ``i.ready``: one beat per cycle with a ready consumer, and a stall holds every
+stage, so nothing is dropped or duplicated.
+"""
+
+from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mapping import numerics
+
+INDEX_BITS = 32
+SAMPLE_BITS = 32
+
+
+def refuse(component, message):
+    """Refuse a constructor parameter: ValueError, without Amaranth's "created but never
+    used" warning for the half-built component (it would bury the real message)."""
+    component._MustUse__silence = True
+    raise ValueError(message)
+
+
+def mix_round(x, xorshift, a, b):
+    """One round of ``numerics.mix32`` on a 32-bit value: xorshift, then ``x * (1 + 2**a + 2**b)``."""
+    x = x ^ (x >> xorshift)
+    return (x + (x << a) + (x << b))[:32]
+
+
+def mix_final(x):
+    return x ^ (x >> numerics.MIX_FINAL_XORSHIFT)
+
+
+def saturate(value, bits):
+    """Clamp a signed value to the ``bits``-bit two's-complement range."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return Mux(value > hi, hi, Mux(value < lo, lo, value))
+
+
+class StochasticRounder(wiring.Component):
+    """``lanes`` accumulators per beat rounded to 16-bit words, bit-exact with ``requantize``.
+
+    ``extra``: an optional ``data.Layout`` carried from input to output unchanged
+    (e.g. a channel group or a flag the consumer needs alongside the values).
+    ``latency``: cycles from an accepted input to its output with no stall.
+    """
+
+    def __init__(self, *, lanes, shift, seed, tensor, acc_width=numerics.ACC_BITS, extra=None):
+        if lanes < 1:
+            refuse(self, f"stochastic rounder: lanes = {lanes} must be at least 1")
+        if shift > numerics.MAX_SHIFT:
+            refuse(self, f"stochastic rounder: shift = {shift} exceeds the "
+                         f"{numerics.MAX_SHIFT}-bit noise word")
+        if acc_width < 2:
+            refuse(self, f"stochastic rounder: acc_width = {acc_width} must be at least 2")
+        if not 0 <= seed < 1 << 32:
+            refuse(self, f"stochastic rounder: seed = {seed} is not a 32-bit unsigned value")
+        if not 0 <= tensor < 1 << 32:
+            refuse(self, f"stochastic rounder: tensor = {tensor} is not a 32-bit unsigned value")
+        self.lanes, self.shift, self.acc_width = lanes, shift, acc_width
+        self.seed, self.tensor, self.extra = seed, tensor, extra
+        self.latency = 2 * len(numerics.MIX_ROUNDS) + 2 if shift > 0 else 1
+        inputs = {"acc": data.ArrayLayout(signed(acc_width), lanes),
+                  "index": data.ArrayLayout(unsigned(INDEX_BITS), lanes),
+                  "sample": unsigned(SAMPLE_BITS)}
+        outputs = {"value": data.ArrayLayout(signed(numerics.WORD_BITS), lanes)}
+        if extra is not None:
+            inputs["extra"] = outputs["extra"] = extra
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout(inputs))),
+            "o": Out(stream.Signature(data.StructLayout(outputs))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        pipe = Module()  # every register of the datapath; all advance on one enable
+
+        def stage(value, shape=None):
+            reg = Signal(shape if shape is not None else value.shape())
+            pipe.d.sync += reg.eq(value)
+            return reg
+
+        def delay(value, cycles):
+            for _ in range(cycles):
+                value = stage(value)
+            return value
+
+        payload = self.i.payload
+        acc_layout = data.ArrayLayout(signed(self.acc_width), self.lanes)
+        if self.shift > 0:
+            key = Const(int(numerics.mix32(self.seed ^ self.tensor)), 32) ^ payload.sample
+            for xorshift, (a, b) in numerics.MIX_ROUNDS:
+                key = stage(mix_round(key, xorshift, a, b))
+            key = mix_final(key)
+            index = delay(payload.index.as_value(), len(numerics.MIX_ROUNDS))
+            noise = [key ^ index[lane * INDEX_BITS:(lane + 1) * INDEX_BITS] for lane in range(self.lanes)]
+            for xorshift, (a, b) in numerics.MIX_ROUNDS:
+                noise = [stage(mix_round(n, xorshift, a, b)) for n in noise]
+            acc = acc_layout(delay(payload.acc.as_value(), 2 * len(numerics.MIX_ROUNDS)))
+            sums = [stage(acc[lane] + mix_final(noise[lane])[:self.shift]) for lane in range(self.lanes)]
+            values = [stage(saturate(s >> self.shift, numerics.WORD_BITS), signed(numerics.WORD_BITS))
+                      for s in sums]
+        else:
+            acc = acc_layout(payload.acc.as_value())
+            lanes = [acc[lane] for lane in range(self.lanes)]
+            if self.shift < 0:
+                # requantize clamps to ACC_BITS before the exact left shift.
+                if self.acc_width > numerics.ACC_BITS:
+                    lanes = [saturate(a, numerics.ACC_BITS) for a in lanes]
+                lanes = [a << -self.shift for a in lanes]
+            values = [stage(saturate(a, numerics.WORD_BITS), signed(numerics.WORD_BITS)) for a in lanes]
+
+        valid = delay(self.i.valid, self.latency)
+        m.d.comb += [self.o.valid.eq(valid), self.o.payload.value.eq(Cat(*values))]
+        if self.extra is not None:
+            m.d.comb += self.o.payload.extra.eq(delay(payload.extra.as_value(), self.latency))
+
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+        m.submodules.pipe = EnableInserter(advance)(pipe)
+        return m
+

@@ -1,0 +1,429 @@
+"""Golden training model: forward (FP), error back-propagation (EB), weight gradients (PG), SGD.
+
+The single source of truth that ``sim/`` and ``tests/`` compare the hardware with.
+Two modes run the same layer code and differ only in an arithmetic object: float64
+(no rounding) and fixed point (:class:`FixedArithmetic`), whose rounding points are
+the whole fixed-point definition below. Everything exact is done by
+:mod:`mapping.tensor_ops`; every rounding by :func:`mapping.numerics.requantize`.
+
+Fixed-point definition (bit for bit what the hardware computes)
+---------------------------------------------------------------
+Words are 16-bit two's complement (held in int64 arrays); the real value of a word is
+``word / 2**frac`` with ``frac`` from :class:`~mapping.numerics.Formats`: activations
+``act_frac``, weights ``weight_frac``, biases ``bias_frac``, errors ``error_frac``.
+``s`` is the global sample number (0, 1, ...), ``m = s // batch`` its mini-batch,
+``p`` the layer's position in the network, ``R(acc, shift, kind, n)`` is
+``requantize(acc, shift, seed, tensor_id(p, kind), n)`` with index = the element's
+row-major position in the whole tensor. A linear layer is a 1x1 convolution on its
+(IN, 1, 1) input; its weights (OUT, IN) are indexed row-major.
+
+  input image        x = quantize(image, act_frac)          round to nearest, saturate
+  conv/linear FP     y = R(conv(x, W) + (b << act+weight-bias), fp_shift, FP_OUT, s)   (OC, OH, OW)
+  relu FP            max(x, 0)                              exact
+  maxpool FP         window maximum, ties -> first in raster order, padding never wins
+  flatten            reshape (C, H, W) -> (C*H*W, 1, 1), row-major
+  loss error         e = R(y - (onehot << act_frac), loss_shift, LOSS_ERROR, s)  at the last layer
+  relu EB            e where the pre-activation word > 0, else 0
+  maxpool EB         saturate(sum of the errors routed to each window's maximum)
+  conv/linear EB     R(conv_backward(e, W), eb_shift, EB_OUT, s); not computed for the
+                     first weighted layer (nobody consumes it) nor any layer before it
+  PG                 G_m = sum over the samples of mini-batch m of conv_weight_grad(x, e)
+                     (act+error fractional bits) and of bias_grad(e) (error bits), exact;
+                     every running sum, like every FP/EB accumulator, must stay within
+                     ACC_BITS (else OverflowError naming the layer)
+  update             W = saturate(W - R(G_m * lr_c, weight_update_shift, WEIGHT_UPDATE, m)),
+                     b = saturate(b - R(G_m * lr_c, bias_update_shift, BIAS_UPDATE, m)),
+                     lr_c = lr_constant(lr, batch); |G_m| < 2**47 and lr_c < 2**16 keep
+                     the product inside int64
+  loss (reported)    0.5 * sum((y / 2**act_frac - onehot)**2), the MSE against one-hot
+
+Float mode is the same with no rounding, no saturation and ``W -= lr / batch * G_m``.
+
+Weight versions (DESIGN.md section 7, the paper's "slightly unaligned" update)
+-----------------------------------------------------------------------------
+Version 0 is the initial parameters; version m+1 is version m after the update of
+mini-batch m. With ``fp_stale`` = k for a layer, FP of sample s on that layer uses
+version ``max(0, (s - k) // batch)`` (its first k samples of each mini-batch were
+already in the pipeline before the update landed), EB of sample s uses ``s // batch``
+and PG of sample s accumulates into mini-batch ``s // batch``. The masks, argmaxes
+and input activations PG and EB use are those FP produced. k = 0 is aligned SGD.
+"""
+
+from dataclasses import dataclass
+import math
+
+import numpy as np
+
+from . import numerics, tensor_ops
+from .errors import SpecError
+from .numerics import BIAS_UPDATE, EB_OUT, FP_OUT, LOSS_ERROR, WEIGHT_UPDATE
+
+MODES = ("fixed", "float")
+WEIGHTED_TYPES = ("conv2d", "linear")
+
+
+class FloatArithmetic:
+    """float64: every rounding point is the identity."""
+
+    mode = "float"
+    dtype = np.float64
+    bias_shift = 0
+
+    def encode(self, values):
+        return np.asarray(values, dtype=np.float64)
+
+    def decode(self, values):
+        return values
+
+    def round(self, acc, kind, info, sample):
+        return acc
+
+    def saturate(self, values):
+        return values
+
+    def check(self, acc, info, what):
+        pass
+
+    def step(self, lr, batch):
+        return lr / batch
+
+
+class FixedArithmetic:
+    """The fixed-point rounding points; see the module docstring for the definition."""
+
+    mode = "fixed"
+    dtype = np.int64
+
+    def __init__(self, formats):
+        self.formats = f = formats
+        self.bias_shift = f.act_frac + f.weight_frac - f.bias_frac
+        self.shifts = {FP_OUT: f.fp_shift, EB_OUT: f.eb_shift, LOSS_ERROR: f.loss_shift,
+                       WEIGHT_UPDATE: f.weight_update_shift, BIAS_UPDATE: f.bias_update_shift}
+
+    def encode(self, values):
+        """Real inputs (or targets) to activation words; exact for values on the grid."""
+        return numerics.quantize(values, self.formats.act_frac)
+
+    def decode(self, words):
+        return numerics.dequantize(words, self.formats.act_frac)
+
+    def round(self, acc, kind, info, sample):
+        return numerics.requantize(acc, self.shifts[kind], self.formats.seed,
+                                   numerics.tensor_id(info.position, kind), sample)
+
+    def saturate(self, values):
+        return numerics.saturate(values)
+
+    def check(self, acc, info, what):
+        # The hardware's accumulators are ACC_BITS wide and never wrap: refuse instead.
+        peak = int(np.abs(acc).max(initial=0))
+        if peak >= 1 << (numerics.ACC_BITS - 1):
+            raise OverflowError(f"layer '{info.name}': {what} accumulator reaches {peak}, beyond "
+                                f"the signed {numerics.ACC_BITS}-bit range")
+
+    def step(self, lr, batch):
+        try:
+            return numerics.lr_constant(lr, batch, self.formats)
+        except ValueError as error:  # a user's training option, not a bug
+            raise SpecError(str(error)) from None
+
+
+def arithmetic(mode, formats=None):
+    """The arithmetic of ``mode``: "fixed" (``formats`` default to ``Formats()``) or "float"."""
+    if mode == "fixed":
+        return FixedArithmetic(formats if formats is not None else numerics.Formats())
+    if mode == "float":
+        return FloatArithmetic()
+    raise SpecError(f"golden model: mode '{mode}' is not one of {', '.join(MODES)}")
+
+
+# --- parameters -------------------------------------------------------------------------
+
+def param_shapes(info):
+    """(weight shape, bias shape or None) of a conv2d or linear layer."""
+    if info.type == "conv2d":
+        w = (info.out_channels, info.in_channels, info.kernel, info.kernel)
+    else:
+        w = (info.out_channels, info.in_channels)
+    return w, ((info.out_channels,) if info.layer.bias else None)
+
+
+def init_params(network, rng, formats=None):
+    """He-normal weights and zero biases; words of ``formats`` when given, else float64."""
+    params = {}
+    for info in network.weighted_layers:
+        wshape, bshape = param_shapes(info)
+        fan_in = math.prod(wshape[1:])
+        w = rng.normal(0.0, math.sqrt(2.0 / fan_in), wshape)
+        params[info.name] = (w, None if bshape is None else np.zeros(bshape))
+    return params if formats is None else to_fixed(params, formats)
+
+
+def _convert(params, weight, bias):
+    return {name: (weight(w), None if b is None else bias(b)) for name, (w, b) in params.items()}
+
+
+def to_fixed(params, formats):
+    """Real parameters to words (round to nearest, saturate)."""
+    return _convert(params, lambda w: numerics.quantize(w, formats.weight_frac),
+                    lambda b: numerics.quantize(b, formats.bias_frac))
+
+
+def to_float(params, formats):
+    """Parameter words to their exact real values."""
+    return _convert(params, lambda w: numerics.dequantize(w, formats.weight_frac),
+                    lambda b: numerics.dequantize(b, formats.bias_frac))
+
+
+def _checked_params(network, params, arith):
+    """A private copy of ``params`` in the arithmetic's dtype, after checking every shape."""
+    where = f"params for network {network.name}"
+    names = [info.name for info in network.weighted_layers]
+    for name in params:
+        if name not in names:
+            raise SpecError(f"{where}: '{name}' is not a weighted layer (those are {', '.join(names)})")
+    checked = {}
+    for info in network.weighted_layers:
+        if info.name not in params:
+            raise SpecError(f"{where}: layer '{info.name}' is missing")
+        pair = params[info.name]
+        for value, shape, what in zip(pair, param_shapes(info), ("weights", "bias")):
+            if (value is None) != (shape is None):
+                raise SpecError(f"{where}: layer '{info.name}' {what} should be "
+                                f"{'None' if shape is None else f'an array of shape {shape}'}")
+            if value is None:
+                continue
+            value = np.asarray(value)
+            if value.shape != shape:
+                raise SpecError(f"{where}: layer '{info.name}' {what} have shape {value.shape}, "
+                                f"expected {shape}")
+            if arith.mode == "fixed" and (value.dtype.kind not in "iu" or value.size and (
+                    value.min() < numerics.WORD_MIN or value.max() > numerics.WORD_MAX)):
+                raise SpecError(f"{where}: layer '{info.name}' {what} are not {numerics.WORD_BITS}-bit "
+                                f"words (dtype {value.dtype}); convert real values with golden.to_fixed")
+        checked[info.name] = tuple(None if v is None else np.array(v, dtype=arith.dtype) for v in pair)
+    return checked
+
+
+# --- one sample -------------------------------------------------------------------------
+
+@dataclass
+class Trace:
+    """One sample's FP: ``acts[i]`` is the input of layer i, ``acts[-1]`` the network output;
+    ``argmax[i]`` the window maxima of maxpool layer i (what the SFU keeps for EB)."""
+
+    acts: list
+    argmax: dict
+
+    @property
+    def output(self):
+        return self.acts[-1]
+
+
+def as_kernels(w):
+    """Linear weights (OUT, IN) as the 1x1 convolution kernels they are."""
+    return w if w.ndim == 4 else w[:, :, None, None]
+
+
+def conv_geometry(info):
+    """(stride, padding) of a conv2d or linear layer."""
+    return (info.layer.stride, info.layer.padding) if info.type == "conv2d" else (1, 0)
+
+
+def layer_forward(info, x, wb, arith, sample, argmax):
+    """FP of one layer: ``x`` its input, ``wb`` its (W, b) or None; a max-pool stores its
+    window maxima in ``argmax[info.position]``. What one hardware layer block computes."""
+    t = info.type
+    if t in WEIGHTED_TYPES:
+        w, b = wb
+        stride, padding = conv_geometry(info)
+        acc = tensor_ops.conv_forward(x, as_kernels(w), stride, padding, b, arith.bias_shift)
+        arith.check(acc, info, "FP")
+        return arith.round(acc, FP_OUT, info, sample)
+    if t == "relu":
+        return tensor_ops.relu_forward(x)
+    if t == "maxpool":
+        layer = info.layer
+        y, argmax[info.position] = tensor_ops.maxpool_forward(x, layer.kernel, layer.stride, layer.padding)
+        return y
+    if t == "flatten":
+        return x.reshape(-1, 1, 1)
+    raise AssertionError(f"layer type {t} passed check_trainable")
+
+
+def layer_backward(info, x, err, wb, arith, sample, argmax):
+    """EB of one layer: errors of its input ``x`` from the errors ``err`` of its output,
+    with ``argmax`` as :func:`layer_forward` filled it."""
+    t = info.type
+    if t in WEIGHTED_TYPES:
+        stride, padding = conv_geometry(info)
+        acc = tensor_ops.conv_backward(err, as_kernels(wb[0]), info.in_shape, stride, padding)
+        arith.check(acc, info, "EB")
+        return arith.round(acc, EB_OUT, info, sample)
+    if t == "relu":
+        return tensor_ops.relu_backward(err, x)
+    if t == "maxpool":
+        # Overlapping windows can route several errors to one input: saturate the sum.
+        return arith.saturate(tensor_ops.maxpool_backward(err, argmax[info.position], info.in_shape))
+    if t == "flatten":
+        return err.reshape(info.in_shape)
+    raise AssertionError(f"layer type {t} passed check_trainable")
+
+
+def _weight_grads(info, x, err, wb):
+    """Exact per-sample gradients (dW, db) of a weighted layer."""
+    w, b = wb
+    stride, padding = conv_geometry(info)
+    dw = tensor_ops.conv_weight_grad(x, err, as_kernels(w).shape[2], stride, padding).reshape(w.shape)
+    return dw, (None if b is None else tensor_ops.bias_grad(err))
+
+
+def forward(network, params, image, arith, sample):
+    """FP of one real-valued image (C, H, W) with ``params`` {layer: (W, b)}."""
+    acts, argmax = [arith.encode(image)], {}
+    for info in network.layers:
+        acts.append(layer_forward(info, acts[-1], params.get(info.name), arith, sample, argmax))
+    return Trace(acts, argmax)
+
+
+def backward(network, params, trace, label, arith, sample):
+    """EB and PG of one sample from its FP ``trace``, with ``params`` the EB weights.
+
+    Returns (grads {layer: (dW, db)}, errors) where ``errors[i]`` is the error of
+    ``trace.acts[i]`` (None where the model does not compute it).
+    """
+    layers = network.layers
+    first = network.weighted_layers[0].position
+    y = trace.output
+    onehot = np.zeros(y.shape)
+    onehot.flat[label] = 1.0
+    errors = [None] * len(layers) + [arith.round(y - arith.encode(onehot), LOSS_ERROR, layers[-1], sample)]
+    grads = {}
+    for info in reversed(layers[first:]):
+        x, err = trace.acts[info.position], errors[info.position + 1]
+        wb = params.get(info.name)
+        if info.type in WEIGHTED_TYPES:
+            grads[info.name] = _weight_grads(info, x, err, wb)
+        if info.position > first:
+            errors[info.position] = layer_backward(info, x, err, wb, arith, sample, trace.argmax)
+    return grads, errors
+
+
+def loss(output, label, arith):
+    """MSE against one-hot: 0.5 * sum((y - onehot)**2) in real units."""
+    onehot = np.zeros(output.size)
+    onehot[label] = 1.0
+    return 0.5 * float(np.sum((arith.decode(output).ravel() - onehot) ** 2))
+
+
+def _sgd_update(network, params, gsums, step, arith, minibatch):
+    """Parameters after the update of ``minibatch`` from its gradient sums ``gsums``.
+
+    In fixed mode ``train`` has checked |gsums| < 2**(ACC_BITS-1) = 2**47 and
+    lr_constant is < 2**16, so ``g * step`` cannot overflow int64.
+    """
+    new = {}
+    for info in network.weighted_layers:
+        pairs = zip(params[info.name], gsums[info.name], (WEIGHT_UPDATE, BIAS_UPDATE))
+        new[info.name] = tuple(
+            None if v is None else arith.saturate(v - arith.round(g * step, kind, info, minibatch))
+            for v, g, kind in pairs)
+    return new
+
+
+# --- training ---------------------------------------------------------------------------
+
+@dataclass
+class TrainRecord:
+    """Per-sample results of :func:`train`.
+
+    ``loss[s]``: MSE of sample s (real units). ``fp_version[layer][s]`` and
+    ``eb_version[layer][s]``: weight version FP and EB of sample s used on that weighted
+    layer (``eb_version`` has no entry for the first weighted layer, which runs no EB).
+    """
+
+    loss: np.ndarray
+    fp_version: dict
+    eb_version: dict
+
+
+def _stale_per_layer(network, fp_stale):
+    names = [info.name for info in network.weighted_layers]
+    if not isinstance(fp_stale, dict):
+        fp_stale = dict.fromkeys(names, fp_stale)
+    for name, value in fp_stale.items():
+        if name not in names:
+            raise SpecError(f"fp_stale: '{name}' is not a weighted layer of network {network.name} "
+                            f"(those are {', '.join(names)})")
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+            raise SpecError(f"fp_stale of layer '{name}' must be an integer >= 0, got {value!r}")
+    return {name: int(fp_stale.get(name, 0)) for name in names}
+
+
+def _checked_data(network, inputs, labels, batch):
+    inputs, labels = np.asarray(inputs), np.asarray(labels)
+    if inputs.ndim != 4 or inputs.shape[1:] != network.input_shape:
+        raise SpecError(f"inputs have shape {inputs.shape}; network {network.name} needs "
+                        f"(N,) + {network.input_shape}")
+    if labels.shape != (len(inputs),) or labels.dtype.kind not in "iu" or labels.size and (
+            labels.min() < 0 or labels.max() >= network.num_classes):
+        raise SpecError(f"labels must be {len(inputs)} integers in 0..{network.num_classes - 1}")
+    if not isinstance(batch, (int, np.integer)) or batch <= 0:
+        raise SpecError(f"batch must be a positive integer, got {batch!r}")
+    if len(inputs) % batch:
+        raise SpecError(f"{len(inputs)} samples are not a whole number of mini-batches of {batch}")
+    return inputs, labels
+
+
+def _zero_grads(params):
+    return {name: tuple(None if v is None else np.zeros_like(v) for v in pair)
+            for name, pair in params.items()}
+
+
+def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=None, fp_stale=0):
+    """Train on ``inputs`` (N, C, H, W) real values, ``labels`` (N,) class numbers, in order.
+
+    ``params`` are words (fixed mode) or real values (float mode), as :func:`init_params`
+    returns them; they are not modified. ``fp_stale`` is an int for every weighted
+    layer or {layer: int} (missing layers 0): see "Weight versions" above.
+    Returns (final params, :class:`TrainRecord`).
+    """
+    network.check_trainable()
+    if not network.weighted_layers:
+        raise SpecError(f"network {network.name} has no conv2d or linear layer to train")
+    arith = arithmetic(mode, formats)
+    params = _checked_params(network, params, arith)
+    stale = _stale_per_layer(network, fp_stale)
+    inputs, labels = _checked_data(network, inputs, labels, batch)
+    step = arith.step(lr, batch)
+    first = network.weighted_layers[0].position
+    n = len(inputs)
+    record = TrainRecord(np.zeros(n), {name: np.zeros(n, dtype=np.int64) for name in stale},
+                         {info.name: np.zeros(n, dtype=np.int64)
+                          for info in network.weighted_layers if info.position > first})
+    versions = {0: params}  # weight version -> params, pruned once no FP can need it
+    gsums = _zero_grads(params)
+    for s in range(n):
+        m = s // batch
+        # DESIGN.md section 7: FP of the first fp_stale samples of mini-batch m ran before
+        # the update of mini-batch m-1 reached the layer; EB and PG always use version m.
+        fp_params = {}
+        for name, k in stale.items():
+            version = record.fp_version[name][s] = max(0, (s - k) // batch)
+            fp_params[name] = versions[version][name]
+        for name in record.eb_version:
+            record.eb_version[name][s] = m
+        trace = forward(network, fp_params, inputs[s], arith, s)
+        record.loss[s] = loss(trace.output, labels[s], arith)
+        grads, _ = backward(network, versions[m], trace, labels[s], arith, s)
+        for info in network.weighted_layers:
+            for g, total in zip(grads[info.name], gsums[info.name]):
+                if g is not None:
+                    total += g
+                    arith.check(total, info, "PG")
+        if s % batch == batch - 1:
+            versions[m + 1] = _sgd_update(network, versions[m], gsums, step, arith, m)
+            gsums = _zero_grads(params)
+            oldest = max(0, (s + 1 - max(stale.values())) // batch)
+            versions = {v: p for v, p in versions.items() if v >= oldest}
+    return versions[n // batch], record

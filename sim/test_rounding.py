@@ -1,0 +1,126 @@
+"""StochasticRounder against numerics.requantize, bit for bit, with random stalls."""
+
+import numpy as np
+import pytest
+from amaranth.lib import data
+from amaranth.hdl import unsigned
+
+from hw.rounding import StochasticRounder
+from mapping import numerics
+from sim.testbench import as_ints, get, put, simulate
+
+SEED = numerics.Formats().seed
+
+
+def accumulators(rng, count, shift, acc_width):
+    """Random accumulators mixing every corner: in range, saturating both ways, exact multiples."""
+    top = 1 << (acc_width - 1)
+    scale = 1 << max(shift, 0)
+    word = 1 << (numerics.WORD_BITS - 1)
+    kinds = rng.integers(0, 6, count)
+    values = np.select(
+        [kinds == 0, kinds == 1, kinds == 2, kinds == 3, kinds == 4],
+        [rng.integers(-word * scale, word * scale, count),          # inside the word range
+         rng.integers(-2, 2, count) * scale + (word * scale) * rng.choice([-1, 1], count),  # at the edges
+         rng.integers(-word, word, count) * scale,                  # exact multiples
+         rng.integers(-top, top, count, dtype=np.int64),           # anywhere: mostly saturating
+         rng.choice([-top, top - 1, -1, 0, 1], count)],             # extremes
+        rng.integers(-scale, scale + 1, count))                     # around zero
+    return np.clip(values, -top, top - 1).astype(np.int64)
+
+
+def run_rounder(rounder, accs, indices, samples, extras=None, rng=None, stall=0.0):
+    beats = len(accs)
+
+    def payload(b):
+        p = {"acc": [int(a) for a in accs[b]], "index": [int(i) for i in indices[b]],
+             "sample": int(samples[b])}
+        if extras is not None:
+            p["extra"] = int(extras[b])
+        return p
+
+    results = {}
+
+    async def producer(ctx):
+        await put(ctx, rounder.i, [payload(b) for b in range(beats)], rng, stall)
+
+    async def consumer(ctx):
+        results["out"] = await get(ctx, rounder.o, beats, rng, stall)
+
+    simulate(rounder, producer, consumer, deadline=20 * beats + 100)
+    values = np.array([as_ints(p.value) for p in results["out"]], dtype=np.int64)
+    passed = [int(p.extra) for p in results["out"]] if extras is not None else None
+    return values, passed
+
+
+@pytest.mark.parametrize("shift, lanes", [(-4, 2), (0, 3), (1, 1), (12, 4), (24, 3), (32, 2)])
+def test_matches_requantize(shift, lanes):
+    rng = np.random.default_rng(100 + shift)
+    beats = 120
+    tensor = numerics.tensor_id(3, numerics.FP_OUT)
+    accs = accumulators(rng, beats * lanes, shift, numerics.ACC_BITS).reshape(beats, lanes)
+    indices = rng.integers(0, 1 << 32, (beats, lanes), dtype=np.uint64)
+    # A few samples repeated over consecutive beats, as a real stream has them.
+    samples = np.repeat(rng.integers(0, 1 << 32, beats // 10 + 1, dtype=np.uint64), 10)[:beats]
+    rounder = StochasticRounder(lanes=lanes, shift=shift, seed=SEED, tensor=tensor)
+    got, _ = run_rounder(rounder, accs, indices, samples, rng=rng, stall=0.3)
+    want = np.stack([numerics.requantize(accs[b], shift, SEED, tensor, int(samples[b]), indices[b])
+                     for b in range(beats)])
+    np.testing.assert_array_equal(got, want)
+    if shift > 0:
+        # The noise really is used: some accumulators round up, others down.
+        floor = numerics.saturate(accs >> shift)
+        assert (got > floor).any() and (got == floor).any()
+
+
+def test_wide_accumulator_left_shift_clamps_like_requantize():
+    rng = np.random.default_rng(7)
+    beats, lanes, width = 60, 2, 56
+    accs = accumulators(rng, beats * lanes, -3, width).reshape(beats, lanes)
+    rounder = StochasticRounder(lanes=lanes, shift=-3, seed=SEED, tensor=5, acc_width=width)
+    got, _ = run_rounder(rounder, accs, np.zeros_like(accs, dtype=np.uint64), np.zeros(beats), rng=rng,
+                         stall=0.2)
+    want = np.stack([numerics.requantize(a, -3, SEED, 5, 0) for a in accs])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_extra_passes_through_at_one_beat_per_cycle():
+    """No stall: all beats leave in latency + beats cycles, in order, extra unchanged."""
+    beats, lanes, shift, tensor = 40, 2, 12, numerics.tensor_id(1, numerics.EB_OUT)
+    rng = np.random.default_rng(3)
+    accs = accumulators(rng, beats * lanes, shift, numerics.ACC_BITS).reshape(beats, lanes)
+    indices = rng.integers(0, 1 << 32, (beats, lanes), dtype=np.uint64)
+    extras = rng.integers(0, 1 << 7, beats)
+    rounder = StochasticRounder(lanes=lanes, shift=shift, seed=SEED, tensor=tensor,
+                                extra=data.StructLayout({"group": unsigned(5), "last": unsigned(2)}))
+    out = {}
+
+    async def producer(ctx):
+        payloads = [{"acc": [int(a) for a in accs[b]], "index": [int(i) for i in indices[b]],
+                     "sample": 9, "extra": {"group": int(extras[b]) & 31, "last": int(extras[b]) >> 5}}
+                    for b in range(beats)]
+        await put(ctx, rounder.i, payloads)
+
+    async def consumer(ctx):
+        out["beats"] = await get(ctx, rounder.o, beats)
+        out["cycles"] = out.get("now", 0)
+
+    async def clock(ctx):
+        async for _ in ctx.tick():
+            out["now"] = out.get("now", 0) + 1
+
+    simulate(rounder, producer, consumer, processes=[clock], deadline=rounder.latency + beats + 10)
+    assert out["cycles"] == rounder.latency + beats  # no bubble anywhere
+    assert [int(p.extra.group) | int(p.extra.last) << 5 for p in out["beats"]] == list(extras)
+    got = np.array([as_ints(p.value) for p in out["beats"]])
+    want = np.stack([numerics.requantize(accs[b], shift, SEED, tensor, 9, indices[b]) for b in range(beats)])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"lanes": 1, "shift": 33}, "shift = 33 exceeds the 32-bit noise word"),
+    ({"lanes": 0, "shift": 4}, "lanes = 0 must be at least 1"),
+])
+def test_refuses_bad_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        StochasticRounder(**kwargs, seed=SEED, tensor=0)

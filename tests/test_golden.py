@@ -1,0 +1,588 @@
+"""The golden training model: gradients, fixed-point accuracy, determinism, schedule, training."""
+
+import re
+
+import numpy as np
+import pytest
+
+from mapping import golden, numerics, tensor_ops, zoo
+from mapping.errors import SpecError
+from mapping.network import Layer, infer
+from mapping.numerics import Formats
+
+FLOAT = golden.arithmetic("float")
+FIXED = golden.arithmetic("fixed")
+
+
+def conv(name, out, k, stride=1, pad=0, bias=True):
+    return Layer("conv2d", name, out_channels=out, kernel=k, stride=stride, padding=pad, bias=bias)
+
+
+def pool(name, k, stride, pad=0):
+    return Layer("maxpool", name, kernel=k, stride=stride, padding=pad)
+
+
+def fc(name, out, bias=True):
+    return Layer("linear", name, out_channels=out, bias=bias)
+
+
+def relu(name):
+    return Layer("relu", name)
+
+
+def flatten():
+    return Layer("flatten", "flatten")
+
+
+def random_params(network, rng, bias_scale=0.1):
+    """He-normal weights and small random biases (float)."""
+    params = golden.init_params(network, rng)
+    return {name: (w, None if b is None else rng.normal(0, bias_scale, b.shape))
+            for name, (w, b) in params.items()}
+
+
+def mse(output, label):
+    target = np.zeros(output.size)
+    target[label] = 1.0
+    return 0.5 * np.sum((output.ravel() - target) ** 2)
+
+
+# --- float gradients against finite differences -----------------------------------------
+
+def gradient_networks(rng):
+    """Small networks covering every layer type and geometry; channels and sizes random."""
+    c = lambda: int(rng.integers(2, 5))  # noqa: E731
+    odd = lambda: int(rng.integers(3, 6)) * 2 + 1  # noqa: E731
+    return [
+        # stride 2 with padding on odd sizes, overlapping max-pool with padding, 1x1 kernel
+        infer("g-stride", (c(), odd(), odd() + 2), [
+            conv("c1", c(), 3, stride=2, pad=1), relu("r1"), pool("p1", 3, 2, 1),
+            conv("c2", c(), 1, bias=False), flatten(), fc("f1", 5)]),
+        # even kernel, stride-1 overlapping pool, stride 2 with padding 2, two linear layers
+        infer("g-deep", (c(), 7, 6), [
+            conv("c1", c(), 2), pool("p1", 2, 1), relu("r1"), conv("c2", c(), 3, stride=2, pad=2),
+            relu("r2"), flatten(), fc("f1", 6, bias=False), relu("r3"), fc("f2", 3)]),
+        # layers before the first weighted layer run no EB; 5x5 kernel, padding 2
+        infer("g-late", (c(), 9, 9), [
+            pool("p0", 3, 3), relu("r0"), conv("c1", c(), 5, pad=2), relu("r1"), pool("p1", 2, 2, 1),
+            flatten(), fc("f1", 4)]),
+    ]
+
+
+def linear_piece(network, trace):
+    """Which relu inputs are positive and which input wins each max-pool window."""
+    return [np.concatenate([(trace.acts[info.position] > 0).ravel() for info in network
+                            if info.type == "relu"])] + [trace.argmax[p].ravel() for p in sorted(trace.argmax)]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_float_gradients_match_finite_differences(index):
+    """Every weight and bias gradient, by central differences of the MSE loss.
+
+    With one parameter varying, the network output is piecewise linear in it and the
+    loss piecewise quadratic, so central differences are exact up to round-off inside
+    one linear piece; the test asserts that no perturbation leaves the piece (no relu
+    kink or max-pool tie is crossed), which holds for continuous random values.
+    """
+    rng = np.random.default_rng(100 + index)
+    network = gradient_networks(rng)[index]
+    params = random_params(network, rng)
+    image = rng.normal(0, 1, network.input_shape)
+    label = int(rng.integers(network.num_classes))
+    trace = golden.forward(network, params, image, FLOAT, 0)
+    grads, errors = golden.backward(network, params, trace, label, FLOAT, 0)
+    first = network.weighted_layers[0].position
+    assert all(e is None for e in errors[:first + 1])
+    assert all(e is not None for e in errors[first + 1:])
+    piece = linear_piece(network, trace)
+    h = 1e-5
+    for info in network.weighted_layers:
+        for which, value in enumerate(params[info.name]):
+            if value is None:
+                assert grads[info.name][which] is None
+                continue
+            numeric = np.zeros_like(value)
+            for i in np.ndindex(value.shape):
+                losses = []
+                for delta in (h, -h):
+                    shifted = value.copy()
+                    shifted[i] += delta
+                    pair = list(params[info.name])
+                    pair[which] = shifted
+                    t = golden.forward(network, {**params, info.name: tuple(pair)}, image, FLOAT, 0)
+                    assert all((a == b).all() for a, b in zip(linear_piece(network, t), piece))
+                    losses.append(mse(t.output, label))
+                numeric[i] = (losses[0] - losses[1]) / (2 * h)
+            analytic = grads[info.name][which]
+            assert analytic.shape == value.shape
+            rel = np.linalg.norm(analytic - numeric) / np.linalg.norm(numeric)
+            assert rel < 1e-6, (network.name, info.name, which, rel)
+
+
+def test_backward_errors_are_the_input_gradients():
+    """errors[i] of a layer input equals d loss / d acts[i], checked by perturbing acts[i].
+
+    The network pools conv outputs (no ties); a pool after a relu would see tied zeros,
+    where a one-sided perturbation changes the winner.
+    """
+    rng = np.random.default_rng(5)
+    network = gradient_networks(rng)[1]
+    params = random_params(network, rng)
+    trace = golden.forward(network, params, rng.normal(0, 1, network.input_shape), FLOAT, 0)
+    _, errors = golden.backward(network, params, trace, 1, FLOAT, 0)
+    h = 1e-5
+    for start in range(1, len(network)):  # from the input of layer `start` to the loss
+        tail = network.layers[start:]
+        x = trace.acts[start]
+        numeric = np.zeros_like(x)
+        for i in np.ndindex(x.shape):
+            losses = []
+            for delta in (h, -h):
+                y = x.copy()
+                y[i] += delta
+                argmax = {}
+                for info in tail:
+                    y = golden.layer_forward(info, y, params.get(info.name), FLOAT, 0, argmax)
+                losses.append(mse(y, 1))
+            numeric[i] = (losses[0] - losses[1]) / (2 * h)
+        assert np.linalg.norm(errors[start] - numeric) <= 1e-6 * np.linalg.norm(numeric), start
+
+
+# --- fixed point against float ----------------------------------------------------------
+
+def _padded_windows(x, kernel, stride, padding, fill):
+    xp = np.pad(x, ((0, 0), (padding, padding), (padding, padding)), constant_values=fill)
+    return tensor_ops.windows(xp, kernel, stride)  # (OH, OW, C, K, K)
+
+
+def _maxpool_error_bound(info, x, dx, err, derr):
+    """Bound on |fixed - float| input errors of a max-pool; see error_bounds."""
+    layer, (c, h, w) = info.layer, info.in_shape
+    xw = _padded_windows(x, layer.kernel, layer.stride, layer.padding, -np.inf)
+    dw = _padded_windows(dx, layer.kernel, layer.stride, layer.padding, 0.0)
+    pos = _padded_windows(np.broadcast_to(np.arange(h * w).reshape(1, h, w), (c, h, w)),
+                          layer.kernel, layer.stride, layer.padding, -1)
+    best, arg = tensor_ops.maxpool_forward(x, layer.kernel, layer.stride, layer.padding)
+    dbest = np.take_along_axis(dx.reshape(c, -1), arg.reshape(c, -1), axis=1).reshape(arg.shape)
+    low = (best - dbest).transpose(1, 2, 0)[..., None, None]
+    candidates = (xw + dw >= low) & (pos >= 0)  # inputs that may hold the fixed maximum
+    sure = candidates.sum(axis=(3, 4)) == 1
+    share = np.where(sure, derr.transpose(1, 2, 0), np.abs(err).transpose(1, 2, 0) + derr.transpose(1, 2, 0))
+    channel = np.broadcast_to(np.arange(c)[None, None, :, None, None], candidates.shape)
+    out = np.zeros((c, h * w))
+    np.add.at(out, (channel[candidates], pos[candidates]),
+              np.broadcast_to(share[..., None, None], candidates.shape)[candidates])
+    return out.reshape(c, h, w)
+
+
+def error_bounds(network, params, qparams, ftrace, ferrors, formats):
+    """Elementwise bounds on |fixed - float| of every activation and every computed error.
+
+    Real values: float x, W, b, e; fixed x', W', b', e' (words / 2**frac). Every
+    requantize is stochastic rounding, |R(a) - a| < 1 ulp of the result; the input
+    image and the initial parameters are rounded to nearest (<= 1/2 ulp).
+      input            d = 2**-(act_frac+1)
+      conv/linear FP   y' - y = (R - exact) + W'(x' - x) + (W' - W) x + (b' - b)
+                       d_y = conv(d_x, |W'|) + conv(|x|, |W' - W|) + |b' - b| + 2**-act_frac
+      relu             1-Lipschitz: d_y = d_x;   max-pool: |max a' - max a| <= max|a' - a|
+      loss error       e' = y' - onehot exactly (loss_shift < 0), so D = d_y
+      conv/linear EB   D_x = conv_backward(D_y, |W'|) + conv_backward(|e|, |W' - W|) + 2**-error_frac
+      relu EB          where |pre| > d_pre the masks agree and D_x = D_y (or 0 when masked);
+                       elsewhere the masks may differ: D_x = |e| + D_y
+      max-pool EB      a window whose float maximum beats every other input by more than
+                       both bounds routes like the float model (adds D_y to that input);
+                       otherwise it may route to any candidate input: each gets |e| + D_y
+    This holds while no word saturates; the test asserts that too.
+    """
+    act_ulp, err_ulp = 2.0 ** -formats.act_frac, 2.0 ** -formats.error_frac
+    d = [np.full(network.input_shape, act_ulp / 2)]
+    for info in network:
+        x, dx = ftrace.acts[info.position], d[-1]
+        if info.type in golden.WEIGHTED_TYPES:
+            (w, b), (qw, qb) = params[info.name], qparams[info.name]
+            stride, padding = golden.conv_geometry(info)
+            dy = (tensor_ops.conv_forward(dx, np.abs(golden.as_kernels(qw)), stride, padding)
+                  + tensor_ops.conv_forward(np.abs(x), np.abs(golden.as_kernels(qw - w)), stride, padding)
+                  + act_ulp)
+            if b is not None:
+                dy += np.abs(qb - b)[:, None, None]
+        elif info.type == "maxpool":
+            dy = tensor_ops.maxpool_forward(dx, info.kernel, info.layer.stride, info.layer.padding)[0]
+        else:
+            dy = dx.reshape(info.out_shape)
+        d.append(dy)
+    first = network.weighted_layers[0].position
+    big_d = [None] * len(network) + [d[-1]]
+    for info in reversed(network.layers[first + 1:]):
+        x, err, derr = ftrace.acts[info.position], ferrors[info.position + 1], big_d[info.position + 1]
+        if info.type in golden.WEIGHTED_TYPES:
+            w, qw = params[info.name][0], qparams[info.name][0]
+            stride, padding = golden.conv_geometry(info)
+            dx = (tensor_ops.conv_backward(derr, np.abs(golden.as_kernels(qw)), info.in_shape, stride, padding)
+                  + tensor_ops.conv_backward(np.abs(err), np.abs(golden.as_kernels(qw - w)), info.in_shape,
+                                             stride, padding)
+                  + err_ulp)
+        elif info.type == "relu":
+            sure = np.abs(x) > d[info.position]
+            dx = np.where(sure, np.where(x > 0, derr, 0.0), np.abs(err) + derr)
+        elif info.type == "maxpool":
+            dx = _maxpool_error_bound(info, x, d[info.position], err, derr)
+        else:
+            dx = derr.reshape(info.in_shape)
+        big_d[info.position] = dx
+    return d, big_d
+
+
+@pytest.mark.parametrize("name", ["tiny", "lenet-digits"])
+def test_fixed_point_stays_within_the_derived_bound_of_float(name):
+    network = zoo.NETWORKS[name]()
+    formats = Formats()
+    rng = np.random.default_rng(11)
+    params = random_params(network, rng)
+    qparams = golden.to_fixed(params, formats)
+    qreal = golden.to_float(qparams, formats)
+    fracs = {"act": formats.act_frac, "err": formats.error_frac}
+    worst = {"act": [0.0, 0.0, 0.0], "err": [0.0, 0.0, 0.0]}  # max difference, max ratio, max bound
+    for sample in range(6):
+        image = rng.random(network.input_shape)
+        label = int(rng.integers(network.num_classes))
+        ftrace = golden.forward(network, params, image, FLOAT, sample)
+        _, ferrors = golden.backward(network, params, ftrace, label, FLOAT, sample)
+        qtrace = golden.forward(network, qparams, image, FIXED, sample)
+        _, qerrors = golden.backward(network, qparams, qtrace, label, FIXED, sample)
+        d, big_d = error_bounds(network, params, qreal, ftrace, ferrors, formats)
+        for kind, fixed, real, bounds in (("act", qtrace.acts, ftrace.acts, d),
+                                          ("err", qerrors, ferrors, big_d)):
+            for i, (q, f, bound) in enumerate(zip(fixed, real, bounds)):
+                if bound is None:
+                    assert q is None and f is None
+                    continue
+                assert np.abs(q).max() < numerics.WORD_MAX, (kind, i)  # no saturation anywhere
+                diff = np.abs(numerics.dequantize(q, fracs[kind]) - f)
+                assert (diff <= bound).all(), (kind, i, (diff - bound).max())
+                if i > 0:  # the input image's rounding is trivially within its half ulp
+                    ratio = np.divide(diff, bound, out=np.zeros_like(diff), where=bound > 0)
+                    worst[kind] = np.maximum(worst[kind], [diff.max(), ratio.max(), bound.max()])
+    for kind, (observed, ratio, bound) in worst.items():
+        print(f"{name} {kind}: max |fixed - float| = {observed:.3g}, at most {ratio:.2f} of its "
+              f"elementwise bound (largest bound {bound:.3g})")
+
+
+@pytest.mark.parametrize("name", ["tiny", "lenet-digits"])
+def test_each_fixed_point_operation_is_within_one_ulp_of_float(name):
+    """Layer by layer from the fixed model's own inputs, errors and weights (as reals):
+    each rounding point (FP, EB) is off by less than one ulp of its format and every
+    other operation (relu, max-pool, flatten, loss error) is exact. Float64 reproduces
+    these fixed-point sums exactly, so this isolates the rounding."""
+    network = zoo.NETWORKS[name]()
+    formats = Formats()
+    rng = np.random.default_rng(12)
+    qparams = golden.to_fixed(random_params(network, rng), formats)
+    qreal = golden.to_float(qparams, formats)
+    act = lambda words: numerics.dequantize(words, formats.act_frac)  # noqa: E731
+    error = lambda words: numerics.dequantize(words, formats.error_frac)  # noqa: E731
+    first = network.weighted_layers[0].position
+    for sample in range(4):
+        label = int(rng.integers(network.num_classes))
+        trace = golden.forward(network, qparams, rng.random(network.input_shape), FIXED, sample)
+        _, errors = golden.backward(network, qparams, trace, label, FIXED, sample)
+        onehot = np.zeros(trace.output.shape)
+        onehot.flat[label] = 1
+        assert (error(errors[-1]) == act(trace.output) - onehot).all()
+        for info in network:
+            i, weighted = info.position, info.type in golden.WEIGHTED_TYPES
+            y = golden.layer_forward(info, act(trace.acts[i]), qreal.get(info.name), FLOAT, sample, {})
+            diff = np.abs(act(trace.acts[i + 1]) - y)
+            assert diff.max() < 2.0 ** -formats.act_frac if weighted else diff.max() == 0, info.name
+            if i > first:
+                e = golden.layer_backward(info, act(trace.acts[i]), error(errors[i + 1]), qreal.get(info.name),
+                                          FLOAT, sample, trace.argmax)
+                diff = np.abs(error(errors[i]) - e)
+                assert diff.max() < 2.0 ** -formats.error_frac if weighted else diff.max() == 0, info.name
+
+
+def test_fixed_point_tensors_are_words_and_gradients_exact_integers():
+    network = zoo.tiny()
+    params = golden.init_params(network, np.random.default_rng(0), Formats())
+    trace = golden.forward(network, params, np.random.default_rng(1).random(network.input_shape), FIXED, 0)
+    grads, errors = golden.backward(network, params, trace, 3, FIXED, 0)
+    for array in trace.acts + [e for e in errors if e is not None]:
+        assert array.dtype == np.int64
+        assert numerics.WORD_MIN <= array.min() and array.max() <= numerics.WORD_MAX
+    for dw, db in grads.values():
+        assert dw.dtype == np.int64 and db.dtype == np.int64
+
+
+def test_hardware_slicing_reproduces_the_golden_bits():
+    """conv2 of lenet-digits computed the way nodes split it: FP as ICP partial sums over
+    uneven input-channel slices (added in reverse order) rounded per output slice, EB as
+    partial sums over output-channel slices rounded per input slice, every element with
+    its global index. The words equal the golden model's."""
+    network, formats = zoo.lenet_digits(), Formats()
+    rng = np.random.default_rng(3)
+    qparams = golden.to_fixed(random_params(network, rng), formats)
+    sample = 17
+    trace = golden.forward(network, qparams, rng.random(network.input_shape), FIXED, sample)
+    _, errors = golden.backward(network, qparams, trace, 4, FIXED, sample)
+    info = network["conv2"]
+    p, x, err, (w, b) = info.position, trace.acts[info.position], errors[info.position + 1], qparams["conv2"]
+
+    def rounded_slices(acc, kind, shift, slices):
+        index = np.arange(acc.size).reshape(acc.shape)
+        tensor = numerics.tensor_id(p, kind)
+        return [(lo, hi, numerics.requantize(acc[lo:hi], shift, formats.seed, tensor, sample, index[lo:hi]))
+                for lo, hi in slices]
+
+    acc = b[:, None, None] << (formats.act_frac + formats.weight_frac - formats.bias_frac)
+    for lo, hi in reversed([(0, 2), (2, 5), (5, 6)]):
+        acc = acc + tensor_ops.conv_forward(x[lo:hi], w[:, lo:hi], 1, 1)
+    for lo, hi, words in rounded_slices(acc, numerics.FP_OUT, formats.fp_shift, [(9, 16), (0, 3), (3, 9)]):
+        assert (words == trace.acts[p + 1][lo:hi]).all()
+    acc = sum(tensor_ops.conv_backward(err[lo:hi], w[lo:hi], info.in_shape, 1, 1)
+              for lo, hi in [(11, 16), (0, 7), (7, 11)])
+    for lo, hi, words in rounded_slices(acc, numerics.EB_OUT, formats.eb_shift, [(4, 6), (0, 4)]):
+        assert (words == errors[p][lo:hi]).all()
+
+
+def test_accumulator_overflow_is_refused_naming_the_layer():
+    # 2**18 products of saturated words: the FP sum needs more than 48 bits.
+    network = infer("wide", (4, 256, 256), [flatten(), fc("fc", 2)])
+    params = {"fc": (np.full((2, 4 * 256 * 256), numerics.WORD_MAX), np.zeros(2, dtype=np.int64))}
+    with pytest.raises(OverflowError, match=r"^layer 'fc': FP accumulator reaches \d+, beyond the signed "
+                                            r"48-bit range$"):
+        golden.forward(network, params, np.full(network.input_shape, 200.0), FIXED, 0)
+    # PG: 2**18 pixels of a 1x1 conv, each saturated activation times a saturated error.
+    network = infer("tall", (1, 512, 512), [conv("c1", 1, 1), flatten(), fc("fc", 2)])
+    params = {"c1": (np.ones((1, 1, 1, 1), dtype=np.int64), np.zeros(1, dtype=np.int64)),
+              "fc": (np.full((2, 512 * 512), numerics.WORD_MAX), np.zeros(2, dtype=np.int64))}
+    with pytest.raises(OverflowError, match=r"^layer 'c1': PG accumulator reaches"):
+        golden.train(network, params, np.full((1,) + network.input_shape, 200.0), [0], batch=1, lr=0.01)
+
+
+# --- determinism ------------------------------------------------------------------------
+
+def tiny_run(seed, fp_stale=1, samples=12, batch=4):
+    """Fixed-point training of ``tiny`` on random data; the initial weights do not depend on seed."""
+    network = zoo.tiny()
+    rng = np.random.default_rng(21)
+    params = golden.init_params(network, rng, Formats())
+    inputs = rng.random((samples,) + network.input_shape)
+    labels = rng.integers(0, 10, samples)
+    return golden.train(network, params, inputs, labels, batch=batch, lr=0.1,
+                        formats=Formats(seed=seed), fp_stale=fp_stale)
+
+
+def test_same_seed_gives_identical_bits_and_another_seed_does_not():
+    (p1, r1), (p2, r2), (p3, r3) = tiny_run(5), tiny_run(5), tiny_run(6)
+    for name in p1:
+        for a, b, c in zip(p1[name], p2[name], p3[name]):
+            assert a.dtype == np.int64 and (a == b).all()
+    assert (r1.loss == r2.loss).all()
+    changed = sum(int((a != c).sum()) for name in p1 for a, c in zip(p1[name], p3[name]))
+    assert changed > 0 and (r1.loss != r3.loss).any()
+
+
+# --- pipelined schedule -----------------------------------------------------------------
+
+def plain_sgd(network, params, inputs, labels, batch, lr, arith):
+    """Textbook mini-batch SGD written out independently of golden.train."""
+    for m in range(len(inputs) // batch):
+        sums = {name: [None if v is None else np.zeros_like(v) for v in pair] for name, pair in params.items()}
+        for s in range(m * batch, (m + 1) * batch):
+            trace = golden.forward(network, params, inputs[s], arith, s)
+            grads, _ = golden.backward(network, params, trace, labels[s], arith, s)
+            for name, pair in grads.items():
+                for j, g in enumerate(pair):
+                    if g is not None:
+                        sums[name][j] += g
+        new = {}
+        for info in network.weighted_layers:
+            pair = []
+            for value, g, kind in zip(params[info.name], sums[info.name],
+                                      (numerics.WEIGHT_UPDATE, numerics.BIAS_UPDATE)):
+                if value is None:
+                    pair.append(None)
+                elif arith.mode == "float":
+                    pair.append(value - lr / batch * g)
+                else:
+                    f = arith.formats
+                    shift = f.weight_update_shift if kind == numerics.WEIGHT_UPDATE else f.bias_update_shift
+                    step = numerics.requantize(g * numerics.lr_constant(lr, batch, f), shift, f.seed,
+                                               numerics.tensor_id(info.position, kind), m)
+                    pair.append(numerics.saturate(value - step))
+            new[info.name] = tuple(pair)
+        params = new
+    return params
+
+
+@pytest.mark.parametrize("mode", ["fixed", "float"])
+def test_aligned_schedule_is_plain_minibatch_sgd(mode):
+    network = zoo.tiny()
+    rng = np.random.default_rng(31)
+    formats = Formats()
+    arith = golden.arithmetic(mode, formats)
+    params = random_params(network, rng)
+    if mode == "fixed":
+        params = golden.to_fixed(params, formats)
+    inputs = rng.random((12,) + network.input_shape)
+    labels = rng.integers(0, 10, 12)
+    trained, record = golden.train(network, params, inputs, labels, batch=4, lr=0.2, mode=mode)
+    expected = plain_sgd(network, params, inputs, labels, 4, 0.2, arith)
+    for name in expected:
+        for a, b, start in zip(trained[name], expected[name], params[name]):
+            assert (a == b).all() and (a != start).any()
+    for name in record.fp_version:
+        assert (record.fp_version[name] == np.arange(12) // 4).all()
+
+
+@pytest.mark.parametrize("stale", [1, 3, 6])
+def test_stale_forward_versions_follow_the_formula(stale):
+    batch, samples = 4, 16
+    (aligned, _), (params, record) = tiny_run(9, 0, samples, batch), tiny_run(9, stale, samples, batch)
+    s = np.arange(samples)
+    for name in ("conv1", "conv2", "fc"):
+        assert (record.fp_version[name] == np.maximum(0, (s - stale) // batch)).all()
+    assert set(record.eb_version) == {"conv2", "fc"}  # conv1 is the first weighted layer: no EB
+    for name in record.eb_version:
+        assert (record.eb_version[name] == s // batch).all()
+    assert any((a != b).any() for name in params for a, b in zip(params[name], aligned[name]))
+
+
+@pytest.mark.parametrize("mode", ["fixed", "float"])
+def test_staleness_of_one_layer_affects_only_what_it_should(mode):
+    network, batch, formats = zoo.tiny(), 4, Formats()
+    arith = golden.arithmetic(mode, formats)
+    rng = np.random.default_rng(41)
+    params = golden.init_params(network, rng, formats if mode == "fixed" else None)
+    inputs = rng.random((8,) + network.input_shape)
+    labels = rng.integers(0, 10, 8)
+    run = lambda n, stale: golden.train(network, params, inputs[:n], labels[:n], batch=batch,  # noqa: E731
+                                        lr=0.2, mode=mode, fp_stale=stale)
+    _, aligned = run(8, 0)
+    _, stale = run(8, {"conv2": 2})
+    version1, _ = run(batch, 0)
+    for name in ("conv1", "fc"):
+        assert (stale.fp_version[name] == np.arange(8) // batch).all()
+    assert stale.fp_version["conv2"].tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
+    # The first mini-batch uses version 0 everywhere either way.
+    assert (stale.loss[:batch] == aligned.loss[:batch]).all()
+    # Samples 4 and 5: version 1 except conv2, which still runs version 0.
+    for s in (4, 5):
+        mixed = {**version1, "conv2": params["conv2"]}
+        trace = golden.forward(network, mixed, inputs[s], arith, s)
+        assert golden.loss(trace.output, labels[s], arith) == stale.loss[s] != aligned.loss[s]
+    # From sample 6 on, FP is aligned again, but the version-2 weights are not.
+    trace = golden.forward(network, version1, inputs[6], arith, 6)
+    assert golden.loss(trace.output, labels[6], arith) == stale.loss[6] == aligned.loss[6]
+
+
+# --- training works ---------------------------------------------------------------------
+
+def synthetic_digits(rng, per_class):
+    """10 classes of 8x8 images: a random binary template per class plus noise, in [0, 1)."""
+    templates = (rng.random((10, 1, 8, 8)) < 0.4).astype(float)
+    labels = np.repeat(np.arange(10), per_class)
+    images = np.clip(0.8 * templates[labels] + rng.normal(0, 0.15, (labels.size, 1, 8, 8)), 0, 0.99)
+    return images, labels
+
+
+@pytest.mark.parametrize("mode", ["float", "fixed"])
+def test_lenet_digits_learns(mode):
+    """Four epochs of 100 samples with the pipelined schedule (fp_stale=2).
+
+    The classifier starts at a tenth of He scale so the initial outputs are near zero
+    rather than O(1) (He scaling through two max-pools inflates them). Predicting 0.1
+    for every class would give a loss of 0.45: the trained net must beat that clearly
+    and classify the training set.
+    """
+    network, formats = zoo.lenet_digits(), Formats()
+    arith = golden.arithmetic(mode, formats)
+    rng = np.random.default_rng(51)
+    images, labels = synthetic_digits(rng, 10)
+    params = golden.init_params(network, rng)
+    params["fc2"] = (params["fc2"][0] * 0.1, params["fc2"][1])
+    if mode == "fixed":
+        params = golden.to_fixed(params, formats)
+
+    def evaluate(p):
+        outputs = [golden.forward(network, p, x, arith, 0).output for x in images]
+        return (np.mean([golden.loss(o, y, arith) for o, y in zip(outputs, labels)]),
+                np.mean([o.ravel().argmax() == y for o, y in zip(outputs, labels)]))
+
+    order = np.concatenate([rng.permutation(len(labels)) for _ in range(4)])
+    trained, record = golden.train(network, params, images[order], labels[order], batch=10, lr=0.1,
+                                   mode=mode, fp_stale=2)
+    (before, _), (after, accuracy) = evaluate(params), evaluate(trained)
+    print(f"{mode}: mean loss {before:.3f} -> {after:.3f}, accuracy {accuracy:.2f}")
+    assert after < 0.3 * before and after < 0.25
+    assert accuracy >= 0.9
+    assert record.loss[-100:].mean() < 0.5 * record.loss[:100].mean()
+
+
+# --- refused input ----------------------------------------------------------------------
+
+def tiny_data(n=8):
+    network = zoo.tiny()
+    rng = np.random.default_rng(0)
+    return network, golden.init_params(network, rng, Formats()), rng.random((n, 1, 8, 8)), np.arange(n) % 10
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"batch": 3}, "8 samples are not a whole number of mini-batches of 3"),
+    ({"batch": 0}, "batch must be a positive integer, got 0"),
+    ({"fp_stale": {"pool1": 1}}, "fp_stale: 'pool1' is not a weighted layer of network tiny "
+                                 "(those are conv1, conv2, fc)"),
+    ({"fp_stale": -1}, "fp_stale of layer 'conv1' must be an integer >= 0, got -1"),
+    ({"mode": "double"}, "golden model: mode 'double' is not one of fixed, float"),
+    ({"lr": 1e-7}, "learning rate 1e-07 / batch 4 = 2.5e-08 is not representable as an unsigned "
+                   "16-bit constant with 16 fractional bits"),
+    ({"labels": np.full(8, 10)}, "labels must be 8 integers in 0..9"),
+    ({"inputs": np.zeros((8, 1, 8, 7))},
+     "inputs have shape (8, 1, 8, 7); network tiny needs (N,) + (1, 8, 8)"),
+])
+def test_bad_training_input_is_refused_in_one_line(change, message):
+    network, params, inputs, labels = tiny_data()
+    kwargs = {"inputs": inputs, "labels": labels, "batch": 4, "lr": 0.1, **change}
+    with pytest.raises(SpecError) as info:
+        golden.train(network, params, kwargs.pop("inputs"), kwargs.pop("labels"), **kwargs)
+    assert str(info.value) == message
+
+
+def test_bad_params_are_refused_in_one_line():
+    network, params, inputs, labels = tiny_data()
+    cases = [
+        ({**params, "fc": (params["fc"][0][:, :-1], params["fc"][1])},
+         "params for network tiny: layer 'fc' weights have shape (10, 31), expected (10, 32)"),
+        ({k: v for k, v in params.items() if k != "conv2"},
+         "params for network tiny: layer 'conv2' is missing"),
+        ({**params, "conv1": (params["conv1"][0], None)},
+         "params for network tiny: layer 'conv1' bias should be an array of shape (4,)"),
+        ({**params, "relu1": params["fc"]},
+         "params for network tiny: 'relu1' is not a weighted layer (those are conv1, conv2, fc)"),
+        (golden.to_float(params, Formats()),
+         "params for network tiny: layer 'conv1' weights are not 16-bit words (dtype float64); "
+         "convert real values with golden.to_fixed"),
+    ]
+    for bad, message in cases:
+        with pytest.raises(SpecError) as info:
+            golden.train(network, bad, inputs, labels, batch=4, lr=0.1)
+        assert str(info.value) == message
+
+
+def test_unsupported_layers_are_refused():
+    network = zoo.resnet18()
+    with pytest.raises(SpecError, match=re.escape("layer 'bn1' is batchnorm")):
+        golden.train(network, {}, np.zeros((1,) + network.input_shape), [0], batch=1, lr=0.1)
+
+
+def test_parameter_conversion_round_trips():
+    network, formats = zoo.lenet_digits(), Formats()
+    words = golden.init_params(network, np.random.default_rng(2), formats)
+    real = golden.to_float(words, formats)
+    again = golden.to_fixed(real, formats)
+    for name, (w, b) in words.items():
+        assert w.dtype == np.int64 and (again[name][0] == w).all() and (again[name][1] == b).all()
+        assert (b == 0).all()
+    # He-normal: the spread of the largest layer's weights matches sqrt(2 / fan_in).
+    w = real["fc1"][0]
+    assert abs(w.std() / np.sqrt(2 / w.shape[1]) - 1) < 0.05

@@ -1,0 +1,176 @@
+"""The fixed-point definition in mapping/numerics.py: hash, rounding, formats, constants.
+
+The known-answer vectors are the hardware's specification of the rounding noise:
+if one of them changes, every bit-exact comparison with the hardware changes too.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+from mapping import numerics
+from mapping.numerics import Formats, requantize
+
+SEED = Formats().seed
+
+
+@pytest.mark.parametrize("start", [0, 0x7FF80000, 0xFFF00000])
+def test_mix32_has_no_collisions_on_2_20_consecutive_inputs(start):
+    x = (np.arange(1 << 20, dtype=np.uint64) + np.uint64(start)) & np.uint64(0xFFFFFFFF)
+    out = numerics.mix32(x)
+    assert out.max() <= 0xFFFFFFFF
+    assert np.unique(out).size == 1 << 20
+
+
+def test_mix32_known_answers():
+    assert [int(v) for v in numerics.mix32([0, 1, 2, 0xFFFFFFFF, 0x12345678])] == [
+        0, 537806645, 1075613290, 24241368, 2667850750]
+    # Inputs are taken modulo 2**32, as the 32-bit hardware unit sees them.
+    assert int(numerics.mix32(1 << 32 | 0x12345678)) == 2667850750
+
+
+def test_noise_known_answers():
+    index = [0, 1, 2, 3, 1000, 65535]
+    assert int(numerics.stream_key(SEED, 0, 0)) == 4106773517
+    assert [int(v) for v in numerics.noise(SEED, 0, 0, index)] == [
+        98396917, 3034725137, 17704940, 835884644, 631510030, 2022019531]
+    assert numerics.tensor_id(3, numerics.EB_OUT) == 25
+    assert [int(v) for v in numerics.noise(SEED, 25, 7, index)] == [
+        2947479349, 2509554160, 447682146, 334703927, 77607050, 1332734632]
+    assert numerics.tensor_id(9, numerics.WEIGHT_UPDATE) == 74
+    assert [int(v) for v in numerics.noise(1, 74, 123456, index)] == [
+        2499076104, 3346949301, 3003486295, 508553234, 482599782, 530402945]
+
+
+def test_tensor_ids_are_distinct_per_layer_and_kind():
+    kinds = (numerics.FP_OUT, numerics.EB_OUT, numerics.WEIGHT_UPDATE, numerics.BIAS_UPDATE,
+             numerics.LOSS_ERROR)
+    ids = [numerics.tensor_id(p, k) for p in range(64) for k in kinds]
+    assert len(set(ids)) == len(ids)
+
+
+def test_requantize_shift_zero_passes_through_and_saturates():
+    acc = [5, -7, 0, 32767, -32768, 40000, -40000]
+    assert requantize(acc, 0, SEED, 1, 0).tolist() == [5, -7, 0, 32767, -32768, 32767, -32768]
+
+
+def test_requantize_negative_shift_is_an_exact_left_shift():
+    acc = [3, -3, 0, 2047, -2048, 2048, -2049, 1 << 60]
+    assert requantize(acc, -4, SEED, 1, 0).tolist() == [48, -48, 0, 32752, -32768, 32767, -32768, 32767]
+
+
+@pytest.mark.parametrize("shift", [1, 12, 24, 32])
+def test_requantize_saturates_at_both_ends(shift):
+    acc = np.array([40000 << shift, -(40000 << shift), (32767 << shift) + (1 << shift) - 1,
+                    -(32768 << shift), -(32768 << shift) - 1], dtype=np.int64)
+    out = requantize(np.repeat(acc, 256), shift, SEED, 2, 5).reshape(5, 256)
+    assert (out[0] == 32767).all() and (out[2] == 32767).all()
+    assert (out[1] == -32768).all() and (out[3] == -32768).all() and (out[4] == -32768).all()
+
+
+@pytest.mark.parametrize("shift", [1, 4, 12, 24, 32])
+def test_requantize_keeps_representable_values(shift):
+    words = np.random.default_rng(shift).integers(-32768, 32768, 4096)
+    for sample in range(3):
+        assert (requantize(words << shift, shift, SEED, 3, sample) == words).all()
+
+
+@pytest.mark.parametrize("shift, fraction", [(1, 1), (4, 3), (12, 1), (12, 2867), (24, 5 << 20)])
+def test_requantize_rounds_up_with_probability_equal_to_the_fraction(shift, fraction):
+    n = 1 << 16
+    word = -1234
+    acc = np.full(n, (word << shift) + fraction, dtype=np.int64)
+    out = requantize(acc, shift, SEED, 4, 0)
+    assert set(np.unique(out).tolist()) <= {word, word + 1}
+    p = fraction / (1 << shift)
+    assert abs((out == word + 1).mean() - p) < 4 * np.sqrt(p * (1 - p) / n) + 1 / n
+
+
+@pytest.mark.parametrize("shift", [4, 12, 24])
+def test_stochastic_rounding_is_unbiased_over_sample_numbers(shift):
+    rng = np.random.default_rng(shift)
+    acc = rng.integers(-(1 << (shift + 10)), 1 << (shift + 10), 8)
+    samples = 20000
+    out = np.stack([requantize(acc, shift, SEED, 5, s) for s in range(samples)])
+    exact = acc / (1 << shift)
+    frac = exact - np.floor(exact)
+    stderr = np.sqrt(frac * (1 - frac) / samples)
+    assert (np.abs(out.mean(axis=0) - exact) <= 4 * stderr + 1e-12).all()
+
+
+def test_requantize_in_any_element_order_gives_identical_bits():
+    rng = np.random.default_rng(7)
+    acc = rng.integers(-(1 << 30), 1 << 30, (5, 6, 7))
+    whole = requantize(acc, 12, SEED, 9, 42)
+    assert (requantize(acc, 12, SEED, 9, 42, index=np.arange(acc.size).reshape(acc.shape)) == whole).all()
+    flat = acc.ravel()
+    for i in rng.permutation(acc.size):
+        one = requantize(flat[i:i + 1], 12, SEED, 9, 42, index=np.array([i]))
+        assert one[0] == whole.flat[i]
+
+
+def test_requantize_depends_on_seed_tensor_and_sample():
+    acc = np.random.default_rng(8).integers(-(1 << 24), 1 << 24, 1000)
+    base = requantize(acc, 12, SEED, 1, 0)
+    for other in (requantize(acc, 12, SEED + 1, 1, 0), requantize(acc, 12, SEED, 2, 0),
+                  requantize(acc, 12, SEED, 1, 1)):
+        assert (other != base).sum() > 100
+
+
+def test_requantize_refuses_shifts_beyond_the_noise_word():
+    with pytest.raises(ValueError, match=re.escape("requantize: shift 33 exceeds the 32-bit noise word")):
+        requantize([1], 33, SEED, 0, 0)
+
+
+def test_quantize_rounds_to_nearest_and_saturates():
+    assert numerics.quantize([0.5, -0.5, 1 / 512, 3 / 512, 127.999, 200.0, -200.0], 8).tolist() == [
+        128, -128, 0, 2, 32767, 32767, -32768]
+    words = np.arange(-32768, 32768)
+    assert (numerics.quantize(numerics.dequantize(words, 12), 12) == words).all()
+
+
+def test_lr_constant():
+    f = Formats()
+    assert numerics.lr_constant(0.05, 8, f) == 410  # round(0.00625 * 65536) = round(409.6)
+    assert numerics.lr_constant(1 / 4, 1, f) == 16384
+    assert numerics.lr_constant(0.5, 1, Formats(lr_frac=8)) == 128
+    with pytest.raises(ValueError) as info:
+        numerics.lr_constant(1e-7, 1, f)
+    assert str(info.value) == ("learning rate 1e-07 / batch 1 = 1e-07 is not representable as an "
+                               "unsigned 16-bit constant with 16 fractional bits")
+    with pytest.raises(ValueError) as info:
+        numerics.lr_constant(2, 2, f)
+    assert str(info.value) == ("learning rate 2 / batch 2 = 1 is not representable as an "
+                               "unsigned 16-bit constant with 16 fractional bits")
+
+
+def test_format_shifts():
+    f = Formats()
+    assert (f.fp_shift, f.eb_shift, f.weight_update_shift, f.bias_update_shift, f.loss_shift) == (
+        12, 12, 24, 16, -4)
+    g = Formats(act_frac=6, weight_frac=10, bias_frac=9, error_frac=14, lr_frac=12)
+    assert (g.fp_shift, g.eb_shift, g.weight_update_shift, g.bias_update_shift, g.loss_shift) == (
+        10, 10, 22, 17, -8)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"act_frac": 32}, "formats: act_frac = 32 is outside 0..31"),
+    ({"weight_frac": -1}, "formats: weight_frac = -1 is outside 0..31"),
+    ({"lr_frac": 40}, "formats: lr_frac = 40 is outside 0..31"),
+    ({"bias_frac": 21}, "formats: bias_frac = 21 exceeds act_frac + weight_frac = 20; "
+                        "the bias could not be aligned exactly"),
+    ({"seed": 1 << 32}, "formats: seed = 4294967296 is not a 32-bit unsigned value"),
+    ({"seed": -1}, "formats: seed = -1 is not a 32-bit unsigned value"),
+])
+def test_formats_errors(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        Formats(**kwargs)
+    assert str(info.value) == message
+
+
+def test_acc_bits_needed():
+    # One product of two words reaches 2**30 (-32768 * -32768): 31 magnitude bits + sign.
+    assert numerics.acc_bits_needed(1) == 32
+    assert numerics.acc_bits_needed(1 << 16) == 48
+    assert numerics.acc_bits_needed(1 << 17) == 49
