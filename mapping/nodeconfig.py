@@ -91,6 +91,7 @@ class LayerSlice:
     lgb_words: int
     weights_offchip: bool  # fully connected weights in the node's DRAM (paper 6.3.1)
     remote_weights: tuple = ()  # WeightBlocks of this slice kept on other nodes
+    flatten_from: tuple | None = None  # fc: the (C, H, W) activations its input flattens
     fp_stale: int = 0
     cycles_per_sample: int = 0
 
@@ -142,6 +143,7 @@ class NodeConfig:
     cycles_per_sample: int
     link_bytes_forward: int   # bytes per sample sent to the successor
     link_bytes_backward: int  # bytes per sample sent to the predecessor
+    chain_length: int = 0     # nodes in the mapping; the last one applies the loss
 
     def to_dict(self):
         return asdict(self)
@@ -169,6 +171,8 @@ def _slice_from_dict(d):
         d[key] = Engine(**d[key])
     d["pool"] = Pool(**d["pool"]) if d["pool"] is not None else None
     d["remote_weights"] = tuple(_block_from_dict(b) for b in d["remote_weights"])
+    if d.get("flatten_from") is not None:
+        d["flatten_from"] = tuple(d["flatten_from"])
     return LayerSlice(**d)
 
 

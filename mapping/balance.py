@@ -1,0 +1,320 @@
+"""On-chip memory of a node and weight (parameter) balancing, paper eq. 12 and Fig. 6.
+
+Memories of a slice (16-bit words unless said; widths are what one cycle reads)
+------------------------------------------------------------------------------
+Non-movable, sized by the partitioner:
+
+- Act-RAM: the slice's input activations from FP until PG consumes them, for the
+  ``fp_stale`` samples in flight (FP of sample s + fp_stale may start only after PG
+  of sample s is done): ``fp_stale * S * H * W`` words, ``b`` channels wide (OCP
+  slices keep all input channels: the duplication the paper mentions).
+- line buffers: ``(K-1)`` rows of the padded input for FP and again for PG
+  (``(K-1) * (W+2p) * S`` words each, plus the K-pixel window registers), and for EB
+  ``(K-1)`` rows of the zero-dilated padded error map of the slice's output channels
+  (``(K-1) * (W+2p+K-1) * O`` words).
+- PAB: ICP slices after the first receive the previous node's 48-bit partial sums
+  of every output channel; they wait at most one output row plus the link latency:
+  ``OC * (OW + latency / cycles-per-pixel)`` words. OCP slices before the last hold
+  the next node's 48-bit EB partial sums the same way (input channels, input row).
+- SFU masks, on the node that finishes an output channel: one ReLU bit per conv
+  output and a pooling argmax index per pooled output, for ``fp_stale`` samples.
+- biases (16 bit) and their 48-bit gradient accumulators, on the SFU node.
+
+Movable (weights):
+
+- LPRAM: the slice's weights, one row of ``P`` output channels x ``b`` input
+  channels x K x K words per address (``P * b * K * K`` words wide,
+  ``ceil(rows / P) * v`` deep), read every cycle by FP and by EB through the two
+  ports (so at most 18 bits per port and block);
+- LGB: their 48-bit gradient sums. PG accumulates :data:`PG_STRIP` consecutive
+  output pixels of one weight group in the DSP accumulators before it adds them
+  to the LGB, so the LGB is 1/PG_STRIP as wide as the PG engine and as much deeper;
+- rows kept on another node (BPRAM, below) are used weight-stationary: each
+  streamed row meets every pixel of the sample in Act-RAM, and the slice keeps
+  their 48-bit partial sums for the whole sample, ``rows * OH * OW`` words.
+
+Hosted: the BPRAM of a node holds other nodes' rows (16-bit, streamed in
+order, so one narrow deep memory) and the BGB their 48-bit gradient sums.
+
+Weight balancing
+----------------
+Where a node's memory exceeds its budget, whole output-channel rows of its
+slices (the rows that free most memory first) move to the nearest node with room
+(upstream first on a tie). Every sample the host streams them to the owner
+(16-bit words over each link in between) and the owner sends their per-sample
+gradients back (48-bit words), see :mod:`mapping.perf`.
+"""
+
+from dataclasses import dataclass, field
+import math
+
+from .errors import SpecError
+from .nodeconfig import WeightBlock
+from .numerics import ACC_BITS, WORD_BITS
+from .resources import MemoryCost, memory_cost
+
+# Output pixels PG sums in its DSP accumulators per LGB read-modify-write.
+PG_STRIP = 16
+# Depth one block row covers: memories no deeper than this cost their width (bandwidth),
+# whatever their rows; beyond it, capacity (see weight_floor).
+BLOCK_DEPTH = 512
+
+# Link core latency per hop (serialisation, framing, CRC, PHY), in node cycles.
+LINK_LATENCY_CYCLES = 128
+
+
+def _mask_bits(plan, out_channels):
+    """SFU mask bits of one sample for ``out_channels`` output channels."""
+    _, oh, ow = plan.out_shape
+    bits = out_channels * oh * ow if plan.relu else 0
+    if plan.pool is not None:
+        _, ph, pw = plan.sfu_shape
+        bits += out_channels * ph * pw * max(1, math.ceil(math.log2(plan.pool.kernel ** 2)))
+    return bits
+
+
+@dataclass(frozen=True)
+class FixedWords:
+    """Buffer depths (in words) the NodeConfig reports, and their memory cost."""
+
+    act_ram: int
+    line_buffer: int
+    pab: int
+    cost: MemoryCost
+
+
+def fixed_buffers(plan, units, shape, fp_stale, family, *, first, last, latency_cycles):
+    c_in, h, w = plan.in_shape
+    oc, oh, ow = plan.out_shape
+    k, p = plan.kernel, plan.padding
+    icp = plan.mode == "icp"
+    s_in = units if icp else c_in
+    o_out = oc if icp else units
+    passes = shape.u * shape.v
+    cost = MemoryCost()
+
+    act_words = fp_stale * s_in * h * w
+    cost += memory_cost(shape.b * WORD_BITS, fp_stale * h * w * shape.v, family)
+
+    lb_words = 0
+    if k > 1:
+        row = w + 2 * p
+        lb_words += 2 * ((k - 1) * row + k) * s_in
+        cost += memory_cost(shape.b * WORD_BITS, row * shape.v, family, count=2 * (k - 1))
+        if plan.needs_eb:
+            erow = w + 2 * p + k - 1
+            lb_words += ((k - 1) * erow + k) * o_out
+            cost += memory_cost(shape.P * WORD_BITS, erow * shape.u, family, count=k - 1)
+
+    pab_words = 0
+    if icp and not first:
+        lag = math.ceil(latency_cycles / passes)
+        pab_words = oc * (ow + lag)
+        cost += memory_cost(shape.P * ACC_BITS, (ow + lag) * shape.u, family)
+    elif not icp and not last and plan.needs_eb:
+        lag = math.ceil(latency_cycles / passes)
+        pab_words = c_in * (w + lag)
+        cost += memory_cost(shape.b * ACC_BITS, (w + lag) * shape.v, family)
+
+    if last or not icp:  # this node runs the SFU of its output channels
+        cost += memory_cost(WORD_BITS, math.ceil(fp_stale * _mask_bits(plan, o_out) / WORD_BITS), family)
+        if plan.bias:
+            cost += memory_cost(WORD_BITS, o_out, family) + memory_cost(ACC_BITS, o_out, family)
+    return FixedWords(act_words, lb_words, pab_words, cost)
+
+
+def fixed_memory(plan, units, shape, fp_stale, family, *, first, last, latency_cycles):
+    """Cost of the non-movable buffers; FC slices with weights off chip keep the same ones."""
+    return fixed_buffers(plan, units, shape, fp_stale, family, first=first, last=last,
+                         latency_cycles=latency_cycles).cost
+
+
+def _weight_cost(sl_plan, shape, rows, family, remote_rows=0, depth_cap=None):
+    k2 = sl_plan.kernel ** 2
+    depth = math.ceil(rows / shape.P) * shape.v
+    if depth_cap is not None:
+        depth = min(depth, depth_cap)
+    width = shape.P * shape.b * k2
+    lgb_width = math.ceil(width / PG_STRIP)
+    cost = memory_cost(width * WORD_BITS, depth, family, dual_read=True) + \
+        memory_cost(lgb_width * ACC_BITS, depth * PG_STRIP, family)
+    if remote_rows:
+        cost += memory_cost(ACC_BITS, remote_rows * sl_plan.out_pixels, family)
+    return cost
+
+
+def weight_memory(sl, family):
+    """LPRAM + LGB of the slice's local rows, and the partial sums of its remote rows."""
+    if sl.offchip:
+        return MemoryCost()
+    local = sl.out_channels - sl.remote_rows
+    return _weight_cost(sl.plan, sl.shape, local, family, sl.remote_rows)
+
+
+def weight_memory_of(plan, units, shape, family, offchip):
+    """LPRAM + LGB of a prospective slice holding all its rows."""
+    if offchip:
+        return MemoryCost()
+    rows = plan.out_shape[0] if plan.mode == "icp" else units
+    return _weight_cost(plan, shape, rows, family)
+
+
+def weight_floor(plan, units, shape, family, offchip):
+    """The part of LPRAM + LGB no balancing can remove while one row stays local:
+    their width (read bandwidth), one block deep."""
+    if offchip:
+        return MemoryCost()
+    rows = plan.out_shape[0] if plan.mode == "icp" else units
+    return _weight_cost(plan, shape, rows, family, depth_cap=BLOCK_DEPTH // PG_STRIP)
+
+
+def hosted_memory(words, family):
+    return memory_cost(WORD_BITS, words, family) + memory_cost(ACC_BITS, words, family)
+
+
+@dataclass
+class NodeMemory:
+    fixed: MemoryCost = field(default_factory=MemoryCost)
+    weights: MemoryCost = field(default_factory=MemoryCost)
+    hosted_words: int = 0
+    hosted: MemoryCost = field(default_factory=MemoryCost)
+
+    @property
+    def total(self):
+        return self.fixed + self.weights + self.hosted
+
+
+def node_memory(slices, node, fixed, hosted_words, family):
+    mem = NodeMemory(hosted_words=hosted_words)
+    for sl in slices:
+        if sl.node == node:
+            mem.fixed += fixed[id(sl)]
+            mem.weights += weight_memory(sl, family)
+    mem.hosted = hosted_memory(hosted_words, family)
+    return mem
+
+
+def _smallest_r(ok, limit):
+    """Smallest r in 1..limit with ok(r), for ok monotone increasing in r and ok(limit)."""
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _largest_r(ok, limit):
+    """Largest r in 0..limit with ok(r), for ok monotone decreasing in r and ok(0)."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def balance(slices, node_budgets, fixed, family_of, describe):
+    """Move weight rows off nodes over budget; returns the WeightBlocks (chain order).
+
+    ``fixed[id(slice)]`` is each slice's non-movable memory; ``describe()`` gives
+    the refusal's context (network, cluster)."""
+    n = len(node_budgets)
+    hosted = [0] * n
+    blocks = []
+
+    def usage(node):
+        return node_memory(slices, node, fixed, hosted[node], family_of(node)).total.bram_blocks
+
+    for owner in range(n):
+        budget = node_budgets[owner].blocks
+        while usage(owner) > budget:
+            now = usage(owner)
+            gains = {}
+            for s in slices:
+                if s.node == owner and not s.offchip and s.out_channels > s.remote_rows:
+                    rows = s.out_channels - s.remote_rows
+                    s.remote_rows += rows
+                    freed = now - usage(owner)
+                    s.remote_rows -= rows
+                    if freed > 0:
+                        gains[id(s)] = (freed / rows, s)
+            if not gains:
+                _refuse(slices, node_budgets, owner, now, describe)
+            sl = max(gains.values(), key=lambda g: g[0])[1]
+            host = _nearest_host(sl, owner, node_budgets, hosted, usage, family_of)
+            if host is None:
+                _refuse(slices, node_budgets, owner, usage(owner), describe)
+            local = sl.out_channels - sl.remote_rows
+            fam = family_of(host)
+            host_fixed = usage(host) - hosted_memory(hosted[host], fam).bram_blocks
+            can = _largest_r(lambda r: host_fixed + hosted_memory(hosted[host] + r * sl.row_words, fam)
+                             .bram_blocks <= node_budgets[host].blocks, local)
+
+            def relieved(r):
+                sl.remote_rows += r
+                ok = usage(owner) <= budget
+                sl.remote_rows -= r
+                return ok
+
+            move = _smallest_r(relieved, can) if relieved(can) else can
+            hi = sl.out_range[1] - sl.remote_rows
+            block = WeightBlock(owner=owner, host=host, layer=sl.plan.name, in_range=sl.in_range,
+                                out_range=(hi - move, hi), words=move * sl.row_words)
+            sl.remote_rows += move
+            hosted[host] += block.words
+            blocks.append(block)
+    return blocks, hosted
+
+
+def _nearest_host(sl, owner, node_budgets, hosted, usage, family_of):
+    """Nearest node (upstream first on a tie) with room for at least one row of ``sl``."""
+    n = len(node_budgets)
+    for distance in range(1, n):
+        for host in (owner - distance, owner + distance):
+            if not 0 <= host < n:
+                continue
+            fam = family_of(host)
+            base = usage(host) - hosted_memory(hosted[host], fam).bram_blocks
+            if base + hosted_memory(hosted[host] + sl.row_words, fam).bram_blocks \
+                    <= node_budgets[host].blocks:
+                return host
+    return None
+
+
+def _refuse(slices, node_budgets, owner, used, describe):
+    budget = node_budgets[owner]
+    mine = [s for s in slices if s.node == owner]
+    biggest = max(mine, key=lambda s: s.weight_words, default=None)
+    what = f"; its largest layer slice is '{biggest.plan.name}' with {biggest.weight_words:,} weights" \
+        if biggest else ""
+    raise SpecError(
+        f"{describe()}: node {owner} ({budget.device.name}) needs {used} blocks of 18 Kb but has "
+        f"{budget.blocks} usable, and no other node has room for its weights{what}")
+
+
+def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc):
+    """Refuse up front when the weights cannot fit the cluster's on-chip RAM at all."""
+    usable = sum(b.blocks for b in node_budgets) * 18 * 1024
+    weights = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans
+                  if not (p.kind == "fc" and offchip_fc))
+    conv = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans if p.kind == "conv")
+    need = weights * (WORD_BITS + ACC_BITS) + fixed_bits
+    if need <= usable:
+        return
+    devices = sorted({b.device.name for b in node_budgets})
+    largest = max(plans, key=lambda p: p.out_shape[0] * p.in_shape[0] * p.kernel ** 2
+                  if not (p.kind == "fc" and offchip_fc) else 0)
+    alone = (f"; its conv weights alone ({conv * WORD_BITS / 1e6:.1f} Mbit) exceed it"
+             if conv * WORD_BITS > usable else "")
+    raise SpecError(
+        f"{describe()} does not fit even with weight balancing: it needs {need / 1e6:.1f} Mbit on chip "
+        f"({weights * WORD_BITS / 1e6:.1f} Mbit of 16-bit weights, {weights * ACC_BITS / 1e6:.1f} Mbit "
+        f"of 48-bit gradient buffers, {fixed_bits / 1e6:.1f} Mbit of activations and buffers) but "
+        f"{len(node_budgets)} x {'/'.join(devices)} offer {usable / 1e6:.1f} Mbit usable{alone} "
+        f"(largest layer: '{largest.name}', {largest.out_shape[0] * largest.in_shape[0] * largest.kernel ** 2:,} "
+        f"weights)")

@@ -1,0 +1,195 @@
+"""``map_network``: network + cluster -> Mapping (one NodeConfig per node).
+
+Steps: plan the weighted layers and refuse what the hardware cannot compute
+exactly (:func:`check_accumulators`) or hold (:func:`mapping.balance.check_total`);
+partition (mapping/partition.py) and balance weights (mapping/balance.py); derive
+the samples in flight of every slice from the timing model (mapping/perf.py) and
+repeat until the Act-RAM the partitioner reserved covers them; fill the
+NodeConfigs and the performance summary.
+
+Estimated resources of a node (``NodeConfig.estimate``): ``dsp`` = its
+multipliers (one per 16 x 16 product); ``bram_blocks`` = 18 Kb blocks of every
+memory through :func:`mapping.resources.bram_blocks`, ``bram_bits`` their
+payload; ``lut``/``ff`` from :func:`mapping.resources.logic_estimate` plus the
+LUTs of distributed RAM.
+"""
+
+import math
+
+from . import balance, perf
+from .errors import SpecError
+from .nodeconfig import Engine, LayerSlice, Mapping, NodeConfig, Resources, Training
+from .numerics import ACC_BITS, Formats, acc_bits_needed, lr_constant
+from .partition import budgets, partition, plan_layers
+from .resources import logic_estimate
+
+DSP_FRACTION = 0.9   # the rest: weight-update multipliers (48 x 16 bit), timing closure
+BRAM_FRACTION = 0.9  # the rest: link FIFOs, stream skew buffers, routing
+MAX_STALE_ROUNDS = 8
+
+
+def _max_terms():
+    """Most products whose worst-case exact sum fits the accumulators."""
+    lo, hi = 1, 1 << ACC_BITS
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if acc_bits_needed(mid) <= ACC_BITS else (lo, mid - 1)
+    return lo
+
+
+def check_accumulators(plans, batch):
+    """Refuse a layer whose worst-case exact sum could exceed the ACC_BITS accumulators.
+
+    FP sums IC*K*K products (and the bias), EB OC*K*K, and a weight's gradient
+    accumulator in the LGB sums batch*OH*OW products over the mini-batch."""
+    limit = _max_terms()
+    for p in plans:
+        sums = (("FP", p.in_shape[0] * p.kernel ** 2 + (1 if p.bias else 0)),
+                ("EB", p.out_shape[0] * p.kernel ** 2 if p.needs_eb else 0),
+                ("weight-gradient", batch * p.out_pixels))
+        for what, terms in sums:
+            if terms > limit:
+                hint = ""
+                if what == "weight-gradient":
+                    fits = limit // p.out_pixels
+                    hint = f"; the largest batch it admits is {fits}" if fits else ""
+                raise SpecError(
+                    f"layer '{p.name}': its {what} sums add up to {terms:,} products of two 16-bit "
+                    f"words, which need {acc_bits_needed(terms)} bits in the worst case, more than "
+                    f"the {ACC_BITS}-bit accumulators{hint}")
+
+
+def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fraction=DSP_FRACTION,
+                bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None):
+    """Map the training of ``network`` onto ``cluster`` (see module docstring)."""
+    formats = formats or Formats()
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise SpecError(f"batch must be a positive integer, got {batch!r}")
+    if max_multipliers is not None and (not isinstance(max_multipliers, int) or max_multipliers < 1):
+        raise SpecError(f"max_multipliers must be a positive integer, got {max_multipliers!r}")
+    try:
+        training = Training(batch, lr, lr_constant(lr, batch, formats), lr_constant(lr, batch, formats))
+    except ValueError as error:
+        raise SpecError(str(error)) from None
+    plans = plan_layers(network)
+    check_accumulators(plans, batch)
+    node_budgets = budgets(cluster, dsp_fraction=dsp_fraction, bram_fraction=bram_fraction,
+                           max_multipliers=max_multipliers)
+    name = network_name or network.name
+
+    def describe():
+        return f"network '{name}' on cluster '{cluster.spec}'"
+
+    def family_of(node):
+        return node_budgets[node].device.family
+
+    balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
+                        offchip_fc=node_budgets[-1].device.dram_gb > 0)
+
+    try:
+        part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of, describe,
+                                                            local_weights=False)
+    except SpecError:
+        part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of, describe,
+                                                            local_weights=True)
+    buffers = {id(sl): _buffers(sl, stale[id(sl)], family_of) for sl in slices}
+    fixed = {key: value.cost for key, value in buffers.items()}
+    estimates = []
+    for node, budget in enumerate(node_budgets):
+        mem = balance.node_memory(slices, node, fixed, hosted_words[node], family_of(node)).total
+        if mem.bram_blocks > budget.blocks:
+            raise RuntimeError(f"{describe()}: node {node} needs {mem.bram_blocks} blocks after "
+                               f"balancing, over its {budget.blocks}")  # balance guarantees this
+        mult = sum(sl.multipliers for sl in slices if sl.node == node)
+        lut, ff = logic_estimate(mult, mem.lut, family_of(node))
+        if lut > budget.device.lut:
+            raise SpecError(f"{describe()}: node {node} ({budget.device.name}) needs about {lut:,} "
+                            f"LUTs (multipliers and distributed RAM), more than its {budget.device.lut:,}")
+        estimates.append(Resources(dsp=mult, bram_blocks=mem.bram_blocks, bram_bits=mem.bits,
+                                   lut=lut, ff=ff))
+
+    summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps)
+    nodes = _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates, summary,
+                          formats, training)
+    return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
+
+
+def _settle(plans, node_budgets, family_of, describe, *, local_weights):
+    """Partition and balance until the samples in flight the Act-RAMs were sized for
+    cover those the resulting timing needs."""
+    estimate = {p.name: 2 for p in plans}
+    for _ in range(MAX_STALE_ROUNDS):
+        part = partition(plans, node_budgets, fp_stale=estimate, family_of=family_of,
+                         link_latency_cycles=balance.LINK_LATENCY_CYCLES, local_weights=local_weights)
+        slices = part.slices
+        fixed = {id(sl): _buffers(sl, estimate[sl.plan.name], family_of).cost for sl in slices}
+        blocks, hosted_words = balance.balance(slices, node_budgets, fixed, family_of, describe)
+        stale = perf.fp_stale(plans, slices, node_budgets, perf.period(slices, node_budgets))
+        grown = {sl.plan.name: stale[id(sl)] for sl in slices if stale[id(sl)] > estimate[sl.plan.name]}
+        if not grown:
+            return part, slices, blocks, hosted_words, stale
+        for name, value in grown.items():
+            estimate[name] = max(estimate[name], value)
+    raise RuntimeError(f"{describe()}: samples in flight did not settle after "
+                       f"{MAX_STALE_ROUNDS} rounds: {estimate}")
+
+
+def _buffers(sl, fp_stale, family_of):
+    return balance.fixed_buffers(sl.plan, sl.units, sl.shape, fp_stale, family_of(sl.node),
+                                 first=sl.first, last=sl.last,
+                                 latency_cycles=balance.LINK_LATENCY_CYCLES)
+
+
+def _activation_bits(plans):
+    """Lower bound of the non-movable memory: one sample of every layer's input."""
+    return sum(math.prod(p.in_shape) * 16 for p in plans if p.kind == "conv")
+
+
+def _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates, summary, formats,
+                  training):
+    nodes = []
+    fwd, bwd = summary["link_bytes_forward"], summary["link_bytes_backward"]
+    n = len(node_budgets)
+    for node, budget in enumerate(node_budgets):
+        layer_slices = []
+        for sl in (s for s in slices if s.node == node):
+            p, shape, buf = sl.plan, sl.shape, buffers[id(sl)]
+            local_rows = sl.out_channels - sl.remote_rows
+            sfu = sl.last or p.mode == "ocp"
+            lgb = 0 if sl.offchip else local_rows * sl.row_words + (sl.out_channels if p.bias and sfu else 0)
+            layer_slices.append(LayerSlice(
+                layer=p.name, position=p.position, kind=p.kind, mode=p.mode,
+                in_shape=p.in_shape, out_shape=p.out_shape, kernel=p.kernel, stride=p.stride,
+                padding=p.padding, bias=p.bias, relu=p.relu, pool=p.pool,
+                in_range=sl.in_range, out_range=sl.out_range, first=sl.first, last=sl.last,
+                needs_eb=p.needs_eb,
+                fp=Engine(shape.P, shape.b, p.kernel),
+                eb=Engine(shape.b, shape.P, p.kernel) if p.needs_eb else Engine(0, 0, p.kernel),
+                pg=Engine(shape.P, shape.b, p.kernel),
+                act_ram_words=buf.act_ram, line_buffer_words=buf.line_buffer,
+                pab_words=buf.pab + sl.remote_rows * p.out_pixels,
+                lgb_words=lgb, weights_offchip=sl.offchip,
+                remote_weights=tuple(b for b in blocks if b.owner == node and b.layer == p.name),
+                flatten_from=p.flatten_from,
+                fp_stale=stale[id(sl)], cycles_per_sample=perf.cycles(sl, budget)))
+        nodes.append(NodeConfig(
+            index=node, device=budget.device.name, family=budget.device.family,
+            clock_mhz=budget.device.clock_mhz, slices=tuple(layer_slices),
+            hosted=tuple(b for b in blocks if b.host == node), formats=formats, training=training,
+            estimate=estimates[node], cycles_per_sample=summary["nodes"][node].cycles,
+            link_bytes_forward=int(fwd[node]) if node < n - 1 else 0,
+            link_bytes_backward=int(bwd[node - 1]) if node > 0 else 0))
+    return nodes
+
+
+def _summary_dict(summary, part, node_budgets):
+    """The JSON-friendly performance figures stored in Mapping.summary."""
+    result = {k: v for k, v in summary.items() if k != "nodes"}
+    result["per_node"] = [vars(p) | {} for p in summary["nodes"]]
+    result["coarse_groups"] = [list(map(list, g)) for g in part.coarse]
+    result["sized_period_s"] = part.tau
+    result["usable_multipliers"] = [b.multipliers for b in node_budgets]
+    result["usable_blocks"] = [b.blocks for b in node_budgets]
+    if math.isinf(result["link_samples_per_s"]):
+        result["link_samples_per_s"] = None
+    return result

@@ -1,0 +1,237 @@
+"""Performance model of a mapping: throughput, idle stages, link and memory demand, scaling.
+
+Assumptions
+-----------
+- Clock: each node runs at its device's ``clock_mhz`` (mapping/devices.py says
+  why for each device; 200 MHz for the VC709). Cycle counts come from the
+  engine shapes (mapping/partition.py): a node's engines run concurrently, so
+  its cycles per sample are the maximum over its slices, and a slice's are the
+  maximum of its FP, EB, PG cycles and, for fully connected weights in DRAM, of
+  the DRAM transfer time at the device's DRAM bandwidth.
+- Pipeline: every node works on one sample per period; the period is the
+  slowest node's cycles / clock, throughput = 1 / period (compute bound). Links
+  cap it at ``link_gbps / (8 * bytes per sample)`` of the busiest link direction
+  (link bound); the roofline is the smaller of the two.
+- Operations: one MAC is 2 operations. Useful MACs per sample are the network's
+  FP + EB + PG multiply-accumulates (mapping/network.py; no EB for the first
+  weighted layer). GOPS = 2 x useful MACs x samples/s.
+- Idle pipeline stages: ``1 - sum(useful MACs per sample) / sum(allocated
+  multipliers x period cycles)`` per node and over the chain: the share of
+  allocated multiplier-cycles that do no useful work (tile rounding, channel
+  groups that do not fill the engines, strided rasters, nodes faster than the
+  slowest). Multipliers not allocated (DSP headroom) are not counted.
+- Latency: in steady state a layer streams one sample per period. Its output
+  starts once the rows its first SFU output needs have arrived (the whole input
+  before a fully connected layer), errors flow back the same way, each link hop
+  adds :data:`mapping.balance.LINK_LATENCY_CYCLES`, and a layer with weights on
+  another node (used weight-stationary, mapping/balance.py) adds one period.
+  ``D`` = time from the FP of a sample on a slice to the start of its PG;
+  ``fp_stale = floor(D / period) + 1`` samples are in flight there, which sizes
+  its Act-RAM and fixes the weight version each FP uses (DESIGN.md section 7).
+
+Link traffic per sample (bytes) follows docs/node_dataflow.md: forward, the
+bypassed input activations for later nodes of an ICP layer (16 bit), the partial
+sums to the next node (48 bit, exact), the finished activations, OCP outputs
+gathered along the layer, the label (one word), the BPRAM weights streamed to
+their user (16 bit); backward, the conv-output errors bypassed to earlier nodes of
+the layer, the computed input errors (ICP) or the EB partial sums (OCP, 48 bit),
+and the per-sample gradients of BPRAM weights (48 bit) to their host.
+"""
+
+from dataclasses import dataclass
+import math
+
+import numpy as np
+
+from .balance import LINK_LATENCY_CYCLES
+from .numerics import ACC_BITS, WORD_BITS
+from .partition import FC_DRAM_BYTES_PER_WEIGHT, dram_bytes, slice_cycles
+
+W, A = WORD_BITS // 8, ACC_BITS // 8  # bytes of a word and of a partial sum
+FC_DRAM_READ_SHARE = 2 / FC_DRAM_BYTES_PER_WEIGHT  # FP (or EB) reads 2 of the 16 bytes
+
+
+def dram_cycles(sl, budget):
+    if not sl.offchip:
+        return 0
+    return math.ceil(dram_bytes(sl.plan, sl.units) / budget.dram_bytes_per_s * budget.clock_hz)
+
+
+def cycles(sl, budget):
+    """Cycles per sample of one slice: engines and, off chip, DRAM."""
+    return max(slice_cycles(sl.plan, sl.shape), dram_cycles(sl, budget))
+
+
+def node_cycles(slices, node_budgets):
+    result = [0] * len(node_budgets)
+    for sl in slices:
+        result[sl.node] = max(result[sl.node], cycles(sl, node_budgets[sl.node]))
+    return result
+
+
+def period(slices, node_budgets):
+    return max(c / b.clock_hz for c, b in zip(node_cycles(slices, node_budgets), node_budgets))
+
+
+def _by_layer(slices, count):
+    groups = [[] for _ in range(count)]
+    for sl in slices:
+        groups[sl.plan.index].append(sl)
+    return groups
+
+
+def _first_rows(plan):
+    """Input rows layer ``plan`` needs before its first SFU output row."""
+    rows = 1 if plan.pool is None else plan.pool.kernel - plan.pool.padding
+    return min(plan.in_shape[1], max(1, (rows - 1) * plan.stride + plan.kernel - plan.padding))
+
+
+def _first_error_rows(plan):
+    """Rows of the error map of the SFU output EB needs before its first input-error row."""
+    conv_rows = plan.padding // plan.stride + 1
+    pooled = conv_rows if plan.pool is None else -(-conv_rows // plan.pool.stride)
+    return min(plan.sfu_shape[1], pooled)
+
+
+def fp_stale(plans, slices, node_budgets, tau):
+    """Samples in flight between FP and PG of every slice (keyed by id(slice))."""
+    layers = _by_layer(slices, len(plans))
+    hop = [LINK_LATENCY_CYCLES / node_budgets[n].clock_hz / tau for n in range(len(node_budgets))]
+
+    def spent(group, share):
+        """Share of a period the slowest slice of a layer needs (FC: FP or EB part)."""
+        worst = 0.0
+        for sl in group:
+            b = node_budgets[sl.node]
+            c = max(slice_cycles(sl.plan, sl.shape), dram_cycles(sl, b) * share)
+            worst = max(worst, c / b.clock_hz / tau)
+        return worst
+
+    fwd, bwd = [], []
+    for l, (plan, group) in enumerate(zip(plans, layers)):
+        a, b = group[0].node, group[-1].node
+        nxt = layers[l + 1][0].node if l + 1 < len(plans) else b
+        hops = (max(b, nxt) - a) * hop[a]
+        if plan.kind == "fc":
+            f = spent(group, FC_DRAM_READ_SHARE)
+        elif l + 1 == len(plans) or plans[l + 1].kind == "fc":
+            f = 1.0  # a fully connected layer (or the loss) needs the whole output
+        else:
+            f = _first_rows(plan) / plan.in_shape[1]
+        if any(sl.remote_rows for sl in group):
+            f += 1.0  # rows from BPRAM are applied weight-stationary, after the whole sample
+        fwd.append(f + hops)
+        if plan.kind == "fc":
+            e = spent(group, FC_DRAM_READ_SHARE)
+        else:
+            e = _first_error_rows(plan) / plan.sfu_shape[1]
+        bwd.append(e + hops)
+    result = {}
+    for l, group in enumerate(layers):
+        d = sum(fwd[l:]) + sum(bwd[l + 1:])
+        for sl in group:
+            result[id(sl)] = math.floor(d) + 1
+    return result
+
+
+def link_bytes(plans, slices, blocks, n):
+    """Bytes per sample on every link: (forward i -> i+1, backward i+1 -> i), each length n-1."""
+    fwd, bwd = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
+    layers = _by_layer(slices, len(plans))
+
+    def over(arr, a, b, amount):  # links between nodes a < b
+        if b > a:
+            arr[a:b] += amount
+
+    first_node = layers[0][0].node
+    over(fwd, 0, first_node, math.prod(plans[0].in_shape) * W)  # the image, from the host at node 0
+    over(fwd, 0, layers[-1][-1].node, W)  # the label travels to the loss
+    for l, (plan, group) in enumerate(zip(plans, layers)):
+        c_in, h, w = plan.in_shape
+        oc, oh, ow = plan.out_shape
+        _, ph, pw = plan.sfu_shape
+        for prev, sl in zip(group, group[1:]):
+            link = sl.node - 1
+            if plan.mode == "icp":
+                fwd[link] += (c_in - sl.lo) * h * w * W + oc * oh * ow * A
+                bwd[link] += oc * oh * ow * W
+                if plan.needs_eb:
+                    bwd[link] += (c_in - sl.lo) * h * w * W
+            else:
+                fwd[link] += c_in * h * w * W + sl.lo * ph * pw * W
+                bwd[link] += prev.hi * ph * pw * W
+                if plan.needs_eb:
+                    bwd[link] += c_in * h * w * A
+        if l + 1 < len(plans):
+            words = math.prod(plan.sfu_shape)
+            over(fwd, group[-1].node, layers[l + 1][0].node, words * W)
+            over(bwd, group[-1].node, layers[l + 1][0].node, words * W)
+    for block in blocks:
+        lo, hi = sorted((block.host, block.owner))
+        weights, grads = (fwd, bwd) if block.host < block.owner else (bwd, fwd)
+        over(weights, lo, hi, block.words * W)
+        over(grads, lo, hi, block.words * A)
+    return fwd, bwd
+
+
+@dataclass(frozen=True)
+class NodePerf:
+    cycles: int
+    multipliers: int
+    useful_macs: int
+    dsp_util: float
+    bram_util: float
+    idle: float
+    gops: float
+    link_gbps: float        # busiest of the node's four link directions
+    dram_gbps: float
+    onchip_bits: int
+
+
+def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps):
+    """Figures of a mapping; ``estimates[d]`` is node d's Resources, ``link_gbps`` per pair."""
+    n = len(node_budgets)
+    tau = period(slices, node_budgets)
+    rate = 1 / tau
+    cyc = node_cycles(slices, node_budgets)
+    fwd, bwd = link_bytes(plans, slices, blocks, n)
+    nodes = []
+    for d, budget in enumerate(node_budgets):
+        mine = [sl for sl in slices if sl.node == d]
+        mult = sum(sl.multipliers for sl in mine)
+        useful = sum(sl.useful_macs for sl in mine)
+        alloc = mult * tau * budget.clock_hz
+        links = [fwd[d] if d < n - 1 else 0, bwd[d] if d < n - 1 else 0,
+                 fwd[d - 1] if d else 0, bwd[d - 1] if d else 0]
+        dram = sum(dram_bytes(sl.plan, sl.units) for sl in mine if sl.offchip)
+        device = budget.device
+        nodes.append(NodePerf(
+            cycles=cyc[d], multipliers=mult, useful_macs=useful,
+            dsp_util=estimates[d].dsp / device.dsp,
+            bram_util=estimates[d].bram_blocks / (device.bram_blocks + 16 * device.uram_blocks),
+            idle=1 - useful / alloc if alloc else 0.0,
+            gops=2 * useful * rate / 1e9, link_gbps=max(links) * 8 * rate / 1e9,
+            dram_gbps=dram * 8 * rate / 1e9, onchip_bits=estimates[d].bram_bits))
+    useful = sum(p.useful_macs for p in nodes)
+    alloc = sum(p.multipliers * tau * b.clock_hz for p, b in zip(nodes, node_budgets))
+    per_link = np.concatenate([fwd, bwd])
+    gbps = np.concatenate([link_gbps, link_gbps]) if n > 1 else np.zeros(0)
+    limits = [g * 1e9 / (8 * x) for g, x in zip(gbps, per_link) if x > 0]
+    link_rate = float(min(limits)) if limits else math.inf
+    busiest = float(per_link.max()) if per_link.size else 0.0
+    return {
+        "period_s": tau,
+        "compute_samples_per_s": rate,
+        "link_samples_per_s": link_rate,
+        "samples_per_s": min(rate, link_rate),
+        "limited_by": "compute" if rate <= link_rate else "link bandwidth",
+        "macs_per_sample": useful,
+        "gops": 2 * useful * min(rate, link_rate) / 1e9,
+        "gops_per_device": 2 * useful * min(rate, link_rate) / 1e9 / n,
+        "idle": 1 - useful / alloc if alloc else 0.0,
+        "busiest_link_bytes": busiest,
+        "busiest_link_gbps": busiest * 8 * rate / 1e9,
+        "nodes": nodes,
+        "link_bytes_forward": fwd.tolist(),
+        "link_bytes_backward": bwd.tolist(),
+    }

@@ -1,0 +1,163 @@
+"""Resource cost model shared by the mapping's estimates and hw/'s checks.
+
+Memories
+--------
+Every RAM is described by the width of one access (bits) and its depth (words of
+that width). Block RAM on every supported family is built from 18 Kb blocks
+(ECP5 DP16KD, Xilinx RAMB18) with the same six aspect ratios; a memory wider
+than one block uses several side by side and a deeper one several stacked, so
+:func:`bram_blocks` tries every aspect ratio and keeps the cheapest.
+
+Memories no deeper than :data:`LUTRAM_MAX_DEPTH` words go to distributed RAM
+(LUTs) instead, as Yosys' memory mapping does for shallow memories: a Xilinx
+LUT6 is a 64 x 1 RAM, an ECP5 TRELLIS_DPR16X4 a 16 x 4 RAM built from two LUT4s.
+Such a memory costs no block RAM but :func:`lutram_luts` LUTs.
+
+UltraRAM (288 Kb, UltraScale+) is counted as 16 block-RAM equivalents: the
+mapping treats a device's on-chip RAM as one pool of 18 Kb units.
+
+Multipliers
+-----------
+One hard multiplier (DSP48E1/E2 slice, ECP5 MULT18X18D) per 16 x 16 product:
+a K x K tile costs K*K of them (:func:`tile_multipliers`).
+
+Logic
+-----
+LUT and FF figures are a rough linear model, documented at the constants:
+per multiplier (operand registers, the K*K adder tree where the family's DSP
+cannot cascade it), per distributed-RAM bit, and a fixed per-node base (link
+cores, stream plumbing, control). ``python -m hw.build`` compares them with Yosys.
+"""
+
+from dataclasses import dataclass
+import math
+
+from .devices import BRAM_BLOCK_BITS, URAM_BLOCK_BITS, FAMILIES
+from .numerics import WORD_BITS
+
+# (depth, width) shapes of one 18 Kb block; the same on ECP5 DP16KD and Xilinx RAMB18.
+BLOCK_SHAPES = ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36))
+
+# Memories this shallow or shallower are distributed RAM: a LUT6 RAM is 64 deep on
+# Xilinx; on ECP5 the distributed RAM primitive is 16 deep, and deeper memories
+# would chain so many of them that Yosys maps them to DP16KD.
+LUTRAM_MAX_DEPTH = {"ecp5": 16, "xc7": 64, "zynqmp": 64, "virtexuplus": 64}
+
+URAM_IN_BLOCKS = URAM_BLOCK_BITS // BRAM_BLOCK_BITS
+
+# Rough logic model (see module docstring). Xilinx DSP slices cascade the K*K
+# tile sum through their post-adders, so a multiplier costs only operand and
+# control registers; ECP5 MULT18X18D has no accumulator, so each tile's adder
+# tree of K*K 32-bit products sits in LUT4s and flip-flops.
+LUT_PER_MULTIPLIER = {"ecp5": 40, "xc7": 6, "zynqmp": 6, "virtexuplus": 6}
+FF_PER_MULTIPLIER = {"ecp5": 48, "xc7": 40, "zynqmp": 40, "virtexuplus": 40}
+NODE_BASE_LUT = {"ecp5": 3000, "xc7": 8000, "zynqmp": 8000, "virtexuplus": 8000}
+NODE_BASE_FF = {"ecp5": 3000, "xc7": 12000, "zynqmp": 12000, "virtexuplus": 12000}
+
+# Hard multiplier operand widths (signed) per family: DSP48E1 25x18, DSP48E2 27x18,
+# MULT18X18D 18x18.
+MULTIPLIER_WIDTHS = {"ecp5": (18, 18), "xc7": (25, 18), "zynqmp": (27, 18), "virtexuplus": (27, 18)}
+
+
+def _family(family):
+    if family not in FAMILIES:
+        raise ValueError(f"resources: unknown device family '{family}' (known: {', '.join(FAMILIES)})")
+    return family
+
+
+def is_lutram(depth, family):
+    return depth <= LUTRAM_MAX_DEPTH[_family(family)]
+
+
+# Both ports of a block read at full width only up to 18 bits (ECP5 DP16KD and Xilinx
+# RAMB18 in true dual-port mode); the 36-bit shape is simple dual port (one read port).
+DUAL_READ_MAX_WIDTH = 18
+
+
+def bram_blocks(width_bits, depth, family, dual_read=False):
+    """18 Kb blocks for a ``width_bits`` x ``depth`` RAM (0 if it goes to distributed RAM).
+
+    ``dual_read``: two readers each read a whole word per cycle (true dual port)."""
+    if width_bits <= 0 or depth <= 0 or is_lutram(depth, family):
+        return 0
+    return min(math.ceil(width_bits / w) * math.ceil(depth / d) for d, w in BLOCK_SHAPES
+               if not dual_read or w <= DUAL_READ_MAX_WIDTH)
+
+
+def lutram_luts(width_bits, depth, family):
+    """LUTs of a distributed RAM (0 if the memory goes to block RAM)."""
+    if width_bits <= 0 or depth <= 0 or not is_lutram(depth, family):
+        return 0
+    if family == "ecp5":  # TRELLIS_DPR16X4: 16 x 4 bits in two LUT4s
+        return 2 * math.ceil(width_bits / 4) * math.ceil(depth / 16)
+    return width_bits * math.ceil(depth / 64)  # one LUT6 per 64 x 1 bits
+
+
+@dataclass(frozen=True)
+class MemoryCost:
+    bram_blocks: int = 0
+    lut: int = 0
+    bits: int = 0  # payload bits (width x depth)
+
+    def __add__(self, other):
+        return MemoryCost(self.bram_blocks + other.bram_blocks, self.lut + other.lut,
+                          self.bits + other.bits)
+
+
+def memory_cost(width_bits, depth, family, count=1, dual_read=False):
+    """Cost of ``count`` identical ``width_bits`` x ``depth`` memories."""
+    if width_bits <= 0 or depth <= 0 or count <= 0:
+        return MemoryCost()
+    return MemoryCost(count * bram_blocks(width_bits, depth, family, dual_read),
+                      count * lutram_luts(width_bits, depth, family),
+                      count * width_bits * depth)
+
+
+def onchip_blocks(device):
+    """The device's on-chip RAM in 18 Kb units (UltraRAM counted as 16 each)."""
+    return device.bram_blocks + device.uram_blocks * URAM_IN_BLOCKS
+
+
+def tile_multipliers(kernel, family):
+    """Hard multipliers of one K x K tile of 16 x 16 products."""
+    return kernel * kernel * dsp_per_product(WORD_BITS, WORD_BITS, family)
+
+
+def dsp_per_product(a_bits, b_bits, family):
+    """Hard multipliers for one signed a x b product, splitting the wider operand."""
+    wa, wb = MULTIPLIER_WIDTHS[_family(family)]
+    return min(math.ceil((a_bits - 1) / (wa - 1)) * math.ceil((b_bits - 1) / (wb - 1)),
+               math.ceil((a_bits - 1) / (wb - 1)) * math.ceil((b_bits - 1) / (wa - 1)))
+
+
+def logic_estimate(multipliers, lutram_lut, family):
+    """(LUT, FF) of a node with ``multipliers`` multipliers and ``lutram_lut`` LUTs of RAM."""
+    family = _family(family)
+    lut = NODE_BASE_LUT[family] + LUT_PER_MULTIPLIER[family] * multipliers + lutram_lut
+    ff = NODE_BASE_FF[family] + FF_PER_MULTIPLIER[family] * multipliers
+    return lut, ff
+
+
+# Off-chip memory bandwidth per device (Gb/s, peak of the board's DRAM interfaces
+# the fabric can reach). Only FC weights live off chip. Kept here until
+# mapping/devices.py carries a ``dram_gbps`` field.
+DRAM_GBPS = {
+    "xc7vx690t": 2 * 64 * 1.866,    # VC709: two DDR3-1866 64-bit SODIMMs
+    "lfe5um5g-45f": 16 * 0.8,       # Versa: one x16 DDR3 at 800 Mb/s (ECP5 DDR3 limit)
+    "xcu50": 316 * 8,               # U50: HBM2, 316 GB/s
+    "xcu30": 64 * 2.4,              # U30: DDR4-2400, 64 bit per device
+    "xczu9eg": 64 * 2.133,          # ZCU102: PS DDR4-2133 64-bit through the HP ports
+    "xczu7ev": 64 * 2.4,            # ZCU104: PS DDR4-2400 64-bit
+    "xcvu37p": 460 * 8,             # VCU128: HBM2, 460 GB/s
+    "xc7z045": 64 * 1.6,            # ZC706: PL DDR3-1600 64-bit
+    "xc7z015": 32 * 1.066,          # DDR3-1066 32-bit
+}
+
+
+def dram_gbps(device):
+    """The device's DRAM bandwidth in Gb/s, 0 if it has no DRAM."""
+    if device.dram_gb <= 0:
+        return 0.0
+    if device.name not in DRAM_GBPS:
+        raise ValueError(f"resources: no DRAM bandwidth known for device {device.name}")
+    return DRAM_GBPS[device.name]

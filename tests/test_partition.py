@@ -1,0 +1,156 @@
+"""Partitioner, weight balancing and the NodeConfigs they produce."""
+
+import pytest
+
+from mapping import zoo
+from mapping.cluster import parse_cluster
+from mapping.errors import SpecError
+from mapping.mapper import map_network
+from mapping.nodeconfig import Mapping
+from mapping.partition import budgets, coarse, plan_layers
+from mapping.report import single_tower_alexnet
+
+
+@pytest.fixture(scope="module")
+def tiny4():
+    return map_network(zoo.tiny(), parse_cluster("ecp5-85:4"))
+
+
+def test_tiny_on_four_ecp5_uses_icp_ocp_and_shared_nodes(tiny4):
+    nodes = tiny4.nodes
+    assert len(nodes) == 4 and all(n.slices for n in nodes)
+    conv1 = [s for n in nodes for s in n.slices if s.layer == "conv1"]
+    assert [s.mode for s in conv1] == ["ocp"] and conv1[0].out_range == (0, 4)
+    conv2 = [(n.index, s) for n in nodes for s in n.slices if s.layer == "conv2"]
+    assert len(conv2) == 3 and all(s.mode == "icp" for _, s in conv2)
+    # contiguous input-channel ranges on consecutive nodes, first/last marked
+    assert [s.in_range for _, s in conv2] == [(0, 1), (1, 3), (3, 4)]
+    assert [i for i, _ in conv2] == [1, 2, 3]
+    assert [(s.first, s.last) for _, s in conv2] == [(True, False), (False, False), (False, True)]
+    assert [s.layer for s in nodes[3].slices] == ["conv2", "fc"]
+    fc = nodes[3].slices[1]
+    assert fc.kind == "fc" and not fc.weights_offchip  # the ECP5 evaluation board has no DRAM
+    assert fc.flatten_from == (8, 2, 2) and conv1[0].flatten_from is None
+
+
+def test_tiny_engines_cycles_and_idle_are_exact(tiny4):
+    for node in tiny4.nodes:
+        for s in node.slices:
+            assert s.fp.kernel == s.kernel
+            assert s.multipliers == node.estimate.dsp if len(node.slices) == 1 else True
+            assert s.cycles_per_sample == 64  # conv1 reads its 8x8 raster, everything keeps pace
+            assert s.fp_stale >= 1
+        assert node.estimate.dsp == sum(s.multipliers for s in node.slices)
+    conv2 = tiny4.nodes[2].slices[0]  # 2 input channels, all 8 outputs
+    assert (conv2.fp.ces, conv2.fp.tiles) == (2, 2) and (conv2.eb.ces, conv2.eb.tiles) == (2, 2)
+    # 16 pixels x ceil(8/2) groups = 64 cycles; 3 engines x 4 tiles x 9 = 108 multipliers
+    assert conv2.multipliers == 108
+    first = tiny4.nodes[0].slices[0]
+    assert not first.needs_eb and first.eb.multipliers == 0
+    assert tiny4.summary["idle"] == 0.0
+    assert tiny4.summary["macs_per_sample"] == zoo.tiny().macs
+
+
+def test_fp_stale_falls_along_the_chain(tiny4):
+    stale = {s.layer: s.fp_stale for n in tiny4.nodes for s in n.slices}
+    assert stale["conv1"] >= stale["conv2"] >= stale["fc"] >= 1
+    for node in tiny4.nodes:
+        for s in node.slices:
+            assert s.act_ram_words == s.fp_stale * s.in_channels * s.in_shape[1] * s.in_shape[2]
+
+
+def test_json_round_trip(tiny4):
+    again = Mapping.from_json(tiny4.to_json())
+    assert again == tiny4
+    assert again.nodes[3].slices[1].pool is None and again.nodes[0].slices[0].pool.kernel == 2
+
+
+def test_link_bytes_of_an_icp_split(tiny4):
+    # link 1 -> 2 inside conv2 (input 4x4x4, output 8x4x4): bypassed input channels 1..3
+    # (16-bit) + 48-bit partial sums of all 8 outputs + the label
+    assert tiny4.nodes[1].link_bytes_forward == 3 * 16 * 2 + 8 * 16 * 6 + 2
+    # backward 2 -> 1: conv-output errors of all 8 channels + input errors of channels 1..3
+    assert tiny4.nodes[2].link_bytes_backward == 8 * 16 * 2 + 3 * 16 * 2
+
+
+def test_icp_ocp_rule():
+    modes = {p.name: p.mode for p in plan_layers(zoo.vgg16())}
+    assert modes["conv1_1"] == "ocp" and all(m == "icp" for n, m in modes.items() if n != "conv1_1")
+    modes = {p.name: p.mode for p in plan_layers(single_tower_alexnet())}
+    assert modes["conv1"] == "ocp" and modes["conv2"] == "icp"
+    modes = {p.name: p.mode for p in plan_layers(zoo.lenet_digits())}
+    assert modes == {"conv1": "ocp", "conv2": "icp", "fc1": "icp", "fc2": "icp"}
+
+
+def test_coarse_phase_follows_capacity_on_a_heterogeneous_chain():
+    plans = plan_layers(zoo.lenet_digits())
+    nb = budgets(parse_cluster("zcu102+ecp5-85"), dsp_fraction=0.9, bram_fraction=0.9)
+    groups = coarse(plans, nb)
+    work = {p.name: p.macs for p in plans}
+    shares = [sum(work[name] * (hi - lo) for name, lo, hi in g) for g in groups]
+    capacity = [b.capacity for b in nb]
+    assert shares[0] / sum(shares) == pytest.approx(capacity[0] / sum(capacity))
+    assert groups[0][0][:2] == ("conv1", 0.0) and groups[-1][-1][0] == "fc2"
+
+
+def test_heterogeneous_chain_covers_every_channel_once():
+    m = map_network(zoo.lenet_digits(), parse_cluster("zcu102+ecp5-85:2"))
+    covered = {}
+    for node in m.nodes:
+        assert node.cycles_per_sample <= m.summary["period_s"] * node.clock_mhz * 1e6 * (1 + 1e-9)
+        for s in node.slices:
+            lo, hi = s.in_range if s.mode == "icp" else s.out_range
+            covered.setdefault(s.layer, []).append((lo, hi))
+    for layer, ranges in covered.items():
+        ends = [b for a, b in ranges][:-1]
+        assert [a for a, b in ranges][1:] == ends and ranges[0][0] == 0
+
+
+def test_max_multipliers_caps_every_node():
+    m = map_network(zoo.tiny(), parse_cluster("ecp5-85:4"), max_multipliers=60)
+    assert all(n.estimate.dsp <= 60 for n in m.nodes)
+
+
+def test_weight_balancing_moves_rows_and_accounts_traffic():
+    m = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:4"), bram_fraction=0.08)
+    hosted = [b for n in m.nodes for b in n.hosted]
+    assert hosted
+    for block in hosted:
+        owner = m.nodes[block.owner]
+        sl = next(s for s in owner.slices if s.layer == block.layer)
+        assert block in sl.remote_weights
+        assert block.words == (block.out_range[1] - block.out_range[0]) * (
+            sl.in_range[1] - sl.in_range[0]) * sl.kernel ** 2
+        assert sl.out_range[0] <= block.out_range[0] < block.out_range[1] <= sl.out_range[1]
+    for n in m.nodes:
+        assert n.estimate.bram_blocks <= m.summary["usable_blocks"][n.index]
+    # weights to a downstream owner travel forward (16 bit), their gradients back (48 bit)
+    plain = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:4"))
+    assert sum(n.link_bytes_forward for n in m.nodes) > sum(n.link_bytes_forward for n in plain.nodes)
+
+
+def test_too_few_multipliers_for_a_tile_is_refused():
+    with pytest.raises(SpecError, match=r"layer 'conv2' needs 27 multipliers .* 3x3 .* offers 20"):
+        map_network(zoo.tiny(), parse_cluster("ecp5-85:4"), max_multipliers=20)
+
+
+def test_vgg16_on_one_vc709_is_refused_naming_the_numbers():
+    with pytest.raises(SpecError) as error:
+        map_network(zoo.vgg16(), parse_cluster("vc709:1"))
+    text = str(error.value)
+    assert "conv weights alone (235.4 Mbit)" in text and "xc7vx690t" in text and "conv4_2" in text
+
+
+def test_accumulator_width_limits_the_batch():
+    with pytest.raises(SpecError, match=r"layer 'conv1_1'.*weight-gradient.*largest batch it admits is 2"):
+        map_network(zoo.vgg16(), parse_cluster("vc709:40"), batch=8)
+
+
+def test_grouped_convolution_is_refused():
+    with pytest.raises(SpecError, match="groups=2"):
+        map_network(zoo.alexnet(), parse_cluster("vc709:15"))
+
+
+def test_training_constants(tiny4):
+    t = tiny4.nodes[0].training
+    assert (t.batch, t.lr, t.lr_constant) == (1, 0.01, 655)
