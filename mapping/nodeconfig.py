@@ -23,7 +23,7 @@ Conventions
   version s // batch. The golden model takes the same numbers.
 """
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, replace
 import json
 
 from .numerics import Formats
@@ -182,6 +182,11 @@ class Mapping:
     cluster: str           # cluster spec string or file
     nodes: tuple           # NodeConfigs in chain order
     summary: dict = field(default_factory=dict)  # performance-model figures
+
+    def __post_init__(self):
+        # Every node knows the chain's length (the last node applies the loss).
+        object.__setattr__(self, "nodes", tuple(replace(n, chain_length=len(self.nodes))
+                                                for n in self.nodes))
 
     def node(self, index):
         from .errors import SpecError

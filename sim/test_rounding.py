@@ -17,40 +17,46 @@ def accumulators(rng, count, shift, acc_width):
     top = 1 << (acc_width - 1)
     scale = 1 << max(shift, 0)
     word = 1 << (numerics.WORD_BITS - 1)
+    edge = word << shift if shift >= 0 else word >> -shift  # where the result starts to saturate
     kinds = rng.integers(0, 6, count)
     values = np.select(
         [kinds == 0, kinds == 1, kinds == 2, kinds == 3, kinds == 4],
-        [rng.integers(-word * scale, word * scale, count),          # inside the word range
-         rng.integers(-2, 2, count) * scale + (word * scale) * rng.choice([-1, 1], count),  # at the edges
-         rng.integers(-word, word, count) * scale,                  # exact multiples
-         rng.integers(-top, top, count, dtype=np.int64),           # anywhere: mostly saturating
-         rng.choice([-top, top - 1, -1, 0, 1], count)],             # extremes
-        rng.integers(-scale, scale + 1, count))                     # around zero
+        [rng.integers(-edge, edge, count),                            # inside the word range
+         rng.integers(-2, 2, count) * scale + edge * rng.choice([-1, 1], count),  # at the edges
+         rng.integers(-word, word, count) * scale,                    # exact multiples
+         rng.integers(-top, top, count, dtype=np.int64),             # anywhere: mostly saturating
+         rng.choice([-top, top - 1, -1, 0, 1], count)],               # extremes
+        rng.integers(-scale, scale + 1, count))                       # around zero
     return np.clip(values, -top, top - 1).astype(np.int64)
 
 
 def run_rounder(rounder, accs, indices, samples, extras=None, rng=None, stall=0.0):
+    """Stream the beats through; returns the values, the extras out and the clock edges
+    (counted from 1) at which output beats were taken."""
     beats = len(accs)
-
-    def payload(b):
-        p = {"acc": [int(a) for a in accs[b]], "index": [int(i) for i in indices[b]],
-             "sample": int(samples[b])}
-        if extras is not None:
-            p["extra"] = int(extras[b])
-        return p
-
-    results = {}
+    payloads = [{"acc": [int(a) for a in accs[b]], "index": [int(i) for i in indices[b]],
+                 "sample": int(samples[b])} for b in range(beats)]
+    if extras is not None:
+        for payload, extra in zip(payloads, extras):
+            payload["extra"] = extra
+    state = {"now": 0, "transfers": []}
 
     async def producer(ctx):
-        await put(ctx, rounder.i, [payload(b) for b in range(beats)], rng, stall)
+        await put(ctx, rounder.i, payloads, rng, stall)
 
     async def consumer(ctx):
-        results["out"] = await get(ctx, rounder.o, beats, rng, stall)
+        state["out"] = await get(ctx, rounder.o, beats, rng, stall)
 
-    simulate(rounder, producer, consumer, deadline=20 * beats + 100)
-    values = np.array([as_ints(p.value) for p in results["out"]], dtype=np.int64)
-    passed = [int(p.extra) for p in results["out"]] if extras is not None else None
-    return values, passed
+    async def clock(ctx):
+        async for _, _, valid, ready in ctx.tick().sample(rounder.o.valid, rounder.o.ready):
+            state["now"] += 1
+            if valid and ready:
+                state["transfers"].append(state["now"])
+
+    simulate(rounder, producer, consumer, processes=[clock], deadline=int(beats / (1 - stall) ** 2 * 3) + 40)
+    values = np.array([as_ints(p.value) for p in state["out"]], dtype=np.int64)
+    extras_out = [p.extra for p in state["out"]] if extras is not None else None
+    return values, extras_out, state["transfers"]
 
 
 @pytest.mark.parametrize("shift, lanes", [(-4, 2), (0, 3), (1, 1), (12, 4), (24, 3), (32, 2)])
@@ -63,7 +69,7 @@ def test_matches_requantize(shift, lanes):
     # A few samples repeated over consecutive beats, as a real stream has them.
     samples = np.repeat(rng.integers(0, 1 << 32, beats // 10 + 1, dtype=np.uint64), 10)[:beats]
     rounder = StochasticRounder(lanes=lanes, shift=shift, seed=SEED, tensor=tensor)
-    got, _ = run_rounder(rounder, accs, indices, samples, rng=rng, stall=0.3)
+    got, _, _ = run_rounder(rounder, accs, indices, samples, rng=rng, stall=0.3)
     want = np.stack([numerics.requantize(accs[b], shift, SEED, tensor, int(samples[b]), indices[b])
                      for b in range(beats)])
     np.testing.assert_array_equal(got, want)
@@ -78,43 +84,27 @@ def test_wide_accumulator_left_shift_clamps_like_requantize():
     beats, lanes, width = 60, 2, 56
     accs = accumulators(rng, beats * lanes, -3, width).reshape(beats, lanes)
     rounder = StochasticRounder(lanes=lanes, shift=-3, seed=SEED, tensor=5, acc_width=width)
-    got, _ = run_rounder(rounder, accs, np.zeros_like(accs, dtype=np.uint64), np.zeros(beats), rng=rng,
-                         stall=0.2)
+    got, _, _ = run_rounder(rounder, accs, np.zeros_like(accs, dtype=np.uint64), np.zeros(beats),
+                            rng=rng, stall=0.2)
     want = np.stack([numerics.requantize(a, -3, SEED, 5, 0) for a in accs])
     np.testing.assert_array_equal(got, want)
 
 
 def test_extra_passes_through_at_one_beat_per_cycle():
-    """No stall: all beats leave in latency + beats cycles, in order, extra unchanged."""
+    """No stall: a beat leaves every cycle from latency + 1 on, in order, extra unchanged."""
     beats, lanes, shift, tensor = 40, 2, 12, numerics.tensor_id(1, numerics.EB_OUT)
     rng = np.random.default_rng(3)
     accs = accumulators(rng, beats * lanes, shift, numerics.ACC_BITS).reshape(beats, lanes)
     indices = rng.integers(0, 1 << 32, (beats, lanes), dtype=np.uint64)
-    extras = rng.integers(0, 1 << 7, beats)
+    samples = np.full(beats, 9)
+    extras = [{"group": int(g), "last": int(l)} for g, l in zip(rng.integers(0, 32, beats), rng.integers(0, 4, beats))]
     rounder = StochasticRounder(lanes=lanes, shift=shift, seed=SEED, tensor=tensor,
                                 extra=data.StructLayout({"group": unsigned(5), "last": unsigned(2)}))
-    out = {}
-
-    async def producer(ctx):
-        payloads = [{"acc": [int(a) for a in accs[b]], "index": [int(i) for i in indices[b]],
-                     "sample": 9, "extra": {"group": int(extras[b]) & 31, "last": int(extras[b]) >> 5}}
-                    for b in range(beats)]
-        await put(ctx, rounder.i, payloads)
-
-    async def consumer(ctx):
-        out["beats"] = await get(ctx, rounder.o, beats)
-        out["cycles"] = out.get("now", 0)
-
-    async def clock(ctx):
-        async for _ in ctx.tick():
-            out["now"] = out.get("now", 0) + 1
-
-    simulate(rounder, producer, consumer, processes=[clock], deadline=rounder.latency + beats + 10)
-    assert out["cycles"] == rounder.latency + beats  # no bubble anywhere
-    assert [int(p.extra.group) | int(p.extra.last) << 5 for p in out["beats"]] == list(extras)
-    got = np.array([as_ints(p.value) for p in out["beats"]])
+    got, extras_out, transfers = run_rounder(rounder, accs, indices, samples, extras=extras)
+    assert [{"group": int(e.group), "last": int(e.last)} for e in extras_out] == extras
     want = np.stack([numerics.requantize(accs[b], shift, SEED, tensor, 9, indices[b]) for b in range(beats)])
     np.testing.assert_array_equal(got, want)
+    assert transfers == list(range(rounder.latency + 1, rounder.latency + beats + 1))
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -61,10 +61,17 @@ def simulate(dut, *testbenches, processes=(), vcd=None, deadline=None):
         _run(sim, deadline)
 
 
+_CHUNK = 1000  # cycles run between checks whether the testbenches have returned
+
+
 def _run(sim, deadline):
     if deadline is None:
         sim.run()
         return
-    sim.run_until(deadline * 1e-8)
-    if sim.advance():  # True while a testbench has not returned
-        raise AssertionError(f"simulation still running after {deadline} cycles")
+    cycles = 0
+    while cycles < deadline:
+        cycles = min(cycles + _CHUNK, deadline)
+        sim.run_until(cycles * 1e-8)
+        if not sim.advance():  # False once every testbench has returned
+            return
+    raise AssertionError(f"simulation still running after {deadline} cycles")

@@ -1,0 +1,117 @@
+"""The node top: every layer slice of one NodeConfig, chained, with the paper's two link pairs.
+
+Slices are in layer order; consecutive slices on one node are the end of layer L
+and the start of layer L+1, so inside the node only two streams join them: L's
+finished activations forward (``act``) and L+1's input errors backward (``err``).
+The node's own ports are the first slice's predecessor-facing ports and the last
+slice's successor-facing ports (see hw/slice_unit.py for the channel names), plus
+the labels, which enter node 0 with the images and travel to the last node, where
+the loss turns the class scores into output errors. Until the link cores exist,
+nodes are chained port to port (``connect_chain``).
+"""
+
+from amaranth.hdl import Module, Mux
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from .loss import LABEL_BITS, LossUnit
+from .slice_unit import SliceUnit, slice_ports
+from .update_gate import COUNT_BITS
+
+UPSTREAM_PORTS = ("act_in", "psum_in", "ocp_in", "err_out", "zerr_out", "epsum_out")
+DOWNSTREAM_PORTS = ("act_out", "psum_out", "ocp_out", "err_in", "zerr_in", "epsum_in")
+LABEL_FIFO_DEPTH = 8
+
+
+class Node(wiring.Component):
+    """``params``: the network's initial parameter words (golden layout) or None for zeros.
+    ``family``: the device family for vendor primitives; None simulates."""
+
+    def __init__(self, config, *, params=None, family=None):
+        if not config.slices:
+            raise ValueError(f"node {config.index} has no layer slices")
+        if config.chain_length < 1:
+            raise ValueError(f"node {config.index}: the NodeConfig does not say how long the chain is")
+        self.config, self.params, self.family = config, params, family
+        self.applies_loss = config.index == config.chain_length - 1
+        self.units = [SliceUnit(s, config.formats, config.training, params=params, family=family)
+                      for s in config.slices]
+        first, last = slice_ports(config.slices[0]), slice_ports(config.slices[-1])
+        members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
+                   "label_in": In(stream.Signature(LABEL_BITS))}
+        if not self.applies_loss:
+            members["label_out"] = Out(stream.Signature(LABEL_BITS))
+        for name in UPSTREAM_PORTS:
+            if name in first:
+                members[name] = _port(*first[name])
+        for name in DOWNSTREAM_PORTS:
+            if name in last and not (self.applies_loss and name in ("act_out", "err_in")):
+                members[name] = _port(*last[name])
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        units = self.units
+        for n, unit in enumerate(units):
+            m.submodules[f"slice{n}_{unit.slice.layer}"] = unit
+            m.d.comb += unit.total_samples.eq(self.total_samples)
+        # Mini-batch updates every slice of this node has applied.
+        fewest = units[0].updates
+        for unit in units[1:]:
+            fewest = Mux(unit.updates < fewest, unit.updates, fewest)
+        m.d.comb += self.updates.eq(fewest)
+        for upstream, downstream in zip(units, units[1:]):
+            connect(m, upstream.act_out, downstream.act_in)
+            connect(m, downstream.err_out, upstream.err_in)
+        for name in UPSTREAM_PORTS:
+            if name in self.signature.members:
+                connect(m, flipped(getattr(self, name)), getattr(units[0], name))
+        for name in DOWNSTREAM_PORTS:
+            if name in self.signature.members:
+                connect(m, getattr(units[-1], name), flipped(getattr(self, name)))
+
+        labels = m.submodules.labels = SyncFIFOBuffered(width=LABEL_BITS, depth=LABEL_FIFO_DEPTH)
+        m.d.comb += [labels.w_data.eq(self.label_in.payload), labels.w_en.eq(self.label_in.valid),
+                     self.label_in.ready.eq(labels.w_rdy)]
+        if self.applies_loss:
+            last = cfg.slices[-1]
+            loss = m.submodules.loss = LossUnit(classes=last.out_shape[0], position=last.position,
+                                                formats=cfg.formats)
+            connect(m, units[-1].act_out, loss.scores)
+            connect(m, loss.errors, units[-1].err_in)
+            labels_out = loss.labels
+        else:
+            labels_out = self.label_out
+        m.d.comb += [labels_out.payload.eq(labels.r_data), labels_out.valid.eq(labels.r_rdy),
+                     labels.r_en.eq(labels_out.ready)]
+        return m
+
+
+def _port(direction, layout):
+    return (In if direction == "in" else Out)(stream.Signature(layout))
+
+
+def connect_chain(m, nodes, link=None):
+    """Port-to-port chain of Nodes: every successor-facing port meets its predecessor-facing twin.
+
+    ``link(m, producer, consumer)`` connects one stream (default: directly); simulations
+    use it to put random back-pressure on the links.
+    """
+    link = link or (lambda m, producer, consumer: connect(m, producer, consumer))
+    for a, b in zip(nodes, nodes[1:]):
+        pairs = [("act_out", "act_in"), ("psum_out", "psum_in"), ("ocp_out", "ocp_in"),
+                 ("err_in", "err_out"), ("zerr_in", "zerr_out"), ("epsum_in", "epsum_out")]
+        for a_name, b_name in pairs:
+            on_a, on_b = a_name in a.signature.members, b_name in b.signature.members
+            if on_a != on_b:
+                raise ValueError(f"nodes {a.config.index} and {b.config.index} disagree about the "
+                                 f"'{a_name.rsplit('_', 1)[0]}' channel between them")
+            if not on_a:
+                continue
+            if a_name.endswith("_out"):
+                link(m, getattr(a, a_name), getattr(b, b_name))
+            else:
+                link(m, getattr(b, b_name), getattr(a, a_name))
+        link(m, a.label_out, b.label_in)

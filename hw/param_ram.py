@@ -1,0 +1,228 @@
+"""LPRAM and BPRAM: a slice's weights, one wide row per output channel (paper 5.2.2).
+
+Organisation
+------------
+``banks`` (P, the number of CEs) banks of ``rows`` rows; a row is ``words`` 16-bit
+words, one output channel's weights for the slice's input channels flattened
+(S, K, K) row-major, so ``words = S*K*K``. Row g of bank p is output channel
+g*P + p (local numbering); all P banks share the address, so one read returns the
+rows of output channels g*P .. g*P+P-1. Physically it is one memory of ``rows``
+entries of P*words words.
+
+Ports
+-----
+- ``a``: the FP conv engine's weight read port (or, in a bias RAM, the SFU's).
+- ``b``: the EB conv engine's weight read port. EB runs concurrently with FP on
+  another sample, so it has its own port: ``a`` and ``b`` are the two ports of a
+  true dual-port block RAM.
+- ``upd``: the weight update (:class:`hw.grad_buffer.GradientBuffer`) reads rows
+  and writes single words through port B. Word-granular writes let the one-lane
+  update write each new word as it leaves the rounder, with no row-sized staging
+  register; the price is that every word takes a full 18-bit column of the block RAM
+  (its two 9-bit byte enables), i.e. ``P*words*ceil(rows/1024)`` DP16KD on ECP5
+  instead of ``ceil(P*words*16/18)*ceil(rows/1024)`` for whole-row writes. On ECP5
+  both read registers, their hold and the word writes are the DP16KD's own (no
+  fabric logic but the port-B address mux and the write-enable decoder); on xc7 a
+  port has a single enable for reading and writing, so Yosys emulates port B's hold
+  through the update's writes with a flip-flop and a LUT per row bit.
+
+The read ports follow the engine-side convention: synchronous read, data valid the
+cycle after ``weight_en``, held while ``weight_en`` is low.
+
+Port B serves EB or the update, never both in one cycle: the update runs at a
+mini-batch boundary while EB is idle (hw.update_gate guarantees it), and it relies on
+the row it read being held, which an EB read would replace. A read on port A of the
+row being written in that cycle is a block-RAM collision with undefined data. Both
+misuses are Amaranth ``Assert``s, so they fail any simulation.
+
+BPRAM (``stream_rows=True``)
+----------------------------
+For weights hosted for another node (DESIGN.md 3, paper Fig. 6) port A is not an
+engine port but the ``rows_out`` stream: every address in order (one beat = the P
+banks' rows at one address; hosted blocks use P = 1, one output channel per beat),
+pass after pass, one pass per sample the consumer takes. The consumer sends the
+gradients back; they accumulate in this node's BGB, a GradientBuffer that updates
+the BPRAM locally through ``upd`` exactly like an LPRAM (no ``rows_in`` stream: rows
+never come back). No pass starts while ``pause`` is high and a pass in progress always
+finishes, so an update can be placed between two passes; as a pass's first row is
+fetched when the previous pass's last beat is taken, raise ``pause`` before that beat
+to stop after it. ``rows_busy`` is high while a pass is in progress.
+"""
+
+import numpy as np
+from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.rounding import refuse
+from mapping.numerics import WORD_BITS, WORD_MAX, WORD_MIN
+
+# Yosys attribute: a read colliding with a write returns don't-care data. Without it
+# Yosys must emulate the read-first behaviour Amaranth promises, in logic around the
+# block RAM; every collision that could matter here is prevented (and asserted).
+NO_RW_CHECK = {"no_rw_check": 1}
+
+
+def read_register(m, mem, addr, en):
+    """A synchronous read of ``mem``: ``mem[addr]`` one cycle after ``en``, held while ``en`` is low.
+
+    Built as an asynchronous read port and an enabled register, which Yosys merges into
+    a block-RAM read port; on a memory carrying :data:`NO_RW_CHECK` that port needs no
+    collision logic. Simulation returns the data from before a same-cycle write.
+    """
+    port = mem.read_port(domain="comb")
+    value = Signal(mem.shape, reset_less=True)  # a reset would be logic around the block RAM
+    m.d.comb += port.addr.eq(addr)
+    with m.If(en):
+        m.d.sync += value.eq(port.data)
+    return value
+
+
+def row_layout(words):
+    return data.ArrayLayout(signed(WORD_BITS), words)
+
+
+def bank_layout(banks, words):
+    """The P rows read at one address."""
+    return data.ArrayLayout(row_layout(words), banks)
+
+
+def weight_port_signature(rows, banks, words):
+    """The engine side of a weight read port (flip it for the RAM side)."""
+    return wiring.Signature({
+        "weight_addr": Out(range(rows)),
+        "weight_en": Out(1),
+        "weight_data": In(bank_layout(banks, words)),
+    })
+
+
+def update_port_signature(rows, banks, words):
+    """The update side of the read-modify-write port: read an address, write single words.
+
+    ``lane`` is the word's position in the address's P*words words (bank-major);
+    ``data`` is the row read, held like an engine port's.
+    """
+    return wiring.Signature({
+        "addr": Out(range(rows)),
+        "read": Out(1),
+        "write": Out(1),
+        "lane": Out(range(banks * words)),
+        "value": Out(signed(WORD_BITS)),
+        "data": In(bank_layout(banks, words)),
+    })
+
+
+def bank_rows(weights, banks, rows, words):
+    """Memory contents from a slice's weight words, (out_channels, S, K, K) or (out_channels, words).
+
+    Returns ``rows`` lists of ``banks * words`` ints; channels past the slice's are zero.
+    """
+    w = np.asarray(weights)
+    if w.ndim < 2 or not 0 < w.shape[0] <= banks * rows or w[0].size != words:
+        raise ValueError(f"param ram: initial weights of shape {w.shape} do not fit {rows} rows x "
+                         f"{banks} banks of {words} words")
+    w = w.reshape(w.shape[0], words).astype(np.int64)
+    if w.min() < WORD_MIN or w.max() > WORD_MAX:
+        raise ValueError(f"param ram: initial weight {w.min() if w.min() < WORD_MIN else w.max()} "
+                         f"is outside the {WORD_BITS}-bit word range")
+    padded = np.zeros((rows * banks, words), dtype=np.int64)
+    padded[:w.shape[0]] = w
+    return padded.reshape(rows, banks * words).tolist()
+
+
+class ParamRam(wiring.Component):
+    """Weight memory of ``banks`` x ``rows`` rows of ``words`` words (see the module docstring).
+
+    ``init``: the slice's initial weight words, (out_channels, S, K, K) or
+    (out_channels, words), out_channels <= banks * rows; default all zero.
+    ``stream_rows``: BPRAM, port A replaced by the ``rows_out`` stream.
+    """
+
+    def __init__(self, *, banks, rows, words, init=None, stream_rows=False):
+        for name, value in (("banks", banks), ("rows", rows), ("words", words)):
+            if value < 1:
+                refuse(self, f"param ram: {name} = {value} must be at least 1")
+        self.banks, self.rows, self.words = banks, rows, words
+        self.stream_rows = stream_rows
+        try:
+            self.init = bank_rows(init, banks, rows, words) if init is not None else []
+        except ValueError as error:
+            refuse(self, str(error))
+        # Built here so a testbench can read the contents back (``ctx.get(ram.mem.data[row])``).
+        self.mem = memory.Memory(shape=data.ArrayLayout(signed(WORD_BITS), banks * words), depth=rows,
+                                 init=self.init, attrs=NO_RW_CHECK)
+        members = {
+            "b": In(weight_port_signature(rows, banks, words)),
+            "upd": In(update_port_signature(rows, banks, words)),
+        }
+        if stream_rows:
+            members |= {"rows_out": Out(stream.Signature(bank_layout(banks, words))),
+                        "pause": In(1), "rows_busy": Out(1)}
+        else:
+            members["a"] = In(weight_port_signature(rows, banks, words))
+        super().__init__(members)
+
+    @classmethod
+    def from_slice(cls, layer_slice, init=None):
+        """The LPRAM of a ``mapping.nodeconfig.LayerSlice``: P = its FP engine's CEs."""
+        banks = layer_slice.fp.ces
+        rows = -(-layer_slice.out_channels // banks)
+        return cls(banks=banks, rows=rows, words=layer_slice.in_channels * layer_slice.kernel ** 2,
+                   init=init)
+
+    @classmethod
+    def from_block(cls, block, init=None):
+        """The BPRAM holding a ``mapping.nodeconfig.WeightBlock``: one output channel per row and beat."""
+        out_channels = block.out_range[1] - block.out_range[0]
+        return cls(banks=1, rows=out_channels, words=block.words // out_channels, init=init,
+                   stream_rows=True)
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.banks * self.words
+        m.submodules.mem = mem = self.mem
+        upd = self.upd
+
+        # Port B: EB reads, or the update reads / writes one word.
+        updating = upd.read | upd.write
+        addr_b = Signal(range(self.rows))
+        m.d.comb += addr_b.eq(Mux(updating, upd.addr, self.b.weight_addr))
+        data_b = read_register(m, mem, addr_b, self.b.weight_en | upd.read)
+        write = mem.write_port(granularity=1)
+        m.d.comb += [
+            write.addr.eq(addr_b),
+            write.en.eq(Mux(upd.write, Const(1, lanes) << upd.lane, 0)),
+            write.data.eq(upd.value.replicate(lanes)),
+            self.b.weight_data.eq(data_b),
+            upd.data.eq(data_b),
+        ]
+        # Checked at clock edges (sync), where a misuse takes effect.
+        m.d.sync += [
+            Assert(~(self.b.weight_en & updating), "param ram: EB read and weight update on port B "
+                                                   "in the same cycle"),
+            Assert(~(upd.read & upd.write), "param ram: update reads and writes in the same cycle"),
+        ]
+
+        # Port A: the FP engine, or the BPRAM row streamer.
+        if self.stream_rows:
+            addr_a, en_a = self._row_streamer(m)
+            m.d.comb += self.rows_out.payload.eq(read_register(m, mem, addr_a, en_a))
+        else:
+            addr_a, en_a = self.a.weight_addr, self.a.weight_en
+            m.d.comb += self.a.weight_data.eq(read_register(m, mem, addr_a, en_a))
+        m.d.sync += Assert(~(en_a & upd.write & (addr_a == upd.addr)),
+                           "param ram: port A reads the row the update writes in the same cycle")
+        return m
+
+    def _row_streamer(self, m):
+        """Address and read enable of port A that stream every row, pass after pass."""
+        out = self.rows_out
+        addr = Signal(range(self.rows))
+        advance = ~out.valid | out.ready  # the output register is free or being taken
+        issue = advance & ((addr != 0) | ~self.pause)  # a new pass starts only unpaused
+        with m.If(advance):
+            m.d.sync += out.valid.eq(issue)
+        with m.If(issue):
+            m.d.sync += addr.eq(Mux(addr == self.rows - 1, 0, addr + 1))
+        m.d.comb += self.rows_busy.eq((addr != 0) | out.valid)
+        return addr, issue

@@ -1,0 +1,411 @@
+"""One layer slice of a node: its FP, EB and PG datapaths, memories and update gate.
+
+See docs/node_dataflow.md for the dataflow. The unit's chain-facing ports (all
+optional, present when the slice's position in its layer needs them) are named by
+the logical channel they carry between neighbouring nodes:
+
+forward (to the successor)         backward (to the predecessor)
+  act   input bypass / finished       err   ICP: input errors [lo, C) (all of them on the
+        output activations                  layer's first node); OCP: pooled-output errors
+  psum  ICP partial sums (48-bit)           [0, lo), or on the first node the rounded input
+  ocp   OCP output channels [0, hi)         errors; at a layer boundary: errors of the output
+                                      zerr  ICP conv-output errors, bypassed backwards
+                                      epsum OCP partial input errors (48-bit)
+
+``x_in`` style names: ``<channel>_in`` comes from the predecessor (forward) or the
+successor (backward); ``<channel>_out`` goes the other way.
+"""
+
+import numpy as np
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from mapping import numerics
+from .act_ram import ActRam
+from .conv_engine import ConvEngine, psum_layout
+from .eb_engine import ErrorEngine
+from .flatten import Flatten, Unflatten
+from .grad_buffer import GradientBuffer
+from .line_buffer import LineBuffer
+from .pab import PartialActivationBuffer
+from .param_ram import ParamRam
+from .pg_engine import GradientEngine
+from .rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder
+from .sfu import SFU
+from .stream_util import ChannelConcat, ChannelFork, pixel_layout
+from .update_gate import COUNT_BITS, SampleGate, UpdateGate
+
+
+def slice_ports(s):
+    """The chain-facing ports of slice ``s``: name -> (direction, payload layout)."""
+    c_in, h, w = s.in_shape
+    if s.flatten_from is not None and s.first:
+        stream_in = pixel_layout(s.flatten_from[0])  # unflattened pixels arrive
+    else:
+        stream_in = None
+    post = s.out_shape[0]  # pooling keeps the channel count
+    ports = {}
+    if s.mode == "icp":
+        lo, hi = s.in_range
+        ports["act_in"] = ("in", stream_in or pixel_layout(c_in - lo))
+        if not s.last:
+            ports["act_out"] = ("out", pixel_layout(c_in - hi))
+            ports["psum_out"] = ("out", psum_layout(s.fp.ces))
+            ports["err_in"] = ("in", pixel_layout(c_in - hi)) if s.needs_eb else None
+            ports["zerr_in"] = ("in", pixel_layout(s.out_shape[0]))
+        else:
+            ports["act_out"] = ("out", pixel_layout(post))
+            ports["err_in"] = ("in", pixel_layout(post))
+        if not s.first:
+            ports["psum_in"] = ("in", psum_layout(s.fp.ces))
+            ports["zerr_out"] = ("out", pixel_layout(s.out_shape[0]))
+        if s.needs_eb:
+            ports["err_out"] = ("out", _err_out_layout(s, pixel_layout(c_in - lo)))
+    else:
+        lo, hi = s.out_range
+        ports["act_in"] = ("in", stream_in or pixel_layout(c_in))
+        if not s.first:
+            ports["ocp_in"] = ("in", pixel_layout(lo))
+            ports["err_out"] = ("out", pixel_layout(lo))
+        if not s.last:
+            ports["act_out"] = ("out", pixel_layout(c_in))
+            ports["ocp_out"] = ("out", pixel_layout(hi))
+            ports["err_in"] = ("in", pixel_layout(hi))
+            if s.needs_eb:
+                ports["epsum_in"] = ("in", psum_layout(c_in))
+        else:
+            ports["act_out"] = ("out", pixel_layout(s.out_shape[0]))
+            ports["err_in"] = ("in", pixel_layout(s.out_shape[0]))
+        if s.needs_eb:
+            if s.first:
+                ports["err_out"] = ("out", _err_out_layout(s, pixel_layout(c_in)))
+            else:
+                ports["epsum_out"] = ("out", psum_layout(c_in))
+    return {name: port for name, port in ports.items() if port is not None}
+
+
+def _err_out_layout(s, flat_layout):
+    if s.flatten_from is not None and s.first:
+        return pixel_layout(s.flatten_from[0])
+    return flat_layout
+
+
+def slice_weights(s, params):
+    """The slice's initial (W, b) words from whole-layer parameters, or zeros."""
+    kk = s.kernel * s.kernel
+    (olo, ohi), (ilo, ihi) = s.out_range, s.in_range
+    if params is None or s.layer not in params:
+        return np.zeros((ohi - olo, (ihi - ilo) * kk), np.int64), np.zeros(ohi - olo, np.int64)
+    weights, bias = params[s.layer]
+    weights = np.asarray(weights).reshape(weights.shape[0], s.in_shape[0], s.kernel, s.kernel)
+    block = weights[olo:ohi, ilo:ihi].reshape(ohi - olo, -1)
+    bias = np.zeros(weights.shape[0], np.int64) if bias is None else np.asarray(bias)
+    return block, bias[olo:ohi]
+
+
+class SliceUnit(wiring.Component):
+    """The hardware of one ``LayerSlice``; ``params``: the layer's initial words (golden layout)."""
+
+    def __init__(self, layer_slice, formats, training, *, params=None, family=None):
+        s = self.slice = layer_slice
+        self.formats, self.training, self.family = formats, training, family
+        weights, bias = slice_weights(s, params)
+        # Built here rather than in elaborate() so a testbench can read the weights back.
+        self.lpram = ParamRam.from_slice(s, init=weights)
+        self.owns_bias = s.bias and (s.mode == "ocp" or s.last)
+        self.bias_ram = (ParamRam(banks=s.fp.ces, rows=-(-s.out_channels // s.fp.ces), words=1,
+                                  init=bias.reshape(-1, 1)) if self.owns_bias else None)
+        members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS)}
+        for name, (direction, layout) in slice_ports(s).items():
+            members[name] = (In if direction == "in" else Out)(stream.Signature(layout))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        s, f = self.slice, self.formats
+        c_in, h, w = s.in_shape
+        oc, oh, ow = s.out_shape
+        ces = s.fp.ces
+        own_in = s.in_channels
+        own_out = s.out_channels
+
+        # --- memories and the update gate -------------------------------------------------
+        lpram = m.submodules.lpram = self.lpram
+        lgb = m.submodules.lgb = GradientBuffer.from_slice(s, f, self.training, family=self.family)
+        gate = m.submodules.gate = UpdateGate(batch=self.training.batch, fp_stale=s.fp_stale,
+                                              needs_eb=s.needs_eb)
+        connect(m, lgb.upd, lpram.upd)
+        m.d.comb += [gate.total_samples.eq(self.total_samples), lgb.update.eq(gate.update_start),
+                     lgb.batch.eq(gate.batch_index), self.updates.eq(gate.batch_index)]
+        owns_bias = self.owns_bias
+        if owns_bias:
+            bias_ram = m.submodules.bias_ram = self.bias_ram
+            bias_lgb = m.submodules.bias_lgb = GradientBuffer.from_slice(s, f, self.training, bias=True,
+                                                                        family=self.family)
+            connect(m, bias_lgb.upd, bias_ram.upd)
+            m.d.comb += [bias_lgb.update.eq(gate.update_start), bias_lgb.batch.eq(gate.batch_index),
+                         bias_ram.b.weight_en.eq(0)]
+            m.d.comb += gate.update_done.eq(_both_done(m, lgb.done, bias_lgb.done))
+        else:
+            m.d.comb += gate.update_done.eq(lgb.done)
+
+        # --- forward: input split, Act-RAM, line buffer, FP engine ------------------------
+        act_in = flipped(self.act_in)
+        if s.flatten_from is not None and s.first:
+            flat = m.submodules.flatten = Flatten(*s.flatten_from)
+            connect(m, act_in, flat.i)
+            act_in = flat.o
+        arriving = c_in - (s.in_range[0] if s.mode == "icp" else 0)
+        local = (0, own_in)
+        ranges = [local, local]
+        bypass = not s.last and "act_out" in self.signature.members
+        if bypass:
+            ranges.append((own_in, arriving) if s.mode == "icp" else (0, arriving))
+        split = m.submodules.split = ChannelFork(arriving, ranges)
+        connect(m, act_in, split.i)
+        act_ram = m.submodules.act_ram = ActRam.from_slice(s)
+        connect(m, split.o0, act_ram.i)
+        fp_lb = m.submodules.fp_lb = LineBuffer.from_slice(s, "fp")
+        connect(m, split.o1, fp_lb.i)
+        if bypass:
+            connect(m, split.o2, flipped(self.act_out))
+
+        fp_gate = m.submodules.fp_gate = SampleGate(fp_lb.o.payload.shape(), oh * ow)
+        connect(m, fp_lb.o, fp_gate.i)
+        fp = m.submodules.fp = ConvEngine(channels=own_in, kernel=s.kernel, ces=ces,
+                                          out_channels=own_out, family=self.family)
+        connect(m, fp_gate.o, fp.windows)
+        _connect_weight_port(m, fp, lpram.a)
+        m.d.comb += [fp_gate.allow.eq(gate.fp_allow), gate.fp_start.eq(fp_gate.start)]
+
+        # FP done is counted where the sample's last partial sum leaves the FP path, after
+        # the bias is applied, so the update never changes a weight or bias a sample in
+        # flight still needs.
+        beats = oh * ow * -(-own_out // ces)
+        fp_end = m.submodules.fp_end = SampleGate(psum_layout(ces), beats)
+        m.d.comb += [fp_end.allow.eq(1), gate.fp_done.eq(fp_end.done)]
+        if s.mode == "icp":
+            pab = m.submodules.pab = PartialActivationBuffer.from_slice(s)
+            connect(m, fp.psums, pab.local)
+            if not s.first:
+                connect(m, flipped(self.psum_in), pab.upstream)
+            connect(m, pab.o, fp_end.i)
+        else:
+            connect(m, fp.psums, fp_end.i)
+        if s.mode == "icp" and not s.last:
+            connect(m, fp_end.o, flipped(self.psum_out))
+            z_errors = flipped(self.zerr_in)
+        else:
+            sfu = m.submodules.sfu = SFU.from_slice(s, f, samples_in_flight=s.fp_stale + 2)
+            m.d.comb += sfu.sample_base.eq(0)
+            connect(m, fp_end.o, sfu.fp_in)
+            if owns_bias:
+                connect(m, sfu.bias, bias_ram.a)
+            if s.mode == "icp":
+                connect(m, sfu.fp_out, flipped(self.act_out))
+                connect(m, flipped(self.err_in), sfu.eb_in)
+            else:
+                self._ocp_outputs(m, sfu)
+            z_errors = sfu.eb_out
+
+        # --- backward: conv-output errors to EB, PG and the predecessor ----------------------
+        z_ranges = [(0, own_out)]
+        if s.needs_eb:
+            z_ranges.append((0, own_out))
+        if "zerr_out" in self.signature.members:
+            z_ranges.append((0, own_out))
+        z_split = m.submodules.z_split = ChannelFork(own_out, z_ranges)
+        connect(m, z_errors, z_split.i)
+        pg_errors = z_split.o0
+        if "zerr_out" in self.signature.members:
+            connect(m, z_split.outputs()[-1], flipped(self.zerr_out))
+
+        # PG: Act-RAM replay -> line buffer -> gradient engine -> LGB
+        pg_lb = m.submodules.pg_lb = LineBuffer.from_slice(s, "pg")
+        connect(m, act_ram.o, pg_lb.i)
+        pg_gate = m.submodules.pg_gate = SampleGate(pg_lb.o.payload.shape(), oh * ow)
+        connect(m, pg_lb.o, pg_gate.i)
+        pg = m.submodules.pg = GradientEngine(in_channels=own_in, out_channels=own_out, kernel=s.kernel,
+                                              ces=ces, bias=owns_bias, family=self.family)
+        connect(m, pg_gate.o, pg.windows)
+        connect(m, pg_errors, pg.errors)
+        m.d.comb += [pg_gate.allow.eq(gate.pg_allow), gate.pg_start.eq(pg_gate.start)]
+        pg_done = _connect_gradients(m, pg.grads, lgb.i, own_out, oh * ow, "lgb")
+        if owns_bias:
+            bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, own_out, oh * ow, "bias_lgb")
+            m.d.comb += gate.pg_done.eq(_both_done(m, pg_done, bias_done))
+        else:
+            m.d.comb += gate.pg_done.eq(pg_done)
+
+        # EB: error line buffer -> error engine -> round (ICP) or reduce (OCP)
+        if s.needs_eb:
+            eb_lb = m.submodules.eb_lb = LineBuffer.from_slice(s, "eb")
+            connect(m, z_split.o1, eb_lb.i)
+            eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
+            connect(m, eb_lb.o, eb_gate.i)
+            eb = m.submodules.eb = ErrorEngine(in_channels=own_in, out_channels=own_out, kernel=s.kernel,
+                                               ces=ces, family=self.family)
+            connect(m, eb_gate.o, eb.windows)
+            _connect_weight_port(m, eb, lpram.b)
+            # EB is done with the weights only when the sample's last error sum leaves the
+            # engine: a stalled engine holds its operands in LPRAM port B's read register,
+            # which the update's row reads would overwrite.
+            eb_end = m.submodules.eb_end = SampleGate(eb.errors.payload.shape(), h * w)
+            connect(m, eb.errors, eb_end.i)
+            m.d.comb += [eb_gate.allow.eq(gate.eb_allow), gate.eb_start.eq(eb_gate.start),
+                         eb_end.allow.eq(1), gate.eb_done.eq(eb_end.done)]
+            if s.mode == "icp":
+                self._icp_input_errors(m, eb_end.o)
+            else:
+                self._ocp_input_errors(m, eb_end.o)
+        return m
+
+    def _round_errors(self, m, sums, channels, channel_base):
+        """EB rounding point: ``requantize(sum, eb_shift, EB_OUT)`` over (C, H, W) indices."""
+        s, f = self.slice, self.formats
+        _, h, w = s.in_shape
+        rounder = m.submodules.eb_round = StochasticRounder(
+            lanes=channels, shift=f.eb_shift, seed=f.seed,
+            tensor=numerics.tensor_id(s.position, numerics.EB_OUT))
+        pixel, sample = Signal(range(h * w)), Signal(SAMPLE_BITS)
+        for lane in range(channels):
+            m.d.comb += [rounder.i.payload.acc[lane].eq(sums.payload.values[lane]),
+                         rounder.i.payload.index[lane].eq((channel_base + lane) * h * w + pixel)]
+        m.d.comb += [rounder.i.payload.sample.eq(sample), rounder.i.valid.eq(sums.valid),
+                     sums.ready.eq(rounder.i.ready)]
+        with m.If(sums.valid & sums.ready):
+            with m.If(pixel == h * w - 1):
+                m.d.sync += [pixel.eq(0), sample.eq(sample + 1)]
+            with m.Else():
+                m.d.sync += pixel.eq(pixel + 1)
+        words = stream.Signature(pixel_layout(channels)).create()
+        m.d.comb += [words.valid.eq(rounder.o.valid), words.payload.eq(rounder.o.payload.value),
+                     rounder.o.ready.eq(words.ready)]
+        return words
+
+    def _err_out(self, m):
+        """The err_out port, behind an Unflatten on the first node of a flattening FC layer."""
+        s = self.slice
+        port = flipped(self.err_out)
+        if s.flatten_from is not None and s.first:
+            unflat = m.submodules.unflatten = Unflatten(*s.flatten_from)
+            connect(m, unflat.o, port)
+            return unflat.i
+        return port
+
+    def _icp_input_errors(self, m, sums):
+        s = self.slice
+        own = self._round_errors(m, sums, s.in_channels, s.in_range[0])
+        if s.last:
+            connect(m, own, self._err_out(m))
+            return
+        join = m.submodules.err_join = ChannelConcat([s.in_channels, s.in_shape[0] - s.in_range[1]])
+        connect(m, own, join.i0)
+        connect(m, flipped(self.err_in), join.i1)
+        connect(m, join.o, self._err_out(m))
+
+    def _ocp_input_errors(self, m, sums):
+        s = self.slice
+        c_in = s.in_shape[0]
+        reduce = m.submodules.eb_pab = PartialActivationBuffer(lanes=c_in, depth=max(2, s.pab_words // c_in),
+                                                               first=s.last)
+        connect(m, sums, reduce.local)
+        if not s.last:
+            connect(m, flipped(self.epsum_in), reduce.upstream)
+        if s.first:
+            connect(m, self._round_errors(m, reduce.o, c_in, 0), self._err_out(m))
+        else:
+            connect(m, reduce.o, flipped(self.epsum_out))
+
+    def _ocp_outputs(self, m, sfu):
+        """OCP: append this slice's finished channels to those of the layer's earlier nodes,
+        and take this slice's pooled-output errors out of the backward stream."""
+        s = self.slice
+        lo, hi = s.out_range
+        out_port = flipped(self.act_out) if s.last else flipped(self.ocp_out)
+        if s.first:
+            connect(m, sfu.fp_out, out_port)
+        else:
+            join = m.submodules.ocp_join = ChannelConcat([lo, hi - lo])
+            connect(m, flipped(self.ocp_in), join.i0)
+            connect(m, sfu.fp_out, join.i1)
+            connect(m, join.o, out_port)
+        arriving = hi
+        ranges = [(lo, hi)] + ([(0, lo)] if not s.first else [])
+        err_split = m.submodules.err_split = ChannelFork(arriving, ranges)
+        connect(m, flipped(self.err_in), err_split.i)
+        connect(m, err_split.o0, sfu.eb_in)
+        if not s.first:
+            connect(m, err_split.o1, flipped(self.err_out))
+
+
+def _connect_weight_port(m, engine, ram_port):
+    """An engine's weight_addr/weight_en/weight_data members -> a ParamRam read port."""
+    m.d.comb += [ram_port.weight_addr.eq(engine.weight_addr), ram_port.weight_en.eq(engine.weight_en),
+                 engine.weight_data.eq(ram_port.weight_data)]
+
+
+def _both_done(m, done_a, done_b):
+    """One pulse per event that both pulse streams have reported, in any interleaving.
+
+    Counts rather than flags: a pipelined source may report event n+1 before the
+    other source reports event n, and each must still pair with its own.
+    """
+    count_a, count_b, count_both = (Signal(COUNT_BITS) for _ in range(3))
+    both = Signal()
+    m.d.comb += both.eq((count_a > count_both) & (count_b > count_both))
+    m.d.sync += [count_a.eq(count_a + done_a), count_b.eq(count_b + done_b),
+                 count_both.eq(count_both + both)]
+    return both
+
+
+class GroupSerializer(wiring.Component):
+    """PG beats of P rows (one group) -> gradient-buffer beats of one output channel each.
+
+    Row ``p`` of group ``g`` becomes local output channel ``g*P + p``; rows past
+    ``out_channels`` carry zeros and are skipped. ``done`` pulses with the last beat
+    of a sample (``beats_per_sample`` input groups). PG runs at 1/P of the engine's
+    rate behind it: the gradient buffer accumulates one row per cycle.
+    """
+
+    def __init__(self, in_layout, out_layout, *, ces, out_channels, beats_per_sample):
+        self.ces, self.out_channels, self.beats_per_sample = ces, out_channels, beats_per_sample
+        super().__init__({"i": In(stream.Signature(in_layout)), "o": Out(stream.Signature(out_layout)),
+                          "done": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        lane = Signal(range(self.ces))
+        beat = Signal(range(self.beats_per_sample))
+        row = Signal(range(self.out_channels + self.ces))
+        m.d.comb += row.eq(self.i.payload.row * self.ces + lane)
+        last_lane = (lane == self.ces - 1) | (row == self.out_channels - 1)
+        m.d.comb += [self.o.valid.eq(self.i.valid), self.o.payload.row.eq(row),
+                     self.i.ready.eq(self.o.ready & last_lane)]
+        words = self.o.payload.shape()["values"].shape.length
+        arrays = isinstance(self.i.payload.shape()["values"].shape.elem_shape, data.ArrayLayout)
+        with m.Switch(lane):
+            for p in range(self.ces):
+                row = self.i.payload.values[p]
+                with m.Case(p):  # element by element: the products are sign-extended to 48 bits
+                    m.d.comb += [self.o.payload.values[j].eq(row[j] if arrays else row)
+                                 for j in range(words)]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += lane.eq(Mux(last_lane, 0, lane + 1))
+            with m.If(last_lane):
+                m.d.comb += self.done.eq(beat == self.beats_per_sample - 1)
+                m.d.sync += beat.eq(Mux(beat == self.beats_per_sample - 1, 0, beat + 1))
+        return m
+
+
+def _connect_gradients(m, grads, buffer_in, out_channels, pixels, name):
+    """Engine gradient beats -> gradient buffer beats; returns the sample-done pulse."""
+    ces = grads.payload.shape()["values"].shape.length
+    groups = -(-out_channels // ces)
+    serializer = m.submodules[f"{name}_serializer"] = GroupSerializer(
+        grads.payload.shape(), buffer_in.payload.shape(), ces=ces, out_channels=out_channels,
+        beats_per_sample=pixels * groups)
+    connect(m, grads, serializer.i)
+    connect(m, serializer.o, buffer_in)
+    return serializer.done

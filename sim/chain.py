@@ -1,0 +1,134 @@
+"""Train a network on a simulated chain of nodes and compare with the golden model.
+
+Shared by the chain tests and the chain benchmark: builds the nodes of a
+mapping, connects them port to port, streams images and labels into node 0,
+runs until every node has applied every mini-batch update, and reads the
+final weights back out of the LPRAMs and bias RAMs.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from amaranth.hdl import Module
+
+from hw.node import Node, connect_chain
+from mapping import golden, numerics
+from sim.stall import stalling_link
+from sim.testbench import put, simulate
+
+
+@dataclass
+class ChainRun:
+    params: dict            # final words per layer, golden layout
+    cycles: int             # cycles until the last update of the last node
+    sample_starts: dict     # node -> cycle at which each sample's first input beat entered
+    golden: dict            # golden.train's final params
+    record: object          # golden.TrainRecord
+
+
+def stale_per_layer(mapping):
+    stale = {}
+    for node in mapping.nodes:
+        for s in node.slices:
+            if stale.setdefault(s.layer, s.fp_stale) != s.fp_stale:
+                raise ValueError(f"layer {s.layer}: slices disagree on fp_stale")
+    return stale
+
+
+def _read_ram(ctx, ram):
+    """A ParamRam's rows as an array (rows * banks, words)."""
+    rows = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
+    return np.asarray(rows, dtype=np.int64).reshape(ram.rows * ram.banks, ram.words)
+
+
+def _store_slice(ctx, unit, params):
+    s = unit.slice
+    (olo, ohi), (ilo, ihi) = s.out_range, s.in_range
+    weights, bias = params[s.layer]
+    rows = _read_ram(ctx, unit.lpram)[:ohi - olo]
+    shaped = weights.reshape(weights.shape[0], s.in_shape[0], s.kernel, s.kernel)
+    shaped[olo:ohi, ilo:ihi] = rows.reshape(ohi - olo, ihi - ilo, s.kernel, s.kernel)
+    if unit.bias_ram is not None:
+        bias[olo:ohi] = _read_ram(ctx, unit.bias_ram)[:ohi - olo, 0]
+
+
+def input_beats(config):
+    """Beats of one sample on a node's act_in port."""
+    first = config.slices[0]
+    _, h, w = first.flatten_from if first.flatten_from is not None and first.first else first.in_shape
+    return h * w
+
+
+def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0, deadline=200_000):
+    """Train on the simulated chain.
+
+    ``stall``: probability that a link, or the image and label feed, idles on a cycle.
+    """
+    config = mapping.nodes[0]
+    batch, lr, formats = config.training.batch, config.training.lr, config.formats
+    nodes = [Node(cfg, params=params) for cfg in mapping.nodes]
+    top = Module()
+    for n, node in enumerate(nodes):
+        top.submodules[f"node{n}"] = node
+    connect_chain(top, nodes, link=stalling_link(stall) if stall else None)
+
+    samples = len(inputs)
+    words = numerics.quantize(inputs, formats.act_frac)
+    pixels = [list(map(int, words[s][:, y, x])) for s in range(samples)
+              for y in range(words.shape[2]) for x in range(words.shape[3])]
+    final = {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
+    state = {"cycles": 0}
+
+    async def images(ctx):
+        for node in nodes:
+            ctx.set(node.total_samples, samples)
+        await put(ctx, nodes[0].act_in, pixels, rng, stall)
+
+    async def label_feed(ctx):
+        await put(ctx, nodes[0].label_in, list(map(int, labels)), rng, stall)
+
+    starts = {n: [] for n in range(len(nodes))}
+    beats = [input_beats(cfg) for cfg in mapping.nodes]
+    seen = [0] * len(nodes)
+
+    async def finish(ctx):
+        cycle = 0
+        while any(ctx.get(node.updates) < samples // batch for node in nodes):
+            for n, node in enumerate(nodes):
+                if ctx.get(node.act_in.valid) and ctx.get(node.act_in.ready):
+                    if seen[n] % beats[n] == 0:
+                        starts[n].append(cycle)
+                    seen[n] += 1
+            await ctx.tick()
+            cycle += 1
+        state["cycles"] = cycle
+        for node in nodes:
+            for unit in node.units:
+                _store_slice(ctx, unit, final)
+
+    simulate(top, images, label_feed, finish, deadline=deadline)
+    expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
+                                    formats=formats, fp_stale=stale_per_layer(mapping))
+    return ChainRun(final, state["cycles"], starts, expected, record)
+
+
+def cycles_per_sample(run, node):
+    """Median interval between consecutive samples entering ``node`` (steady-state rate)."""
+    return float(np.median(np.diff(run.sample_starts[node]))) if len(run.sample_starts[node]) > 1 else 0.0
+
+
+def multiplier_utilisation(config, cycles):
+    """Useful multiplies per sample over (multipliers x cycles per sample)."""
+    useful = sum(s.out_shape[1] * s.out_shape[2] * s.out_channels * s.in_channels * s.kernel ** 2
+                 * (3 if s.needs_eb else 2) for s in config.slices)
+    multipliers = sum(s.multipliers for s in config.slices)
+    return useful / (multipliers * cycles) if cycles else 0.0
+
+
+def report(mapping, run):
+    lines = []
+    for n, cfg in enumerate(mapping.nodes):
+        measured = cycles_per_sample(run, n)
+        lines.append(f"node {n}: {measured:.0f} cycles/sample measured, {cfg.cycles_per_sample} predicted, "
+                     f"multiplier utilisation {multiplier_utilisation(cfg, measured):.1%}")
+    return "\n".join(lines)

@@ -1,0 +1,216 @@
+"""ErrorEngine against tensor_ops.conv_backward, bit for bit, with random stalls on both streams."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment, Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.conv_engine import psum_layout, window_layout
+from hw.eb_engine import ErrorEngine
+from hw.line_buffer import LineBuffer
+from hw.param_ram import ParamRam
+from hw.stream_util import pixel_layout
+from mapping import tensor_ops
+from mapping.nodeconfig import Engine, LayerSlice
+from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.test_conv_engine import weight_rows
+from sim.testbench import as_ints, get, put, simulate
+
+
+class EngineWithWeights(wiring.Component):
+    """An ErrorEngine reading a ROM laid out as the LPRAM contract says (rows past O are junk)."""
+
+    def __init__(self, engine, rows):
+        self.engine, self.rows = engine, rows
+        super().__init__({
+            "windows": In(stream.Signature(window_layout(engine.out_channels, engine.kernel))),
+            "errors": Out(stream.Signature(psum_layout(engine.in_channels))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = engine = self.engine
+        m.submodules.rom = rom = Memory(shape=engine.weight_data.shape(), depth=len(self.rows),
+                                        init=self.rows)
+        port = rom.read_port()
+        m.d.comb += [port.addr.eq(engine.weight_addr), port.en.eq(engine.weight_en),
+                     engine.weight_data.eq(port.data)]
+        wiring.connect(m, wiring.flipped(self.windows), engine.windows)
+        wiring.connect(m, engine.errors, wiring.flipped(self.errors))
+        return m
+
+
+def error_windows(err, kernel, stride, padding, in_hw):
+    """What LineBuffer.for_errors emits: windows of the dilated, padded map cropped at [p, p+H)."""
+    h, w = in_hw
+    full = tensor_ops.dilate_pad_errors(err, kernel, stride, padding, in_hw)
+    win = tensor_ops.windows(full, kernel)[padding:padding + h, padding:padding + w]
+    return [[int(v) for v in window.reshape(-1)] for row in win for window in row]
+
+
+def random_problem(rng, *, in_channels, out_channels, kernel, size, stride, padding, samples):
+    """Weights (O, S, K, K) and per-sample output errors (O, OH, OW), with extremes on sample 0."""
+    out_size = (size + 2 * padding - kernel) // stride + 1
+    weights = rng.integers(WORD_MIN, WORD_MAX + 1, (out_channels, in_channels, kernel, kernel))
+    errs = [rng.integers(WORD_MIN, WORD_MAX + 1, (out_channels, out_size, out_size)) for _ in range(samples)]
+    # The largest products and sums the words allow: WORD_MIN * WORD_MIN everywhere in a window.
+    weights[:, 0] = WORD_MIN
+    errs[0][:, 0, :] = WORD_MIN
+    return weights, errs
+
+
+def expected(errs, weights, in_shape, stride, padding):
+    """conv_backward of every sample as (pixels, S) beats in raster order."""
+    return np.concatenate([tensor_ops.conv_backward(e, weights, in_shape, stride, padding)
+                           .reshape(in_shape[0], -1).T for e in errs])
+
+
+@dataclass
+class Run:
+    got: np.ndarray
+    want: np.ndarray
+    transfers: list  # clock edges (counted from 1) at which an errors beat was taken
+    issues: int      # cycles with weight_en high
+    groups: int
+    latency: int
+
+
+def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, padding=0, rng, stall=0.0,
+               samples=1):
+    weights, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
+                                   size=size, stride=stride, padding=padding, samples=samples)
+    engine = ErrorEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces)
+    dut = EngineWithWeights(engine, weight_rows(weights, ces, rng))
+    windows = [w for e in errs for w in error_windows(e, kernel, stride, padding, (size, size))]
+    want = expected(errs, weights, (in_channels, size, size), stride, padding)
+    assert len(windows) == len(want)
+    state = {"now": 0, "transfers": [], "issues": 0}
+
+    async def producer(ctx):
+        await put(ctx, dut.windows, windows, rng, stall)
+
+    async def consumer(ctx):
+        state["beats"] = await get(ctx, dut.errors, len(want), rng, stall, decode=lambda p: as_ints(p.values))
+
+    async def clock(ctx):
+        async for _, _, valid, ready, en in ctx.tick().sample(dut.errors.valid, dut.errors.ready,
+                                                               engine.weight_en):
+            state["now"] += 1
+            state["issues"] += en
+            if valid and ready:
+                state["transfers"].append(state["now"])
+
+    deadline = int(len(want) * engine.groups / (1 - stall) ** 2 * 3) + engine.latency + 20
+    simulate(dut, producer, consumer, processes=[clock], deadline=deadline)
+    return Run(np.array(state["beats"], dtype=np.int64).reshape(want.shape), want, state["transfers"],
+               state["issues"], engine.groups, engine.latency)
+
+
+CORNERS = {
+    # name: (in_channels S, out_channels O, kernel, ces P, size H = W, stride, padding)
+    "3x3-pad-o-not-multiple-of-p": (2, 5, 3, 2, 4, 1, 1),
+    "3x3-stride-2-pad": (3, 3, 3, 2, 5, 2, 1),
+    "1x1-one-input-channel": (1, 7, 1, 3, 3, 1, 0),
+    "1x1-stride-2": (2, 4, 1, 4, 4, 2, 0),
+    "5x5-stride-2-unpadded": (1, 3, 5, 2, 7, 2, 0),
+    "5x5-pad-one-group": (2, 2, 5, 4, 3, 1, 1),
+    "one-tile-per-ce": (3, 3, 3, 1, 3, 1, 0),
+}
+
+
+@pytest.mark.parametrize("name", CORNERS)
+def test_matches_conv_backward_with_stalls(name):
+    s, o, kernel, ces, size, stride, padding = CORNERS[name]
+    run = run_engine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, size=size, stride=stride,
+                     padding=padding, rng=np.random.default_rng(len(name)), stall=0.3)
+    np.testing.assert_array_equal(run.got, run.want)
+
+
+def test_one_window_per_g_cycles_with_continuous_input():
+    """No stall, two samples: the weight port (hence every multiplier) is busy every cycle."""
+    run = run_engine(in_channels=2, out_channels=5, kernel=3, ces=2, size=3, padding=1,
+                     rng=np.random.default_rng(3), samples=2)
+    np.testing.assert_array_equal(run.got, run.want)
+    assert run.groups == 3
+    # The producer's first window is valid on edge 1 and its last group issues G - 1 cycles later.
+    first = run.groups + run.latency
+    assert run.transfers == list(range(first, first + run.groups * len(run.want), run.groups))
+    assert run.issues == run.groups * len(run.want)
+
+
+class ErrorPath(wiring.Component):
+    """The node's EB path: error pixels -> LineBuffer.for_errors -> ErrorEngine <- LPRAM port B."""
+
+    def __init__(self, line_buffer, engine, ram):
+        self.line_buffer, self.engine, self.ram = line_buffer, engine, ram
+        super().__init__({
+            "pixels": In(stream.Signature(pixel_layout(engine.out_channels))),
+            "errors": Out(stream.Signature(psum_layout(engine.in_channels))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.lb, m.submodules.engine, m.submodules.ram = self.line_buffer, self.engine, self.ram
+        e, port = self.engine, self.ram.b
+        m.d.comb += [port.weight_addr.eq(e.weight_addr), port.weight_en.eq(e.weight_en),
+                     e.weight_data.eq(port.weight_data)]
+        wiring.connect(m, wiring.flipped(self.pixels), self.line_buffer.i)
+        wiring.connect(m, self.line_buffer.o, e.windows)
+        wiring.connect(m, e.errors, wiring.flipped(self.errors))
+        return m
+
+
+def test_behind_the_error_line_buffer_and_lpram_port_b():
+    """Stride 2, padding 1: the dilated walk of the line buffer feeds the engine, weights from ParamRam."""
+    rng = np.random.default_rng(17)
+    s, o, kernel, ces, size, stride, padding = 2, 3, 3, 2, 5, 2, 1
+    weights, errs = random_problem(rng, in_channels=s, out_channels=o, kernel=kernel, size=size,
+                                   stride=stride, padding=padding, samples=2)
+    lb = LineBuffer.for_errors(channels=o, in_height=size, in_width=size, kernel=kernel, stride=stride,
+                               padding=padding)
+    engine = ErrorEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces)
+    ram = ParamRam(banks=ces, rows=engine.groups, words=s * kernel * kernel, init=weights)
+    dut = ErrorPath(lb, engine, ram)
+    pixels = [[int(v) for v in e[:, y, x]] for e in errs for y in range(e.shape[1]) for x in range(e.shape[2])]
+    want = expected(errs, weights, (s, size, size), stride, padding)
+    got = {}
+
+    async def producer(ctx):
+        await put(ctx, dut.pixels, pixels, rng, 0.3)
+
+    async def consumer(ctx):
+        got["beats"] = await get(ctx, dut.errors, len(want), rng, 0.3, decode=lambda p: as_ints(p.values))
+
+    simulate(dut, producer, consumer, deadline=2000)
+    np.testing.assert_array_equal(np.array(got["beats"]), want)
+
+
+def eb_slice(**changes):
+    fields = dict(layer="conv2", position=1, kind="conv", mode="icp", in_shape=(8, 6, 6),
+                  out_shape=(10, 6, 6), kernel=3, stride=1, padding=1, bias=True, relu=True, pool=None,
+                  in_range=(2, 5), out_range=(0, 10), first=False, last=False, needs_eb=True,
+                  fp=Engine(ces=4, tiles=3, kernel=3), eb=Engine(ces=3, tiles=4, kernel=3),
+                  pg=Engine(ces=4, tiles=3, kernel=3), act_ram_words=0, line_buffer_words=0,
+                  pab_words=0, lgb_words=0, weights_offchip=False)
+    return LayerSlice(**(fields | changes))
+
+
+def test_from_slice_reads_the_eb_engine():
+    engine = ErrorEngine.from_slice(eb_slice())
+    assert (engine.in_channels, engine.out_channels, engine.kernel, engine.ces, engine.groups) == (3, 10, 3, 4, 3)
+    mults = [name for _, name, _ in Fragment.get(engine, None).subfragments if name.startswith("mult_")]
+    assert len(mults) == engine.multipliers == eb_slice().eb.multipliers == 3 * 4 * 9
+    with pytest.raises(ValueError, match=r"EB engine of 3 CEs of 2 tiles of 3x3, but its slice needs 3 CEs "
+                                         r"\(one per input channel\) of 4 tiles \(one per LPRAM bank\)"):
+        ErrorEngine.from_slice(eb_slice(eb=Engine(ces=3, tiles=2, kernel=3)))
+    with pytest.raises(ValueError, match="error engine: layer conv2 is the network's first weighted layer"):
+        ErrorEngine.from_slice(eb_slice(needs_eb=False, eb=Engine(0, 0, 3)))
+
+
+def test_refuses_zero_out_channels():
+    with pytest.raises(ValueError, match="error engine: out_channels = 0 must be at least 1"):
+        ErrorEngine(in_channels=2, out_channels=0, kernel=3, ces=2)

@@ -1,0 +1,229 @@
+"""GradientBuffer (LGB / BGB): accumulation and SGD update into a ParamRam, bit for bit.
+
+The reference is the update as the golden model defines it (``mapping.golden``):
+``saturate(w - requantize(gsum * lr, shift, seed, tensor, batch, index))`` with index
+the row-major position in the whole layer's tensor; it is computed here with
+``numerics`` directly on the slice and, for the whole layer, with the golden model's
+own update function.
+"""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+
+from hw.grad_buffer import GradientBuffer
+from hw.param_ram import ParamRam
+from mapping import golden, numerics
+from mapping.network import Layer, infer
+from mapping.nodeconfig import Training
+from sim.test_param_ram import banked, layer_slice, random_words
+from sim.testbench import as_ints, put, simulate
+
+FORMATS = numerics.Formats()
+ACC_MAX = (1 << (numerics.ACC_BITS - 1)) - 1
+
+
+class Pair(wiring.Component):
+    """A GradientBuffer wired to the ParamRam it updates; port A reads the results."""
+
+    def __init__(self, gb, ram):
+        self.gb, self.ram = gb, ram
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.gb, m.submodules.ram = self.gb, self.ram
+        wiring.connect(m, self.gb.upd, self.ram.upd)
+        return m
+
+
+def gradient_beats(rng, rows, words, count, big_rows=(), magnitude=1 << 23):
+    """Random (row, values) beats with runs of one row (back-to-back hits on the same row).
+
+    Sums of a dozen +-2**23 terms (``magnitude``) give steps well inside the word range
+    at lr ~ 3000 and shift 24, so the rounding noise decides the last bit; rows in
+    ``big_rows`` also get two beats of about +-2**45, so their steps saturate.
+    """
+    beats, row = [], 0
+    for _ in range(count):
+        if rng.random() > 0.5:
+            row = int(rng.integers(0, rows))
+        beats.append((row, rng.integers(-magnitude, magnitude, words)))
+    for row in big_rows:
+        for _ in range(2):
+            beats.insert(int(rng.integers(0, len(beats))),
+                         (row, rng.choice([-1, 1], words) * (1 << 45) + rng.integers(-99, 99, words)))
+    return beats
+
+
+def summed(beats, rows, words):
+    gsum = np.zeros((rows, words), dtype=np.int64)
+    for row, values in beats:
+        gsum[row] += values
+    assert np.abs(gsum).max() <= ACC_MAX
+    return gsum
+
+
+def sgd(w, gsum, lr, shift, tensor, batch, index):
+    """The golden update on the slice's words."""
+    step = numerics.requantize(gsum * lr, shift, FORMATS.seed, tensor, batch, index)
+    return numerics.saturate(w - step)
+
+
+def run_batches(pair, batches, rng, stall):
+    """Accumulate each mini-batch's beats, update, and read the ParamRam back after each update.
+
+    Returns (contents after each update as (rows, banks, words), update durations in cycles).
+    """
+    gb, ram = pair.gb, pair.ram
+    contents, durations = [], []
+
+    async def bench(ctx):
+        for number, beats in batches:
+            await put(ctx, gb.i, [{"row": r, "values": [int(v) for v in values]} for r, values in beats],
+                      rng, stall)
+            # The strobe comes right after the last beat, which is still being written back.
+            ctx.set(gb.update, 1)
+            ctx.set(gb.batch, number)
+            await ctx.tick()
+            ctx.set(gb.update, 0)
+            cycles = 1
+            while True:
+                _, _, done, busy, ready = await ctx.tick().sample(gb.done, gb.busy, gb.i.ready)
+                assert busy and not ready
+                cycles += 1
+                if done:
+                    break
+            _, _, done, busy, ready = await ctx.tick().sample(gb.done, gb.busy, gb.i.ready)
+            assert not done and not busy and ready  # done pulses once; accumulation resumes
+            durations.append(cycles)
+            rows = []
+            for addr in range(ram.rows):
+                ctx.set(ram.a.weight_addr, addr)
+                ctx.set(ram.a.weight_en, 1)
+                await ctx.tick()
+                rows.append([as_ints(row) for row in ctx.get(ram.a.weight_data)])
+            ctx.set(ram.a.weight_en, 0)
+            contents.append(np.array(rows))
+
+    simulate(pair, bench, deadline=20000)
+    return contents, durations
+
+
+def full_index(out_total, in_total, kernel, out_range, in_range):
+    index = np.arange(out_total * in_total * kernel * kernel, dtype=np.uint64)
+    index = index.reshape(out_total, in_total, kernel, kernel)
+    return index[out_range[0]:out_range[1], in_range[0]:in_range[1]].reshape(out_range[1] - out_range[0], -1)
+
+
+def golden_layer_update(w, gsum, lr, batch, out_total, in_total, kernel, out_range, in_range):
+    """The golden model's own update of a whole one-conv-layer network, on the slice's block.
+
+    The slice's words are placed in zero layer tensors; its block of the result is returned.
+    """
+    net = infer("one", (in_total, 6, 6), [Layer("conv2d", "conv", out_channels=out_total,
+                                                 kernel=kernel, padding=kernel // 2, bias=False)])
+    block = np.s_[out_range[0]:out_range[1], in_range[0]:in_range[1]]
+    full_w = np.zeros((out_total, in_total, kernel, kernel), dtype=np.int64)
+    full_g = np.zeros_like(full_w)
+    full_w[block] = w.reshape(full_w[block].shape)
+    full_g[block] = gsum.reshape(full_g[block].shape)
+    new = golden._sgd_update(net, {"conv": (full_w, None)}, {"conv": (full_g, None)}, lr,
+                             golden.arithmetic("fixed", FORMATS), batch)
+    return new["conv"][0][block].reshape(w.shape)
+
+
+@pytest.mark.parametrize("banks, stall", [(2, 0.3), (1, 0.0), (4, 0.5)])
+def test_weight_update_matches_golden_over_two_batches(banks, stall):
+    rng = np.random.default_rng(banks)
+    out_range, in_range, kernel = (4, 9), (3, 5), 3  # slice offsets: global indices matter
+    out_total, in_total = 12, 7
+    out_channels, words = 5, 2 * kernel * kernel
+    lr = 3000
+    s = layer_slice(in_channels=in_range, out_channels=out_range, kernel=kernel, ces=banks,
+                    in_total=in_total, out_total=out_total, position=0)
+    weights = random_words(rng, (out_channels, words))
+    weights[0, :4] = [numerics.WORD_MIN, numerics.WORD_MAX, numerics.WORD_MIN, numerics.WORD_MAX]
+    training = Training(batch=4, lr=0.1, lr_constant=lr, bias_lr_constant=lr)
+    gb = GradientBuffer.from_slice(s, FORMATS, training)
+    ram = ParamRam.from_slice(s, init=weights)
+    # Mini-batch 7 has rows whose sums saturate the update; 8 checks the sums were cleared.
+    batches = [(7, gradient_beats(rng, out_channels, words, 60, big_rows=(0, 3))),
+               (8, gradient_beats(rng, out_channels, words, 40))]
+    contents, durations = run_batches(Pair(gb, ram), batches, rng, stall)
+
+    tensor = numerics.tensor_id(0, numerics.WEIGHT_UPDATE)
+    index = full_index(out_total, in_total, kernel, out_range, in_range)
+    w = weights
+    for (number, beats), got in zip(batches, contents):
+        gsum = summed(beats, out_channels, words)
+        want = sgd(w, gsum, lr, FORMATS.weight_update_shift, tensor, number, index)
+        np.testing.assert_array_equal(got, banked(want, banks, ram.rows))
+        np.testing.assert_array_equal(
+            golden_layer_update(w, gsum, lr, number, out_total, in_total, kernel, out_range, in_range), want)
+        if number == 7:  # saturation really happened, both ways
+            assert (want == numerics.WORD_MIN).any() and (want == numerics.WORD_MAX).any()
+        w = want
+    # One word per cycle, plus one cycle per ParamRam address, the strobe and the pipeline.
+    assert durations == [out_channels * words + ram.rows + 1 + 2 + gb.rounder.latency] * 2
+
+
+@pytest.mark.parametrize("shift", [0, -3])
+def test_update_with_exact_shifts(shift):
+    """shift <= 0: no noise, a one-stage rounder; the update is still exact and complete."""
+    rng = np.random.default_rng(30 - shift)
+    out_channels, words, banks, lr = 3, 4, 2, 5
+    gb = GradientBuffer(out_channels=out_channels, in_channels=4, kernel=1, banks=banks, shift=shift,
+                        lr=lr, seed=FORMATS.seed, tensor=9)
+    weights = random_words(rng, (out_channels, words))
+    ram = ParamRam(banks=banks, rows=gb.rows, words=words, init=weights)
+    beats = gradient_beats(rng, out_channels, words, 20, magnitude=1 << 9)
+    contents, durations = run_batches(Pair(gb, ram), [(1, beats)], rng, 0.3)
+    want = sgd(weights, summed(beats, out_channels, words), lr, shift, 9, 1,
+               np.arange(out_channels * words, dtype=np.uint64).reshape(out_channels, words))
+    np.testing.assert_array_equal(contents[0], banked(want, banks, ram.rows))
+    assert durations == [out_channels * words + gb.rows + 3 + 1]
+
+
+def test_bias_update_of_the_last_icp_slice():
+    rng = np.random.default_rng(21)
+    banks, out_range = 3, (2, 9)
+    out_channels = out_range[1] - out_range[0]
+    s = layer_slice(in_channels=(5, 8), out_channels=out_range, ces=banks, in_total=8, out_total=10,
+                    position=3, last=True)
+    training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=900)
+    gb = GradientBuffer.from_slice(s, FORMATS, training, bias=True)
+    biases = random_words(rng, (out_channels, 1))
+    ram = ParamRam(banks=banks, rows=gb.rows, words=1, init=biases)
+    # Steps of gsum * 900 / 2**16: terms of 2**17 keep most of them inside the word range.
+    beats = gradient_beats(rng, out_channels, 1, 30, big_rows=(1, 4, 6), magnitude=1 << 17)
+    contents, _ = run_batches(Pair(gb, ram), [(5, beats)], rng, 0.3)
+    gsum, index = summed(beats, out_channels, 1), np.arange(*out_range, dtype=np.uint64).reshape(-1, 1)
+    tensor, shift = numerics.tensor_id(3, numerics.BIAS_UPDATE), FORMATS.bias_update_shift
+    want = sgd(biases, gsum, 900, shift, tensor, 5, index)
+    np.testing.assert_array_equal(contents[0], banked(want, banks, ram.rows))
+    steps = numerics.requantize(gsum * 900, shift, FORMATS.seed, tensor, 5, index)
+    assert (np.abs(steps) < numerics.WORD_MAX).sum() >= 3  # rounding, not only saturation
+
+
+def test_from_slice_refuses_biases_of_a_slice_that_does_not_own_them():
+    s = layer_slice(in_channels=(0, 3), out_channels=(0, 5), last=False)
+    training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=900)
+    with pytest.raises(ValueError, match=r"gradient buffer: the icp slice of layer 'conv' on channels "
+                                         r"\(0, 3\)->\(0, 5\) owns no biases"):
+        GradientBuffer.from_slice(s, FORMATS, training, bias=True)
+
+
+def test_update_strobe_while_updating_fails_the_simulation():
+    gb = GradientBuffer(out_channels=2, in_channels=1, kernel=1, banks=1, shift=4, lr=1, seed=0, tensor=0)
+    ram = ParamRam(banks=1, rows=2, words=1)
+    pair = Pair(gb, ram)
+
+    async def bench(ctx):
+        for _ in range(3):
+            ctx.set(gb.update, 1)
+            await ctx.tick()
+
+    with pytest.raises(AssertionError, match="gradient buffer: update strobe while updating"):
+        simulate(pair, bench, deadline=10)

@@ -1,0 +1,128 @@
+"""PartialActivationBuffer: exact sums of two partial-sum streams under stalls and skew."""
+
+import numpy as np
+import pytest
+
+from hw.pab import PartialActivationBuffer
+from mapping.nodeconfig import Engine
+from sim.test_sfu import conv_slice
+from sim.testbench import as_ints, get, put, simulate
+
+# Partial sums that can be added without leaving 48 bits, as the mapping guarantees.
+SPAN = 1 << 46
+
+
+def beats(rng, count, lanes):
+    return rng.integers(-SPAN, SPAN, (count, lanes), dtype=np.int64)
+
+
+def payloads(values):
+    return [{"values": [int(v) for v in row]} for row in values]
+
+
+def run(pab, local, upstream, rng, stall, local_delay=0, upstream_delay=0):
+    out, levels = {}, []
+
+    async def wait(ctx, cycles):
+        for _ in range(cycles):
+            await ctx.tick()
+
+    async def local_producer(ctx):
+        await wait(ctx, local_delay)
+        await put(ctx, pab.local, payloads(local), rng, stall)
+
+    async def upstream_producer(ctx):
+        await wait(ctx, upstream_delay)
+        await put(ctx, pab.upstream, payloads(upstream), rng, stall)
+
+    async def consumer(ctx):
+        out["sums"] = await get(ctx, pab.o, len(local), rng, stall, decode=lambda p: as_ints(p.values))
+
+    async def monitor(ctx):
+        while "sums" not in out:
+            levels.append(ctx.get(pab.level))
+            await ctx.tick()
+
+    benches = [local_producer, consumer]
+    if not pab.first:
+        benches += [upstream_producer, monitor]
+    simulate(pab, *benches, deadline=4 * len(local) + local_delay + upstream_delay + 100)
+    return np.array(out["sums"], dtype=np.int64), levels
+
+
+@pytest.mark.parametrize("lanes, depth, local_delay, upstream_delay, stall", [
+    (3, 4, 0, 0, 0.3),      # random stalls on all three interfaces
+    (4, 16, 0, 150, 0.2),   # upstream much later than local: the FIFO fills, then the engine waits
+    (2, 8, 150, 0, 0.2),    # local much later: upstream waits on its own stream
+    (1, 2, 0, 0, 0.0),      # smallest FIFO, no stalls
+])
+def test_sums_are_exact(lanes, depth, local_delay, upstream_delay, stall):
+    rng = np.random.default_rng(lanes * 10 + depth)
+    count = 120
+    local, upstream = beats(rng, count, lanes), beats(rng, count, lanes)
+    pab = PartialActivationBuffer(lanes=lanes, depth=depth)
+    sums, levels = run(pab, local, upstream, rng, stall, local_delay, upstream_delay)
+    np.testing.assert_array_equal(sums, local + upstream)
+    assert max(levels) <= depth
+    if upstream_delay > count:
+        assert max(levels) == depth  # the skew was absorbed up to the FIFO's depth, no further
+
+
+def test_full_rate_when_both_inputs_are_ahead():
+    """No stalls: one sum per cycle once both streams flow (plus FIFO and output latency)."""
+    rng = np.random.default_rng(3)
+    count, done = 200, {}
+    local, upstream = beats(rng, count, 2), beats(rng, count, 2)
+    pab = PartialActivationBuffer(lanes=2, depth=4)
+
+    async def local_producer(ctx):
+        await put(ctx, pab.local, payloads(local))
+
+    async def upstream_producer(ctx):
+        await put(ctx, pab.upstream, payloads(upstream))
+
+    async def consumer(ctx):
+        cycles = 0
+        for _ in range(count):
+            ctx.set(pab.o.ready, 1)
+            while not ctx.get(pab.o.valid):
+                await ctx.tick()
+                cycles += 1
+            await ctx.tick()
+            cycles += 1
+        done["cycles"] = cycles
+
+    simulate(pab, local_producer, upstream_producer, consumer, deadline=count + 50)
+    assert done["cycles"] <= count + 3
+
+
+def test_first_node_passes_local_through():
+    rng = np.random.default_rng(4)
+    local = beats(rng, 50, 3)
+    pab = PartialActivationBuffer(lanes=3, depth=0, first=True)
+    assert "upstream" not in pab.signature.members
+    sums, _ = run(pab, local, None, rng, 0.3)
+    np.testing.assert_array_equal(sums, local)
+
+
+def test_from_slice():
+    """Lanes are the FP engine's CEs; pab_words (accumulator words) become ceil(words / lanes) beats."""
+    pab = PartialActivationBuffer.from_slice(conv_slice(first=False, pab_words=50, fp=Engine(4, 4, 3)))
+    assert (pab.lanes, pab.depth, pab.first) == (4, 13, False)
+    rng = np.random.default_rng(5)
+    local, upstream = beats(rng, 40, 4), beats(rng, 40, 4)
+    sums, _ = run(pab, local, upstream, rng, 0.2, upstream_delay=60)
+    np.testing.assert_array_equal(sums, local + upstream)
+    first = PartialActivationBuffer.from_slice(conv_slice(first=True, fp=Engine(4, 4, 3)))
+    assert first.first
+    sums, _ = run(first, local, None, rng, 0.2)
+    np.testing.assert_array_equal(sums, local)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(lanes=0, depth=4), "lanes = 0"),
+    (dict(lanes=2, depth=1), "depth = 1 must be at least 2"),
+])
+def test_refuses_bad_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        PartialActivationBuffer(**kwargs)

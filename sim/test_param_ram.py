@@ -1,0 +1,212 @@
+"""ParamRam (LPRAM / BPRAM) cycle by cycle against a Python model of its words."""
+
+import numpy as np
+import pytest
+
+from hw.param_ram import ParamRam
+from mapping.nodeconfig import Engine, LayerSlice, WeightBlock
+from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.testbench import as_ints, get, simulate
+
+
+def layer_slice(*, in_channels=(0, 3), out_channels=(0, 5), kernel=3, ces=2, in_total=None,
+                out_total=None, position=1, mode="icp", last=True, bias=True, act_ram_words=0):
+    """A LayerSlice with the geometry the memory blocks read (the rest is filler)."""
+    engine = Engine(ces=ces, tiles=1, kernel=kernel)
+    return LayerSlice(
+        layer="conv", position=position, kind="conv", mode=mode,
+        in_shape=(in_total or in_channels[1], 8, 8), out_shape=(out_total or out_channels[1], 8, 8),
+        kernel=kernel, stride=1, padding=kernel // 2, bias=bias, relu=True, pool=None,
+        in_range=in_channels, out_range=out_channels, first=True, last=last, needs_eb=True,
+        fp=engine, eb=engine, pg=engine, act_ram_words=act_ram_words, line_buffer_words=0,
+        pab_words=0, lgb_words=0, weights_offchip=False)
+
+
+def random_words(rng, shape):
+    words = rng.integers(WORD_MIN, WORD_MAX + 1, shape)
+    words.flat[:2] = WORD_MIN, WORD_MAX
+    return words
+
+
+def banked(weights, banks, rows):
+    """Model of the memory: (rows, banks, words), channel g*P + p at [g, p]."""
+    flat = weights.reshape(weights.shape[0], -1)
+    padded = np.zeros((rows * banks, flat.shape[1]), dtype=np.int64)
+    padded[:len(flat)] = flat
+    return padded.reshape(rows, banks, -1)
+
+
+def as_rows(payload):
+    return [as_ints(row) for row in payload]
+
+
+@pytest.mark.parametrize("banks, out_channels, in_channels, kernel", [
+    (2, 5, 3, 3),   # channels that do not fill the last address
+    (3, 3, 1, 1),   # 1x1 kernel, one address
+    (1, 4, 2, 3),
+])
+def test_read_after_init_both_ports_hold_data(banks, out_channels, in_channels, kernel):
+    rng = np.random.default_rng(banks * 10 + out_channels)
+    weights = random_words(rng, (out_channels, in_channels, kernel, kernel))
+    ram = ParamRam.from_slice(layer_slice(in_channels=(0, in_channels), out_channels=(0, out_channels),
+                                          kernel=kernel, ces=banks), init=weights)
+    model = banked(weights, ram.banks, ram.rows)
+    cycles = 200
+
+    async def bench(ctx):
+        held = {"a": None, "b": None}
+        for _ in range(cycles):
+            issued = {}
+            for name, port in (("a", ram.a), ("b", ram.b)):
+                en = rng.random() < 0.5
+                addr = int(rng.integers(0, ram.rows))
+                ctx.set(port.weight_addr, addr)
+                ctx.set(port.weight_en, en)
+                issued[name] = addr if en else None
+            await ctx.tick()
+            for name, port in (("a", ram.a), ("b", ram.b)):
+                if issued[name] is not None:
+                    held[name] = issued[name]
+                if held[name] is not None:  # valid the cycle after en, held while en is low
+                    assert as_rows(ctx.get(port.weight_data)) == model[held[name]].tolist()
+
+    simulate(ram, bench, deadline=cycles + 10)
+
+
+def test_concurrent_reads_while_the_update_writes():
+    """Port A reads every cycle while port B alternates EB reads, update reads and word writes."""
+    rng = np.random.default_rng(5)
+    banks, rows, words = 2, 4, 6
+    model = banked(random_words(rng, (banks * rows, words)), banks, rows)
+    ram = ParamRam(banks=banks, rows=rows, words=words, init=model.reshape(banks * rows, words))
+    cycles = 400
+    writes = 0
+
+    async def bench(ctx):
+        nonlocal writes
+        held = {"a": None, "b": None}
+        for _ in range(cycles):
+            op = rng.choice(["eb", "read", "write", "idle"])
+            b_addr = int(rng.integers(0, rows))
+            ctx.set(ram.b.weight_en, op == "eb")
+            # EB's address is garbage unless EB reads: the update's must win.
+            ctx.set(ram.b.weight_addr, b_addr if op == "eb" else int(rng.integers(0, rows)))
+            ctx.set(ram.upd.read, op == "read")
+            ctx.set(ram.upd.write, op == "write")
+            ctx.set(ram.upd.addr, b_addr)
+            lane, value = int(rng.integers(0, banks * words)), int(rng.integers(WORD_MIN, WORD_MAX + 1))
+            ctx.set(ram.upd.lane, lane)
+            ctx.set(ram.upd.value, value)
+            # Port A may read any row but the one written this cycle (a block-RAM collision).
+            a_addr = int(rng.integers(0, rows))
+            a_en = rng.random() < 0.8 and not (op == "write" and a_addr == b_addr)
+            ctx.set(ram.a.weight_addr, a_addr)
+            ctx.set(ram.a.weight_en, a_en)
+            snapshot = model.copy()  # reads see the contents before this cycle's write
+            await ctx.tick()
+            if a_en:
+                held["a"] = snapshot[a_addr]
+            if op in ("eb", "read"):
+                held["b"] = snapshot[b_addr]
+            if op == "write":
+                model[b_addr].flat[lane] = value
+                writes += 1
+            if held["a"] is not None:
+                assert as_rows(ctx.get(ram.a.weight_data)) == held["a"].tolist()
+            if held["b"] is not None:
+                assert as_rows(ctx.get(ram.b.weight_data)) == held["b"].tolist()
+                assert as_rows(ctx.get(ram.upd.data)) == held["b"].tolist()
+        # Everything written is really in the memory: read it all back on port A.
+        ctx.set(ram.upd.write, 0)
+        ctx.set(ram.upd.read, 0)
+        ctx.set(ram.b.weight_en, 0)
+        for addr in range(rows):
+            ctx.set(ram.a.weight_addr, addr)
+            ctx.set(ram.a.weight_en, 1)
+            await ctx.tick()
+            assert as_rows(ctx.get(ram.a.weight_data)) == model[addr].tolist()
+
+    simulate(ram, bench, deadline=cycles + rows + 10)
+    assert writes > cycles // 5
+
+
+@pytest.mark.parametrize("misuse, message", [
+    ("eb_and_update", "EB read and weight update on port B"),
+    ("a_collides", "port A reads the row the update writes"),
+])
+def test_port_misuse_fails_the_simulation(misuse, message):
+    ram = ParamRam(banks=1, rows=4, words=2)
+
+    async def bench(ctx):
+        ctx.set(ram.upd.addr, 2)
+        if misuse == "eb_and_update":
+            ctx.set(ram.b.weight_en, 1)
+            ctx.set(ram.upd.read, 1)
+        else:
+            ctx.set(ram.upd.write, 1)
+            ctx.set(ram.a.weight_addr, 2)
+            ctx.set(ram.a.weight_en, 1)
+        await ctx.tick()
+
+    with pytest.raises(AssertionError, match=message):
+        simulate(ram, bench, deadline=10)
+
+
+def test_bpram_streams_rows_pass_after_pass_and_pauses_for_an_update():
+    rng = np.random.default_rng(11)
+    block = WeightBlock(owner=2, host=1, layer="fc1", in_range=(16, 20), out_range=(3, 8), words=5 * 4)
+    weights = random_words(rng, (5, 4))
+    ram = ParamRam.from_block(block, init=weights)
+    assert (ram.banks, ram.rows, ram.words) == (1, 5, 4)
+    passes_before, passes_after = 3, 2
+    new_value = 1234
+    seen = {}
+
+    async def consumer(ctx):
+        rows = lambda payload: as_rows(payload)[0]
+        # Pause before the last beat of the last pass is taken: no new pass starts, the
+        # streamer goes idle, and the update writes a word.
+        seen["before"] = await get(ctx, ram.rows_out, 5 * passes_before - 1, rng, stall=0.4, decode=rows)
+        ctx.set(ram.pause, 1)
+        seen["before"] += await get(ctx, ram.rows_out, 1, rng, stall=0.4, decode=rows)
+        for _ in range(6):
+            await ctx.tick()
+        assert not ctx.get(ram.rows_busy)
+        ctx.set(ram.upd.addr, 2)
+        ctx.set(ram.upd.lane, 3)
+        ctx.set(ram.upd.value, new_value)
+        ctx.set(ram.upd.write, 1)
+        await ctx.tick()
+        ctx.set(ram.upd.write, 0)
+        ctx.set(ram.pause, 0)
+        seen["after"] = await get(ctx, ram.rows_out, 5 * passes_after, rng, stall=0.4, decode=rows)
+
+    simulate(ram, consumer, deadline=400)
+    assert seen["before"] == np.tile(weights, (passes_before, 1)).tolist()
+    weights[2, 3] = new_value
+    assert seen["after"] == np.tile(weights, (passes_after, 1)).tolist()
+
+
+def test_pause_lets_the_pass_in_progress_finish():
+    ram = ParamRam(banks=2, rows=3, words=1, init=np.arange(6).reshape(6, 1), stream_rows=True)
+    taken = []
+
+    async def bench(ctx):
+        ctx.set(ram.rows_out.ready, 1)
+        for cycle in range(12):
+            ctx.set(ram.pause, cycle >= 4)  # raised in the middle of the second pass
+            _, _, valid, payload = await ctx.tick().sample(ram.rows_out.valid, ram.rows_out.payload)
+            if valid:
+                taken.append(as_rows(payload))
+        assert not ctx.get(ram.rows_busy)
+
+    simulate(ram, bench, deadline=20)
+    assert taken == [[[0], [1]], [[2], [3]], [[4], [5]]] * 2
+
+
+def test_refuses_initial_weights_that_do_not_fit():
+    with pytest.raises(ValueError, match=r"param ram: initial weights of shape \(7, 9\) do not fit "
+                                         r"3 rows x 2 banks of 9 words"):
+        ParamRam(banks=2, rows=3, words=9, init=np.zeros((7, 9)))
+    with pytest.raises(ValueError, match="param ram: initial weight 40000 is outside the 16-bit"):
+        ParamRam(banks=1, rows=1, words=2, init=[[1, 40000]])

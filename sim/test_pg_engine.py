@@ -1,0 +1,303 @@
+"""GradientEngine: its products summed over pixels are tensor_ops.conv_weight_grad / bias_grad,
+bit for bit, with random stalls on all streams; and the engine feeding the gradient buffer."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment, Module, Mux, Signal, Value
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.grad_buffer import GradientBuffer, gradient_layout
+from hw.param_ram import ParamRam
+from hw.pg_engine import GradientEngine
+from mapping import numerics, tensor_ops
+from mapping.nodeconfig import Engine, Training
+from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.test_eb_engine import eb_slice
+from sim.test_grad_buffer import FORMATS, full_index, sgd
+from sim.test_param_ram import banked, layer_slice
+from sim.testbench import as_ints, get, put, simulate
+
+
+def random_problem(rng, *, in_channels, out_channels, kernel, size, stride, padding, samples, low=WORD_MIN,
+                   high=WORD_MAX):
+    """Per-sample activations (S, H, W) and output errors (O, OH, OW); sample 0 has extremes."""
+    out_size = (size + 2 * padding - kernel) // stride + 1
+    xs = [rng.integers(low, high + 1, (in_channels, size, size)) for _ in range(samples)]
+    errs = [rng.integers(low, high + 1, (out_channels, out_size, out_size)) for _ in range(samples)]
+    xs[0][:, 0, :] = low
+    errs[0][:, 0, :] = low
+    return xs, errs
+
+
+def pixel_inputs(xs, errs, kernel, stride, padding):
+    """The two input streams: windows (FP geometry) and error pixels, one each per output pixel."""
+    windows = [[int(v) for v in win.reshape(-1)]
+               for x in xs for row in tensor_ops.windows(x, kernel, stride, padding) for win in row]
+    pixels = [[int(v) for v in e[:, y, x]] for e in errs for y in range(e.shape[1]) for x in range(e.shape[2])]
+    assert len(windows) == len(pixels)
+    return windows, pixels
+
+
+def expected_beats(xs, errs, kernel, stride, padding, ces):
+    """Per output pixel (raster order) and group g: the products err[gP+p] * window, zero past O."""
+    beats, bias_beats = [], []
+    for x, e in zip(xs, errs):
+        oc = e.shape[0]
+        groups = -(-oc // ces)
+        padded = np.zeros((groups * ces,) + e.shape[1:], dtype=np.int64)
+        padded[:oc] = e
+        win = tensor_ops.windows(x, kernel, stride, padding)
+        for y in range(e.shape[1]):
+            for xx in range(e.shape[2]):
+                for g in range(groups):
+                    errors = padded[g * ces:(g + 1) * ces, y, xx]
+                    beats.append((g, np.outer(errors, win[y, xx].reshape(-1))))
+                    bias_beats.append((g, errors))
+    return beats, bias_beats
+
+
+def summed(beats, ces, out_channels):
+    """Sum beats into their rows: (O, ...) gradients, asserting the lanes past O stayed zero."""
+    groups = -(-out_channels // ces)
+    total = np.zeros((groups * ces,) + beats[0][1].shape[1:], dtype=np.int64)
+    for row, values in beats:
+        total[row * ces:(row + 1) * ces] += values
+    assert not total[out_channels:].any()
+    return total[:out_channels]
+
+
+@dataclass
+class Run:
+    grads: list       # (row, (P, words) array) per beat
+    bias_grads: list  # (row, (P,) array) per beat, or []
+    transfers: list   # clock edges (counted from 1) at which a grads beat was taken
+    latency: int
+    groups: int
+
+
+def run_engine(engine, windows, pixels, rng, stall=0.0):
+    beats = len(windows) * engine.groups
+    state = {"now": 0, "transfers": [], "bias": []}
+
+    def decode(payload):
+        return int(payload.row), np.array([as_ints(row) for row in payload.values], dtype=np.int64)
+
+    async def windows_in(ctx):
+        await put(ctx, engine.windows, windows, rng, stall)
+
+    async def errors_in(ctx):
+        await put(ctx, engine.errors, pixels, rng, stall)
+
+    async def grads_out(ctx):
+        state["grads"] = await get(ctx, engine.grads, beats, rng, stall, decode=decode)
+
+    async def bias_out(ctx):
+        state["bias"] = await get(ctx, engine.bias_grads, beats, rng, stall,
+                                  decode=lambda p: (int(p.row), np.array(as_ints(p.values), dtype=np.int64)))
+
+    async def clock(ctx):
+        async for _, _, valid, ready in ctx.tick().sample(engine.grads.valid, engine.grads.ready):
+            state["now"] += 1
+            if valid and ready:
+                state["transfers"].append(state["now"])
+
+    benches = [windows_in, errors_in, grads_out] + ([bias_out] if engine.bias else [])
+    deadline = int(beats / (1 - stall) ** 3 * 4) + engine.latency + 20
+    simulate(engine, *benches, processes=[clock], deadline=deadline)
+    return Run(state["grads"], state["bias"], state["transfers"], engine.latency, engine.groups)
+
+
+CORNERS = {
+    # name: (in_channels S, out_channels O, kernel, ces P, size H = W, stride, padding, bias)
+    "3x3-pad-o-not-multiple-of-p": (2, 5, 3, 2, 4, 1, 1, True),
+    "3x3-stride-2-unpadded": (1, 3, 3, 2, 5, 2, 0, False),
+    "3x3-stride-2-pad": (2, 4, 3, 4, 5, 2, 1, True),
+    "1x1-stride-1": (3, 7, 1, 3, 3, 1, 0, True),
+    "1x1-stride-2-pad": (1, 2, 1, 1, 4, 2, 1, False),
+}
+
+
+@pytest.mark.parametrize("name", CORNERS)
+def test_products_sum_to_conv_weight_grad_with_stalls(name):
+    s, o, kernel, ces, size, stride, padding, bias = CORNERS[name]
+    rng = np.random.default_rng(len(name))
+    xs, errs = random_problem(rng, in_channels=s, out_channels=o, kernel=kernel, size=size, stride=stride,
+                              padding=padding, samples=2)
+    engine = GradientEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, bias=bias)
+    run = run_engine(engine, *pixel_inputs(xs, errs, kernel, stride, padding), rng, stall=0.3)
+
+    want, want_bias = expected_beats(xs, errs, kernel, stride, padding, ces)
+    assert [row for row, _ in run.grads] == [row for row, _ in want]
+    for (_, got), (_, values) in zip(run.grads, want):
+        np.testing.assert_array_equal(got, values)
+    dw = sum(tensor_ops.conv_weight_grad(x, e, kernel, stride, padding) for x, e in zip(xs, errs))
+    np.testing.assert_array_equal(summed(run.grads, ces, o).reshape(dw.shape), dw)
+    if bias:
+        assert [row for row, _ in run.bias_grads] == [row for row, _ in want_bias]
+        db = sum(tensor_ops.bias_grad(e) for e in errs)
+        np.testing.assert_array_equal(summed(run.bias_grads, ces, o), db)
+
+
+def test_one_beat_per_cycle_with_continuous_input():
+    rng = np.random.default_rng(4)
+    xs, errs = random_problem(rng, in_channels=2, out_channels=5, kernel=3, size=3, stride=1, padding=1,
+                              samples=2)
+    engine = GradientEngine(in_channels=2, out_channels=5, kernel=3, ces=2, bias=True)
+    run = run_engine(engine, *pixel_inputs(xs, errs, 3, 1, 1), rng)
+    beats = len(run.grads)
+    assert beats == 2 * 9 * 3
+    assert run.transfers == list(range(run.latency + 1, run.latency + 1 + beats))
+
+
+class RowSerializer(wiring.Component):
+    """Adapter: a PG beat (group g, P rows) -> up to P gradient-buffer beats (row gP+p, 48-bit terms).
+
+    Rows past O are skipped. One row per cycle, so the engine runs at 1/P of its rate
+    behind it: the GradientBuffer adds one row per cycle.
+    """
+
+    def __init__(self, in_layout, out_channels, ces, words):
+        self.out_channels, self.ces, self.words = out_channels, ces, words
+        super().__init__({
+            "i": In(stream.Signature(in_layout)),
+            "o": Out(stream.Signature(gradient_layout(out_channels, words))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = Signal(range(self.ces))
+        row = Signal(range(self.ces * -(-self.out_channels // self.ces)))
+        last = Signal()
+        m.d.comb += [row.eq(self.i.payload.row * self.ces + p),
+                     last.eq((p == self.ces - 1) | (row == self.out_channels - 1))]
+        bits = Value.cast(self.i.payload.values).word_select(p, len(Value.cast(self.i.payload.values)) // self.ces)
+        width = len(bits) // self.words
+        m.d.comb += [
+            self.o.valid.eq(self.i.valid),
+            self.o.payload.row.eq(row),
+            self.i.ready.eq(self.o.ready & last),
+        ]
+        m.d.comb += [self.o.payload.values[j].eq(bits[j * width:(j + 1) * width].as_signed())
+                     for j in range(self.words)]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += p.eq(Mux(last, 0, p + 1))
+        return m
+
+
+class EngineWithBuffers(wiring.Component):
+    """GradientEngine -> RowSerializer -> GradientBuffer -> ParamRam, for weights and biases."""
+
+    def __init__(self, engine, weights_gb, weights_ram, bias_gb, bias_ram):
+        self.engine = engine
+        self.parts = [(weights_gb, weights_ram, engine.grads, engine.words),
+                      (bias_gb, bias_ram, engine.bias_grads, 1)]
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = self.engine
+        for n, (gb, ram, source, words) in enumerate(self.parts):
+            adapter = RowSerializer(source.payload.shape(), self.engine.out_channels, self.engine.ces, words)
+            m.submodules[f"adapter{n}"], m.submodules[f"gb{n}"], m.submodules[f"ram{n}"] = adapter, gb, ram
+            wiring.connect(m, source, adapter.i)
+            wiring.connect(m, adapter.o, gb.i)
+            wiring.connect(m, gb.upd, ram.upd)
+        return m
+
+
+def test_engine_feeds_the_gradient_buffers_of_weights_and_biases():
+    """A mini-batch of two samples through PG and the LGB/BGB, then the SGD update, bit for bit."""
+    rng = np.random.default_rng(9)
+    s_range, o_range, in_total, out_total = (1, 3), (2, 7), 4, 9  # slice offsets: global indices matter
+    s, o = s_range[1] - s_range[0], o_range[1] - o_range[0]
+    kernel, ces, size, stride, padding, batch = 3, 2, 4, 2, 1, 6
+    sl = layer_slice(in_channels=s_range, out_channels=o_range, kernel=kernel, ces=ces, in_total=in_total,
+                     out_total=out_total, position=2, mode="ocp")
+    training = Training(batch=2, lr=0.1, lr_constant=3000, bias_lr_constant=900)
+    # Words of +-2**8 keep the steps gsum * lr >> shift inside the word range, so rounding decides.
+    xs, errs = random_problem(rng, in_channels=s, out_channels=o, kernel=kernel, size=size, stride=stride,
+                              padding=padding, samples=2, low=-256, high=255)
+    weights = rng.integers(WORD_MIN, WORD_MAX + 1, (o, s, kernel, kernel))
+    biases = rng.integers(WORD_MIN, WORD_MAX + 1, (o, 1))
+    engine = GradientEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, bias=True)
+    gbs = [GradientBuffer.from_slice(sl, FORMATS, training), GradientBuffer.from_slice(sl, FORMATS, training,
+                                                                                        bias=True)]
+    rams = [ParamRam.from_slice(sl, init=weights), ParamRam(banks=ces, rows=gbs[1].rows, words=1, init=biases)]
+    dut = EngineWithBuffers(engine, gbs[0], rams[0], gbs[1], rams[1])
+    windows, pixels = pixel_inputs(xs, errs, kernel, stride, padding)
+    rows = len(pixels) * o  # gradient-buffer beats of each buffer
+    got = []
+
+    async def windows_in(ctx):
+        await put(ctx, engine.windows, windows, rng, 0.3)
+
+    async def errors_in(ctx):
+        await put(ctx, engine.errors, pixels, rng, 0.3)
+
+    async def control(ctx):
+        accepted = [0, 0]
+        while accepted != [rows, rows]:
+            _, _, *flags = await ctx.tick().sample(*(x for gb in gbs for x in (gb.i.valid, gb.i.ready)))
+            accepted = [a + (flags[2 * n] and flags[2 * n + 1]) for n, a in enumerate(accepted)]
+        for gb in gbs:
+            ctx.set(gb.update, 1)
+            ctx.set(gb.batch, batch)
+        await ctx.tick()
+        for gb in gbs:
+            ctx.set(gb.update, 0)
+        while any(ctx.get(gb.busy) for gb in gbs):
+            await ctx.tick()
+        for ram in rams:
+            contents = []
+            for addr in range(ram.rows):
+                ctx.set(ram.a.weight_addr, addr)
+                ctx.set(ram.a.weight_en, 1)
+                await ctx.tick()
+                contents.append([as_ints(row) for row in ctx.get(ram.a.weight_data)])
+            ctx.set(ram.a.weight_en, 0)
+            got.append(np.array(contents))
+
+    simulate(dut, windows_in, errors_in, control, deadline=4000)
+
+    dw = sum(tensor_ops.conv_weight_grad(x, e, kernel, stride, padding) for x, e in zip(xs, errs))
+    db = sum(tensor_ops.bias_grad(e) for e in errs).reshape(o, 1)
+    tensor = numerics.tensor_id(2, numerics.WEIGHT_UPDATE)
+    index = full_index(out_total, in_total, kernel, o_range, s_range)
+    want_w = sgd(weights.reshape(o, -1), dw.reshape(o, -1), 3000, FORMATS.weight_update_shift, tensor, batch,
+                 index)
+    bias_index = np.arange(*o_range, dtype=np.uint64).reshape(-1, 1)
+    want_b = sgd(biases, db, 900, FORMATS.bias_update_shift, numerics.tensor_id(2, numerics.BIAS_UPDATE),
+                 batch, bias_index)
+    np.testing.assert_array_equal(got[0], banked(want_w, ces, rams[0].rows))
+    np.testing.assert_array_equal(got[1], banked(want_b, ces, rams[1].rows))
+    # The steps were rounded, not saturated, and the update changed most words.
+    assert (want_w != weights.reshape(o, -1)).mean() > 0.5 and (want_b != biases).mean() > 0.5
+    assert WORD_MIN < want_w.min() and want_w.max() < WORD_MAX
+
+
+def multipliers(engine):
+    return sum(name.startswith("mult_") for _, name, _ in Fragment.get(engine, None).subfragments)
+
+
+def test_from_slice_reads_the_pg_engine_and_bias_ownership():
+    engine = GradientEngine.from_slice(eb_slice(last=True))
+    assert (engine.in_channels, engine.out_channels, engine.kernel, engine.ces, engine.groups) == (3, 10, 3, 4, 3)
+    assert multipliers(engine) == engine.multipliers == eb_slice().pg.multipliers == 4 * 3 * 9
+    # Biases belong to the last node of an ICP layer and to every OCP node.
+    assert "bias_grads" in engine.signature.members
+    before_last = GradientEngine.from_slice(eb_slice(last=False))
+    assert "bias_grads" not in before_last.signature.members and multipliers(before_last) == 4 * 3 * 9
+    ocp = GradientEngine.from_slice(eb_slice(mode="ocp", in_range=(0, 8), out_range=(2, 5),
+                                             pg=Engine(ces=2, tiles=8, kernel=3)))
+    assert "bias_grads" in ocp.signature.members and multipliers(ocp) == 2 * 8 * 9
+    with pytest.raises(ValueError, match=r"gradient engine: layer conv2 has a PG engine of 4 CEs of 2 tiles "
+                                         r"of 3x3, but its slice needs 3 tiles \(one per input channel\)"):
+        GradientEngine.from_slice(eb_slice(pg=Engine(ces=4, tiles=2, kernel=3)))
+
+
+def test_refuses_zero_ces():
+    with pytest.raises(ValueError, match="gradient engine: ces = 0 must be at least 1"):
+        GradientEngine(in_channels=2, out_channels=3, kernel=3, ces=0)

@@ -1,0 +1,198 @@
+"""SFU forward (bias, rounding, ReLU, max-pool) and backward (error routing) against the golden ops.
+
+Every test runs both directions at once, several samples back to back, with random
+stalls on all four streams; the bias comes from a ParamRam through the SFU's read port.
+"""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+
+from hw.param_ram import ParamRam
+from hw.sfu import SFU
+from mapping import numerics, tensor_ops
+from mapping.nodeconfig import Engine, LayerSlice, Pool
+from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.testbench import as_ints, get, put, simulate
+
+FORMATS = numerics.Formats()
+BIAS_SHIFT = FORMATS.act_frac + FORMATS.weight_frac - FORMATS.bias_frac
+
+
+def conv_slice(**fields):
+    """A LayerSlice of a 3x3 conv layer (tiny's conv2 geometry unless overridden)."""
+    base = dict(layer="conv2", position=3, kind="conv", mode="icp", in_shape=(4, 4, 4),
+                out_shape=(8, 4, 4), kernel=3, stride=1, padding=1, bias=True, relu=True,
+                pool=Pool(2, 2), in_range=(0, 4), out_range=(0, 8), first=True, last=True,
+                needs_eb=True, fp=Engine(3, 4, 3), eb=Engine(2, 8, 3), pg=Engine(1, 1, 3),
+                act_ram_words=0, line_buffer_words=0, pab_words=0, lgb_words=0,
+                weights_offchip=False)
+    return LayerSlice(**(base | fields))
+
+
+def golden(sfu, acc, bias, errors, sample):
+    """Forward words (pooled) and backward errors (conv-output shape) of one sample."""
+    oc, h, w = acc.shape
+    if bias is not None:
+        acc = acc + (bias << BIAS_SHIFT)[:, None, None]
+    index = np.arange(acc.size, dtype=np.uint64).reshape(acc.shape) + sfu.channel_base * h * w
+    pre = numerics.requantize(acc, FORMATS.fp_shift, FORMATS.seed, sfu.tensor, sample, index)
+    act = tensor_ops.relu_forward(pre) if sfu.relu else pre
+    if sfu.k > 1:
+        out, argmax = tensor_ops.maxpool_forward(act, sfu.k, sfu.k)
+        err = numerics.saturate(tensor_ops.maxpool_backward(errors, argmax, act.shape))
+    else:
+        out, err = act, errors
+    if sfu.relu:
+        err = tensor_ops.relu_backward(err, pre)
+    return out, err
+
+
+def psum_beats(sfu, acc):
+    """A conv output (OC, H, W) as partial-sum beats: per pixel G beats of P lanes, zero past OC."""
+    oc, h, w = acc.shape
+    lanes = np.zeros((h, w, sfu.groups * sfu.lanes), dtype=np.int64)
+    lanes[:, :, :oc] = acc.transpose(1, 2, 0)
+    return [{"values": [int(v) for v in lanes[y, x, g * sfu.lanes:(g + 1) * sfu.lanes]]}
+            for y in range(h) for x in range(w) for g in range(sfu.groups)]
+
+
+def pixels(t):
+    return [[int(v) for v in t[:, y, x]] for y in range(t.shape[1]) for x in range(t.shape[2])]
+
+
+def run(sfu, accs, bias, errors, sample_base, rng, stall, eb_delay=0):
+    top = Module()
+    top.submodules.sfu = sfu
+    if bias is not None:
+        ram = top.submodules.bias = ParamRam(banks=sfu.lanes, rows=sfu.groups, words=1, init=bias[:, None])
+        wiring.connect(top, sfu.bias, ram.a)
+    n, (oc, ph, pw), (h, w) = len(accs), sfu.out_shape, (sfu.height, sfu.width)
+    out, levels = {}, []
+
+    async def forward_in(ctx):
+        ctx.set(sfu.sample_base, sample_base)
+        await put(ctx, sfu.fp_in, [b for a in accs for b in psum_beats(sfu, a)], rng, stall)
+
+    async def forward_out(ctx):
+        out["fp"] = await get(ctx, sfu.fp_out, n * ph * pw, rng, stall, decode=as_ints)
+
+    async def backward_in(ctx):
+        for _ in range(eb_delay):
+            await ctx.tick()
+        await put(ctx, sfu.eb_in, [p for e in errors for p in pixels(e)], rng, stall)
+
+    async def backward_out(ctx):
+        out["eb"] = await get(ctx, sfu.eb_out, n * h * w, rng, stall, decode=as_ints)
+
+    async def monitor(ctx):
+        while "eb" not in out or "fp" not in out:
+            if sfu.mask_bits:
+                levels.append(ctx.get(sfu.mask_level))
+            await ctx.tick()
+
+    simulate(top, forward_in, forward_out, backward_in, backward_out, monitor,
+             deadline=n * h * w * sfu.groups * 4 + 300 + eb_delay)
+    fp = np.array(out["fp"], dtype=np.int64).reshape(n, ph, pw, oc).transpose(0, 3, 1, 2)
+    eb = np.array(out["eb"], dtype=np.int64).reshape(n, h, w, oc).transpose(0, 3, 1, 2)
+    return fp, eb, levels
+
+
+def check(seed, *, oc, h, w, lanes, relu=True, pool=None, bias=True, samples=3, sample_base=0,
+          channel_base=0, in_flight=1, stall=0.3, eb_delay=0, sfu=None):
+    rng = np.random.default_rng(seed)
+    sfu = sfu or SFU(out_channels=oc, height=h, width=w, lanes=lanes, position=2, formats=FORMATS,
+                     bias=bias, relu=relu, pool=pool, channel_base=channel_base,
+                     samples_in_flight=in_flight)
+    _, ph, pw = sfu.out_shape
+    # Conv sums around the word range after the shift: most round, some saturate both ways.
+    span = 1 << (FORMATS.fp_shift + numerics.WORD_BITS)
+    accs = rng.integers(-span, span, (samples, oc, h, w))
+    accs[:, :, ::3] //= 1 << 20  # small values too, and exact ties with ReLU at 0
+    bias_words = rng.integers(WORD_MIN, WORD_MAX + 1, oc) if bias else None
+    errors = rng.integers(WORD_MIN, WORD_MAX + 1, (samples, oc, ph, pw))
+    fp, eb, levels = run(sfu, accs, bias_words, errors, sample_base, rng, stall, eb_delay)
+    for n in range(samples):
+        want_fp, want_eb = golden(sfu, accs[n], bias_words, errors[n], (sample_base + n) & 0xFFFFFFFF)
+        np.testing.assert_array_equal(fp[n], want_fp, err_msg=f"forward, sample {n}")
+        np.testing.assert_array_equal(eb[n], want_eb, err_msg=f"backward, sample {n}")
+    if levels:
+        assert max(levels) <= sfu.mask_depth
+    return fp, eb, levels
+
+
+@pytest.mark.parametrize("case", [
+    dict(oc=5, h=6, w=6, lanes=2, pool=Pool(2, 2)),                    # G = 3, OC not a multiple of P
+    dict(oc=3, h=5, w=7, lanes=4, pool=Pool(2, 2), in_flight=2),      # odd map: last row/column in no window
+    dict(oc=4, h=6, w=6, lanes=4, pool=Pool(3, 3), bias=False),       # 3x3 windows
+    dict(oc=2, h=4, w=2, lanes=2, pool=Pool(2, 2)),                    # one window wide: band read = write
+    dict(oc=4, h=5, w=3, lanes=3, pool=None),                         # ReLU only
+    dict(oc=3, h=4, w=4, lanes=2, relu=False, pool=Pool(2, 2)),       # pool without ReLU
+    dict(oc=10, h=1, w=1, lanes=4, relu=False, bias=True),            # fully connected output: no masks
+    dict(oc=3, h=4, w=4, lanes=2, pool=Pool(2, 2), channel_base=5,    # OCP slice: global channel index,
+         sample_base=(1 << 32) - 2),                                  # sample number wrapping 32 bits
+])
+def test_forward_and_backward_match_golden(case):
+    check(sum(map(ord, str(case))), **case)
+
+
+def test_masks_route_errors_where_relu_and_pool_let_them():
+    """The backward output is not trivially zero or dense: routing really depends on the masks."""
+    _, eb, _ = check(11, oc=4, h=4, w=4, lanes=2, pool=Pool(2, 2), samples=2, stall=0.0)
+    nonzero = (eb != 0).reshape(2, 4, 2, 2, 2, 2).sum(axis=(3, 5))  # per pooled window
+    assert nonzero.max() == 1 and nonzero.min() == 0
+
+
+def test_forward_waits_for_backward_when_the_masks_fill():
+    """Errors arrive only after a long delay: the mask FIFO fills to its depth (two samples),
+    the forward stops there instead of overwriting masks, and everything is still exact."""
+    _, _, levels = check(12, oc=3, h=4, w=6, lanes=2, pool=Pool(2, 2), samples=4, in_flight=2,
+                         eb_delay=400, stall=0.2)
+    assert max(levels) == 2 * 2 * 3
+
+
+def test_from_slice_of_an_ocp_slice():
+    """An OCP slice finishing output channels 3..5 of 8: global channel numbers in the noise index."""
+    layer = conv_slice(mode="ocp", out_range=(3, 6), fp=Engine(2, 4, 3))
+    sfu = SFU.from_slice(layer, FORMATS, samples_in_flight=2)
+    assert (sfu.out_channels, sfu.lanes, sfu.groups, sfu.channel_base) == (3, 2, 2, 3)
+    assert sfu.out_shape == (3, 2, 2) and sfu.tensor == numerics.tensor_id(3, numerics.FP_OUT)
+    check(13, oc=3, h=4, w=4, lanes=2, sfu=sfu, samples=2)
+
+
+def test_full_rate_without_stalls():
+    """G = 1: one conv pixel per cycle forward (plus the rounder's latency), masks not limiting."""
+    sfu = SFU(out_channels=3, height=8, width=8, lanes=4, position=0, formats=FORMATS, bias=False,
+              pool=Pool(2, 2), samples_in_flight=2)
+    cycles = {}
+    beats = psum_beats(sfu, np.ones((3, 8, 8), dtype=np.int64) << 12) * 2
+
+    async def producer(ctx):
+        await put(ctx, sfu.fp_in, beats)
+
+    async def consumer(ctx):
+        count = 0
+        ctx.set(sfu.fp_out.ready, 1)
+        for _ in range(2 * 16):
+            while not ctx.get(sfu.fp_out.valid):
+                await ctx.tick()
+                count += 1
+            await ctx.tick()
+            count += 1
+        cycles["n"] = count
+
+    simulate(sfu, producer, consumer, deadline=400)
+    assert cycles["n"] <= len(beats) + 12
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(pool=Pool(3, 2)), "max-pool kernel 3, stride 2, padding 0 is not supported"),
+    (dict(pool=Pool(2, 2, 1)), "max-pool kernel 2, stride 2, padding 1 is not supported"),
+    (dict(pool=Pool(8, 8)), "max-pool kernel 8 is larger than the 4 x 4 conv output"),
+    (dict(lanes=0), "lanes = 0 must be at least 1"),
+])
+def test_refuses_unsupported_configurations(kwargs, message):
+    args = dict(out_channels=2, height=4, width=4, lanes=2, position=0) | kwargs
+    with pytest.raises(ValueError, match=message):
+        SFU(**args)

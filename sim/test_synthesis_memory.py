@@ -1,0 +1,104 @@
+"""Yosys maps the memory blocks to block RAM, in exactly the number of blocks width x depth predicts.
+
+Prediction: the cheapest single shape of the family's 18 Kb block (RAMB36 counts as two)
+that the memory's ports allow, ``ceil(width / shape width) * ceil(depth / shape depth)``.
+A 16-bit word written on its own takes two 9-bit bytes (byte enables), so a ParamRam
+row of n words is 18n bits wide. True dual-port shapes go up to 18 bits (36 for
+RAMB36); only simple dual-port memories (one read, one write port) may use 36 (72).
+"""
+
+import math
+import re
+
+import pytest
+from amaranth.back import rtlil
+
+from hw.act_ram import ActRam
+from hw.grad_buffer import GradientBuffer
+from hw.param_ram import ParamRam
+from hw.synth import synthesize_rtlil
+
+# (width, depth, 18 Kb units, simple-dual-port only)
+SHAPES = {
+    "ecp5": [(w, 16384 // w if w < 9 else 18432 // w, 1, False) for w in (1, 2, 4, 9, 18)]
+            + [(36, 512, 1, True)],
+    "xc7": [(w, 16384 // w if w < 9 else 18432 // w, 1, False) for w in (1, 2, 4, 9, 18)]
+           + [(36, 512, 1, True)]
+           + [(w, 32768 // w if w < 9 else 36864 // w, 2, False) for w in (1, 2, 4, 9, 18, 36)]
+           + [(72, 512, 2, True)],
+}
+
+
+def predicted_blocks(family, width, depth, true_dual_port):
+    return min(math.ceil(width / w) * math.ceil(depth / d) * units
+               for w, d, units, sdp_only in SHAPES[family] if not (sdp_only and true_dual_port))
+
+
+def synthesize(dut, family, tmp_path):
+    """hw.synth on ``dut``, with Amaranth's per-element wire names made bracket-free.
+
+    Amaranth names the elements of array-shaped signals ``x[0]``, ``x[1]``...; Yosys's
+    ABC9 re-integration names bits the same way and stops on the clash
+    (YosysHQ/yosys#4349). Renaming the debug aliases changes nothing else.
+    """
+    text = rtlil.convert(dut, name="top")
+    text = re.sub(r"\\\S+", lambda name: name.group(0).replace("[", "(").replace("]", ")"), text)
+    (tmp_path / "top.il").write_text(text)
+    return synthesize_rtlil(tmp_path / "top.il", family, tmp_path)
+
+
+def bram_cells(result):
+    return {cell: n for cell, n in result.cells.items() if cell.startswith(("DP16KD", "RAMB"))}
+
+
+@pytest.mark.parametrize("family", ["ecp5", "xc7"])
+def test_act_ram_16_channels_1024_deep(family, tmp_path):
+    result = synthesize(ActRam(channels=16, depth=1024), family, tmp_path)
+    # 256 bits x 1024: fifteen 1K x 18 blocks (sixteen 512 x 36 ones would cost more).
+    assert result.bram == predicted_blocks(family, 16 * 16, 1024, False) == 15
+    assert bram_cells(result) == ({"DP16KD": 15} if family == "ecp5" else {"RAMB18E1": 15})
+    # Only the pointers, the two counters and the valid bit are flip-flops: data stays in the RAM.
+    assert result.ff == 10 + 10 + 11 + 11 + 1
+
+
+def test_act_ram_odd_width_and_depth(tmp_path):
+    result = synthesize(ActRam(channels=3, depth=700), "ecp5", tmp_path)
+    assert result.bram == predicted_blocks("ecp5", 3 * 16, 700, False) == 3
+
+
+@pytest.mark.parametrize("family", ["ecp5", "xc7"])
+def test_lpram_true_dual_port(family, tmp_path):
+    # P = 2 banks of 3x3 kernels for one input channel: 18 words per address, 512 addresses.
+    result = synthesize(ParamRam(banks=2, rows=512, words=9), family, tmp_path)
+    assert result.bram == predicted_blocks(family, 2 * 9 * 18, 512, True) == 18
+    assert bram_cells(result) == ({"DP16KD": 18} if family == "ecp5" else {"RAMB36E1": 9})
+    if family == "ecp5":
+        # Both read registers, their hold and the word writes are the DP16KD's own. (On
+        # xc7 a port has one enable for reads and writes, so Yosys emulates port B's
+        # hold through writes with a register per bit.)
+        assert result.ff == 0
+
+
+def test_lpram_wide_rows(tmp_path):
+    # 4 input channels x 3x3: 36 words per row, one DP16KD column per word.
+    result = synthesize(ParamRam(banks=1, rows=100, words=36), "ecp5", tmp_path)
+    assert result.bram == predicted_blocks("ecp5", 36 * 18, 100, True) == 36
+
+
+def test_bpram_with_row_stream(tmp_path):
+    result = synthesize(ParamRam(banks=1, rows=512, words=9, stream_rows=True), "ecp5", tmp_path)
+    assert result.bram == predicted_blocks("ecp5", 9 * 18, 512, True) == 9
+
+
+@pytest.mark.parametrize("family, out_channels", [
+    ("ecp5", 64),
+    pytest.param("xc7", 512, marks=pytest.mark.slow),  # deep enough not to become LUT RAM
+])
+def test_gradient_buffer_accumulator_and_update_multipliers(family, out_channels, tmp_path):
+    gb = GradientBuffer(out_channels=out_channels, in_channels=1, kernel=3, banks=2, shift=24, lr=3000,
+                        seed=1, tensor=2, family=family)
+    result = synthesize(gb, family, tmp_path)
+    # Sums: 9 x 48 = 432 bits per row, one read and one write port: 512 x 36 (x72) shapes.
+    assert result.bram == predicted_blocks(family, 9 * 48, out_channels, False) == 12
+    # gsum (48 bits) x lr: three 18 x 17 multipliers.
+    assert result.dsp == 3
