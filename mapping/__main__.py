@@ -11,7 +11,7 @@ from pathlib import Path
 from .cluster import Cluster, parse_cluster
 from .errors import SpecError, run_cli
 from .mapper import map_network
-from . import plots, report
+from . import network as network_mod, plots, report
 
 
 def _sizes(text):
@@ -29,7 +29,7 @@ def _sizes(text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m mapping", description=__doc__.splitlines()[0])
-    parser.add_argument("--network", default="vgg16", help="zoo name, alexnet-ungrouped, or .toml/.json")
+    parser.add_argument("--network", default="vgg16", help="zoo name or .toml/.json file")
     parser.add_argument("--cluster", default="vc709:15", help="e.g. vc709:15, vc709:15@150, or a file")
     parser.add_argument("--out", default="mapping-out", help="directory for mapping.json and plots")
     parser.add_argument("--sizes", help="sweep cluster sizes FIRST:LAST[:STEP] of the cluster's device")
@@ -40,7 +40,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     sizes = _sizes(args.sizes) if args.sizes else None
-    network = report.get_network(args.network)
+    network = network_mod.get(args.network)
     cluster = parse_cluster(args.cluster)
     if args.link_gbps is not None:
         if not args.link_gbps > 0:

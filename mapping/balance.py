@@ -19,6 +19,9 @@ Non-movable, sized by the partitioner:
 - SFU masks, on the node that finishes an output channel: one ReLU bit per conv
   output and a pooling argmax index per pooled output, for ``fp_stale`` samples.
 - biases (16 bit) and their 48-bit gradient accumulators, on the SFU node.
+- FC slices with weights in DRAM: the input and output-error vectors of the
+  mini-batch (``B * (S + O)`` words, ``b`` and ``P`` wide), from which the weight
+  gradient is formed once per mini-batch (mapping/perf.py, FC dataflow).
 
 Movable (weights):
 
@@ -46,12 +49,17 @@ gradients back (48-bit words), see :mod:`mapping.perf`.
 """
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 import math
 
+from . import resources
 from .errors import SpecError
 from .nodeconfig import WeightBlock
 from .numerics import ACC_BITS, WORD_BITS
-from .resources import MemoryCost, memory_cost
+from .resources import MemoryCost
+
+# The partitioner prices the same few memory shapes tens of thousands of times.
+memory_cost = lru_cache(maxsize=1 << 16)(resources.memory_cost)
 
 # Output pixels PG sums in its DSP accumulators per LGB read-modify-write.
 PG_STRIP = 16
@@ -63,7 +71,7 @@ BLOCK_DEPTH = 512
 LINK_LATENCY_CYCLES = 128
 
 
-def _mask_bits(plan, out_channels):
+def mask_bits(plan, out_channels):
     """SFU mask bits of one sample for ``out_channels`` output channels."""
     _, oh, ow = plan.out_shape
     bits = out_channels * oh * ow if plan.relu else 0
@@ -83,7 +91,8 @@ class FixedWords:
     cost: MemoryCost
 
 
-def fixed_buffers(plan, units, shape, fp_stale, family, *, first, last, latency_cycles):
+def fixed_buffers(plan, units, shape, fp_stale, family, *, first, last, latency_cycles,
+                  gradient_batch=0):
     c_in, h, w = plan.in_shape
     oc, oh, ow = plan.out_shape
     k, p = plan.kernel, plan.padding
@@ -116,17 +125,22 @@ def fixed_buffers(plan, units, shape, fp_stale, family, *, first, last, latency_
         pab_words = c_in * (w + lag)
         cost += memory_cost(shape.b * ACC_BITS, (w + lag) * shape.v, family)
 
+    if gradient_batch:  # FC weights in DRAM: the mini-batch's vectors form the gradient
+        cost += memory_cost(shape.b * WORD_BITS, gradient_batch * shape.v, family) + \
+            memory_cost(shape.P * WORD_BITS, gradient_batch * shape.u, family)
+
     if last or not icp:  # this node runs the SFU of its output channels
-        cost += memory_cost(WORD_BITS, math.ceil(fp_stale * _mask_bits(plan, o_out) / WORD_BITS), family)
+        cost += memory_cost(WORD_BITS, math.ceil(fp_stale * mask_bits(plan, o_out) / WORD_BITS), family)
         if plan.bias:
             cost += memory_cost(WORD_BITS, o_out, family) + memory_cost(ACC_BITS, o_out, family)
     return FixedWords(act_words, lb_words, pab_words, cost)
 
 
-def fixed_memory(plan, units, shape, fp_stale, family, *, first, last, latency_cycles):
-    """Cost of the non-movable buffers; FC slices with weights off chip keep the same ones."""
+def fixed_memory(plan, units, shape, fp_stale, family, *, first, last, latency_cycles,
+                 gradient_batch=0):
+    """Cost of the non-movable buffers."""
     return fixed_buffers(plan, units, shape, fp_stale, family, first=first, last=last,
-                         latency_cycles=latency_cycles).cost
+                         latency_cycles=latency_cycles, gradient_batch=gradient_batch).cost
 
 
 def _weight_cost(sl_plan, shape, rows, family, remote_rows=0, depth_cap=None):
@@ -248,7 +262,7 @@ def balance(slices, node_budgets, fixed, family_of, describe):
             sl = max(gains.values(), key=lambda g: g[0])[1]
             host = _nearest_host(sl, owner, node_budgets, hosted, usage, family_of)
             if host is None:
-                _refuse(slices, node_budgets, owner, usage(owner), describe)
+                _refuse(slices, node_budgets, owner, now, describe, homeless=sl)
             local = sl.out_channels - sl.remote_rows
             fam = family_of(host)
             host_fixed = usage(host) - hosted_memory(hosted[host], fam).bram_blocks
@@ -286,15 +300,31 @@ def _nearest_host(sl, owner, node_budgets, hosted, usage, family_of):
     return None
 
 
-def _refuse(slices, node_budgets, owner, used, describe):
+def _refuse(slices, node_budgets, owner, used, describe, homeless=None):
+    """Refuse a node over budget: no host has room for a row of ``homeless``, or (None)
+    moving rows away would not free memory."""
     budget = node_budgets[owner]
-    mine = [s for s in slices if s.node == owner]
-    biggest = max(mine, key=lambda s: s.weight_words, default=None)
-    what = f"; its largest layer slice is '{biggest.plan.name}' with {biggest.weight_words:,} weights" \
-        if biggest else ""
+    head = (f"{describe()}: node {owner} ({budget.device.name}) needs {used} blocks of 18 Kb but has "
+            f"{budget.blocks} usable")
+    if homeless is not None:
+        raise SpecError(
+            f"{head}, and no other node has room for one more weight row of its layer "
+            f"'{homeless.plan.name}' ({homeless.row_words:,} 16-bit weights and their 48-bit "
+            f"gradient sums)")
+    mine = [s for s in slices if s.node == owner and not s.offchip]
+    movable = [s for s in mine if s.out_channels > s.remote_rows]
+    if not movable:
+        sums = sum(s.remote_rows * s.plan.out_pixels for s in mine)
+        raise SpecError(f"{head}, and every weight row it could move already lives on other nodes: "
+                        f"their {sums:,} 48-bit partial sums and its activation and line buffers "
+                        f"exceed the budget")
+    sl = max(movable, key=lambda s: s.weight_words)
+    lo, hi = sl.in_range
+    _, oh, ow = sl.plan.out_shape
     raise SpecError(
-        f"{describe()}: node {owner} ({budget.device.name}) needs {used} blocks of 18 Kb but has "
-        f"{budget.blocks} usable, and no other node has room for its weights{what}")
+        f"{head}, and moving weight rows to other nodes frees nothing: a row of layer "
+        f"'{sl.plan.name}' (input channels {lo}:{hi}, {sl.row_words:,} weights) used from another "
+        f"node needs {oh * ow:,} 48-bit partial sums of its {oh}x{ow} outputs here")
 
 
 def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc):

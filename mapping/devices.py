@@ -20,6 +20,10 @@ the vendor gives a per-package figure. Units:
   entry says why.
 - ``dram_gb``: off-chip memory on the board; FPDeep keeps convolution layers
   entirely on chip, so this only matters for baselines and FC weights.
+- ``dram_gbps``: peak bandwidth of the board's DRAM interfaces the fabric can
+  reach (Gb/s, both directions together: a DDR bus is half duplex), bus width x
+  transfer rate; 0 without DRAM. The mapping streams fully connected weights
+  through it (mapping/partition.py).
 """
 
 from dataclasses import dataclass
@@ -47,7 +51,13 @@ class Device:
     clock_mhz: float
     link_gbps: float       # to one neighbour, one direction
     dram_gb: float
+    dram_gbps: float       # DRAM bandwidth, 0 without DRAM
     source: str
+
+    def __post_init__(self):
+        if (self.dram_gb > 0) != (self.dram_gbps > 0):
+            raise ValueError(f"device {self.name}: dram_gb={self.dram_gb} and dram_gbps={self.dram_gbps} "
+                             f"disagree on whether it has DRAM")
 
     @property
     def bram_bits(self):
@@ -88,6 +98,7 @@ _DEVICES = [
         # 6 x 28 Gb/s transceivers (150 Gb/s per link), which the VC709's 13.1 Gb/s
         # GTH cannot reach: ask for it explicitly with "vc709:N@150".
         link_gbps=20.0, dram_gb=8.0,
+        dram_gbps=2 * 64 * 1.866,  # two DDR3-1866 64-bit SODIMMs (UG887)
         source="Xilinx DS180 7 Series FPGAs Overview, Virtex-7 XT device table ( 433,200 LUTs, "
                "866,400 FFs, 3,600 DSP48E1, 1,470 RAMB36 = 52,920 Kb) and package table "
                "(FFG1761: 36 GTH, 13.1 Gb/s); UG887 VC709 board user guide (2 x 4 GB DDR3 "
@@ -102,7 +113,7 @@ _DEVICES = [
         clock_mhz=100.0,
         # the EVN brings all four 5 Gb/s 8b/10b SERDES channels out to SMA
         # connectors: two per neighbour = 2 * 5 * 0.8 = 8 Gb/s.
-        link_gbps=8.0, dram_gb=0.0,
+        link_gbps=8.0, dram_gb=0.0, dram_gbps=0.0,
         source="Lattice FPGA-DS-02012 ECP5 and ECP5-5G Family Data Sheet, Table 1.1 "
                "(84K LUTs = 41,820 slices x 2 LUT4 + 2 FF, 208 sysMEM 18 Kb blocks = "
                "3,744 Kb, 156 18x18 multipliers, 2 duals / 4 SERDES channels at 5 Gb/s "
@@ -116,6 +127,7 @@ _DEVICES = [
         # the Versa brings out two channels (SMA pair, PCIe x1 edge): one 5 Gb/s
         # 8b/10b lane per neighbour = 4 Gb/s.
         link_gbps=4.0, dram_gb=0.125,
+        dram_gbps=16 * 0.8,  # one x16 DDR3 at 800 Mb/s per pin, the ECP5 DDR3 limit
         source="Lattice FPGA-DS-02012 ECP5 and ECP5-5G Family Data Sheet, Table 1.1 "
                "(44K LUTs = 21,924 slices, 108 sysMEM 18 Kb blocks = 1,944 Kb, 72 18x18 "
                "multipliers, 2 duals / 4 SERDES channels at 5 Gb/s; nextpnr-ecp5: 21,924 "
@@ -127,7 +139,7 @@ _DEVICES = [
         transceivers=2, transceiver_gbps=5.0,
         clock_mhz=100.0,  # as for the 85F
         # one dual (two channels): one 5 Gb/s 8b/10b lane per neighbour.
-        link_gbps=4.0, dram_gb=0.0,
+        link_gbps=4.0, dram_gb=0.0, dram_gbps=0.0,
         source="Lattice FPGA-DS-02012 ECP5 and ECP5-5G Family Data Sheet, Table 1.1 "
                "(24K LUTs = 12,144 slices, 56 sysMEM 18 Kb blocks = 1,008 Kb, 28 18x18 "
                "multipliers, 1 dual / 2 SERDES channels at 5 Gb/s; nextpnr-ecp5: 12,144 "
@@ -141,6 +153,7 @@ _DEVICES = [
         clock_mhz=250.0,
         # One QSFP28 cage (4 x 25G lanes) split two lanes per neighbour: 50 Gb/s.
         link_gbps=50.0, dram_gb=8.0,
+        dram_gbps=316 * 8,  # HBM2, 316 GB/s (DS965)
         source="Xilinx DS965 Alveo U50 Data Sheet, card specifications (872K LUTs, "
                "1,743K registers, 5,952 DSP slices, 47.3 Mb block RAM = 1,344 RAMB36, "
                "180 Mb UltraRAM = 640, 8 GB HBM2, one QSFP28); exact LUT/FF counts and 64 GTY from DS890 for "
@@ -153,6 +166,7 @@ _DEVICES = [
         # The U30 has no network cage; each of its two MPSoCs sits on a PCIe Gen3
         # x4 link (x8 card bifurcated x4x4): 4 * 8 GT/s * 128/130 = 31.5 Gb/s.
         link_gbps=31.5, dram_gb=4.0,
+        dram_gbps=64 * 2.4,  # DDR4-2400, 64 bit per device
         source="Xilinx Alveo U30 Data Center Accelerator Card data sheet (two Zynq "
                "UltraScale+ XCU30 per card, 4 GB DDR4 and PCIe Gen3 x4 per device); "
                "per-device fabric taken as the XCZU7EV of DS891 (230,400 LUTs, 460,800 "
@@ -167,6 +181,7 @@ _DEVICES = [
         clock_mhz=250.0,
         # four SFP+ cages, two per neighbour.
         link_gbps=20.0, dram_gb=4.5,
+        dram_gbps=64 * 2.133,  # PS DDR4-2133 64-bit, reached through the HP ports (UG1182)
         source="Xilinx DS891 Zynq UltraScale+ MPSoC Overview, device table (274,080 LUTs, "
                "548,160 FFs, 2,520 DSP48E2, 912 RAMB36 = 32.1 Mb, 24 GTH at 16.3 Gb/s); "
                "UG1182 ZCU102 board user guide (4 GB PS DDR4 + 512 MB PL DDR4, 4 SFP+)"),
@@ -178,6 +193,7 @@ _DEVICES = [
         # ZCU104 has no SFP/QSFP cage; MTrain's cluster 3 links it through its
         # 1 GbE port, so that is what the board gives a neighbour.
         link_gbps=1.0, dram_gb=2.0,
+        dram_gbps=64 * 2.4,  # PS DDR4-2400 64-bit (UG1267)
         source="Xilinx DS891 Zynq UltraScale+ MPSoC Overview, device table (230,400 LUTs, "
                "460,800 FFs, 1,728 DSP48E2, 312 RAMB36 = 11.0 Mb, 96 UltraRAM = 27.0 Mb, "
                "20 GTH at 16.3 Gb/s); UG1267 ZCU104 board user guide (2 GB PS DDR4, 1 GbE)"),
@@ -189,6 +205,7 @@ _DEVICES = [
         # four QSFP28 cages, two per neighbour: 2 * 100 Gb/s. Memory: 8 GB HBM in
         # the package plus 4.5 GB DDR4 on the board.
         link_gbps=200.0, dram_gb=12.5,
+        dram_gbps=460 * 8,  # in-package HBM2, 460 GB/s (DS890); the DDR4 not counted
         source="Xilinx DS890 UltraScale Architecture and Product Overview, Virtex "
                "UltraScale+ HBM table (1,304K LUTs, 2,607K FFs, 9,024 DSP48E2, 2,016 RAMB36 "
                "= 70.9 Mb, 960 UltraRAM = 270 Mb, 96 GTY at 32.75 Gb/s, 8 GB HBM); UG1302 "
@@ -200,6 +217,7 @@ _DEVICES = [
         clock_mhz=200.0,  # Kintex-7 fabric, -2: as for the VC709
         # one SFP+ cage; the other neighbour needs an FMC card at the same rate.
         link_gbps=10.0, dram_gb=2.0,
+        dram_gbps=64 * 1.6,  # PL DDR3-1600 64-bit (UG954)
         source="Xilinx DS190 Zynq-7000 SoC Overview, device table (218,600 LUTs, 437,200 FFs, "
                "900 DSP48E1, 545 RAMB36 = 19.1 Mb, 16 GTX at 12.5 Gb/s in FFG900 -2); "
                "UG954 ZC706 board user guide (1 GB PS DDR3 + 1 GB PL DDR3, 1 SFP+)"),
@@ -211,6 +229,7 @@ _DEVICES = [
         # four GTP lanes, assumed routed to the carrier's connectors two per
         # neighbour, 8b/10b: 2 * 6.25 * 0.8 = 10 Gb/s.
         link_gbps=10.0, dram_gb=1.0,
+        dram_gbps=32 * 1.066,  # DDR3-1066 32-bit, as on the usual modules
         source="Xilinx DS190 Zynq-7000 SoC Overview, device table (46,200 LUTs, 92,400 FFs, "
                "160 DSP48E1, 95 RAMB36 = 3.3 Mb, 4 GTP at 6.25 Gb/s); BLAST-R does not "
                "name its XC7Z015 board: 1 GB DDR3 assumed, as on the usual modules"),

@@ -26,6 +26,7 @@ from .resources import logic_estimate
 DSP_FRACTION = 0.9   # the rest: weight-update multipliers (48 x 16 bit), timing closure
 BRAM_FRACTION = 0.9  # the rest: link FIFOs, stream skew buffers, routing
 MAX_STALE_ROUNDS = 8
+BALANCE_RETRIES = 3  # longer periods tried where balancing finds no room (x1.25 each)
 
 
 def _max_terms():
@@ -88,11 +89,17 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
 
     try:
         part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of, describe,
-                                                            local_weights=False)
-    except SpecError:
-        part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of, describe,
-                                                            local_weights=True)
-    buffers = {id(sl): _buffers(sl, stale[id(sl)], family_of) for sl in slices}
+                                                            batch, local_weights=False)
+    except SpecError as balanced:
+        # Where balancing cannot place the weights, try keeping each on its own node; if
+        # that fails too, the balancing attempt's reason (node, layer, numbers) is the
+        # one to report: it is the mapping the user asked for.
+        try:
+            part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of,
+                                                                describe, batch, local_weights=True)
+        except SpecError:
+            raise balanced from None
+    buffers = {id(sl): _buffers(sl, stale[id(sl)], family_of, batch) for sl in slices}
     fixed = {key: value.cost for key, value in buffers.items()}
     estimates = []
     for node, budget in enumerate(node_budgets):
@@ -108,23 +115,39 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
         estimates.append(Resources(dsp=mult, bram_blocks=mem.bram_blocks, bram_bits=mem.bits,
                                    lut=lut, ff=ff))
 
-    summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps)
+    summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
     nodes = _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates, summary,
                           formats, training)
     return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
 
 
-def _settle(plans, node_budgets, family_of, describe, *, local_weights):
+def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights):
     """Partition and balance until the samples in flight the Act-RAMs were sized for
-    cover those the resulting timing needs."""
+    cover those the resulting timing needs.
+
+    The partitioner reserves only the width of each weight memory; where balancing
+    then finds no room for the rest, a longer period (smaller engines, narrower
+    memories, work spread closer to the coarse proportions) is tried, up to
+    BALANCE_RETRIES times; if none balances, the first refusal is raised."""
     estimate = {p.name: 2 for p in plans}
-    for _ in range(MAX_STALE_ROUNDS):
-        part = partition(plans, node_budgets, fp_stale=estimate, family_of=family_of,
-                         link_latency_cycles=balance.LINK_LATENCY_CYCLES, local_weights=local_weights)
+    period, refusals = 0, []
+    for _ in range(MAX_STALE_ROUNDS + BALANCE_RETRIES):
+        # buffers only grow from round to round, so the last period bounds the next
+        part = partition(plans, node_budgets, fp_stale=estimate, at_least=period, describe=describe,
+                         batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
+                         local_weights=local_weights)
+        period = part.period
         slices = part.slices
-        fixed = {id(sl): _buffers(sl, estimate[sl.plan.name], family_of).cost for sl in slices}
-        blocks, hosted_words = balance.balance(slices, node_budgets, fixed, family_of, describe)
-        stale = perf.fp_stale(plans, slices, node_budgets, perf.period(slices, node_budgets))
+        fixed = {id(sl): _buffers(sl, estimate[sl.plan.name], family_of, batch).cost for sl in slices}
+        try:
+            blocks, hosted_words = balance.balance(slices, node_budgets, fixed, family_of, describe)
+        except SpecError as error:
+            refusals.append(error)
+            if len(refusals) > BALANCE_RETRIES:
+                raise refusals[0] from None  # the one at the shortest period
+            period += period // 4
+            continue
+        stale = perf.fp_stale(plans, slices, node_budgets, perf.period(slices, node_budgets, batch), batch)
         grown = {sl.plan.name: stale[id(sl)] for sl in slices if stale[id(sl)] > estimate[sl.plan.name]}
         if not grown:
             return part, slices, blocks, hosted_words, stale
@@ -134,10 +157,11 @@ def _settle(plans, node_budgets, family_of, describe, *, local_weights):
                        f"{MAX_STALE_ROUNDS} rounds: {estimate}")
 
 
-def _buffers(sl, fp_stale, family_of):
+def _buffers(sl, fp_stale, family_of, batch):
     return balance.fixed_buffers(sl.plan, sl.units, sl.shape, fp_stale, family_of(sl.node),
                                  first=sl.first, last=sl.last,
-                                 latency_cycles=balance.LINK_LATENCY_CYCLES)
+                                 latency_cycles=balance.LINK_LATENCY_CYCLES,
+                                 gradient_batch=batch if sl.offchip else 0)
 
 
 def _activation_bits(plans):
@@ -171,7 +195,7 @@ def _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates
                 lgb_words=lgb, weights_offchip=sl.offchip,
                 remote_weights=tuple(b for b in blocks if b.owner == node and b.layer == p.name),
                 flatten_from=p.flatten_from,
-                fp_stale=stale[id(sl)], cycles_per_sample=perf.cycles(sl, budget)))
+                fp_stale=stale[id(sl)], cycles_per_sample=perf.cycles(sl, budget, training.batch)))
         nodes.append(NodeConfig(
             index=node, device=budget.device.name, family=budget.device.family,
             clock_mhz=budget.device.clock_mhz, slices=tuple(layer_slices),

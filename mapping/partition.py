@@ -32,12 +32,11 @@ P is the same on every ICP slice of a layer (all of them stream the same pixels
 and partial sums at the same rate); b is the same on every OCP slice.
 
 Fully connected layers are 1x1 convolutions on a 1x1 map. On a device with DRAM
-their weights and gradient accumulators stay off chip (paper 6.3.1) and every
-sample reads each weight for FP and for EB and read-modify-writes its 48-bit
-gradient accumulator (:data:`FC_DRAM_BYTES_PER_WEIGHT`); that transfer time is
-part of the slice's cycles, so the partitioner gives FC layers as many DRAM
-devices as their traffic needs. Without DRAM they are kept on chip like
-convolution weights.
+their weights and 48-bit gradient accumulators stay off chip (paper 6.3.1) and
+flow as in :func:`dram_bytes` (the FC dataflow, documented in mapping/perf.py);
+that transfer time is part of the slice's cycles, so the partitioner gives FC
+layers as many DRAM devices as their traffic needs. Without DRAM they are kept on
+chip like convolution weights (the simulated hardware's small FC layers).
 
 Phases
 ------
@@ -45,32 +44,47 @@ Phases
    proportion to each device's compute capacity (usable multipliers x clock),
    giving contiguous groups of near-equal FP+EB+PG work.
 2. Fine (:class:`Partitioner`): at channel granularity. For a pipeline period
-   tau, each node holds a contiguous run of units whose engines (whole K x K
-   tiles, sized for tau) fit its multipliers, its DRAM bandwidth and its
-   non-movable on-chip memory: buffers, and the width of its weight memories,
-   which every cycle's reads need (their depth, the weights themselves, can move
-   to other nodes later, :mod:`mapping.balance`). Where balancing cannot place
-   the weights (rows whose weight-stationary partial sums cost more than the rows
-   free), the mapper partitions again with every weight counted locally.
-   The smallest feasible tau is found by bisection over a greedy fill, which is
-   exact for a contiguous partition with monotone costs. Among the partitions
-   that reach it, the node boundaries are the coarse phase's boundaries rounded
-   to whole channels and moved only as far as feasibility requires, so work
-   spreads over every node in proportion to its capacity.
+   (whole cycles of the slowest clock), each node holds a contiguous run of
+   units whose engines (whole K x K tiles, sized for the period) fit its
+   multipliers, its DRAM bandwidth and its non-movable on-chip memory: buffers,
+   and the width of its weight memories, which every cycle's reads need (their
+   depth, the weights themselves, can move to other nodes later,
+   :mod:`mapping.balance`). Where balancing cannot place the weights (rows whose
+   weight-stationary partial sums cost more than the rows free), the mapper
+   tries longer periods, then partitions again with every weight counted locally.
+   A greedy fill decides whether a period is feasible; it is exact for a
+   contiguous partition with monotone costs. Feasibility is not monotone in the
+   period (:meth:`Partitioner.min_period` says why), so the shortest feasible
+   period is searched on a geometric grid from a lower bound, then by bisection
+   on integers. Among the partitions that reach it, the node boundaries are the
+   coarse phase's boundaries rounded to whole channels and moved only as far as
+   feasibility requires, so work spreads over every node in proportion to its
+   capacity.
 """
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from . import balance
 from .errors import SpecError
-from .nodeconfig import Engine, Pool
-from .resources import dram_gbps, onchip_blocks, tile_multipliers
+from .nodeconfig import Pool
+from .devices import BRAM_BLOCK_BITS
+from .numerics import WORD_BITS
+from .resources import is_lutram, onchip_blocks, tile_multipliers
 
 OCP_BELOW_IN_CHANNELS = 4
+# A layer's engine parameter is the one with the fewest multipliers (then the
+# narrowest engine). Where the chain cannot hold the network that way, the
+# partitioner tries the narrowest engine (fewest tiles along the full dimension)
+# within CHOICE_SLACK of the fewest multipliers: narrow engines have narrow weight
+# memories and partial-sum buffers, and memory is what fills most nodes of a
+# paper-scale chain.
+CHOICE_SLACK = 0.1
 # A fully connected stage needs its whole input vector before it can finish, so its
 # time is pipeline latency for every layer before it (their Act-RAMs hold those
 # samples): the compute of FC layers with weights in DRAM (paper-scale classifiers,
@@ -78,9 +92,13 @@ OCP_BELOW_IN_CHANNELS = 4
 # 1/FC_SPEEDUP of the period; their work is small. On-chip FC layers (small nets)
 # are sized for the full period like convolutions.
 FC_SPEEDUP = 8
-# Per fully connected weight per sample: FP read (16 bit), EB read (16 bit),
-# gradient accumulator read and write (48 bit each).
-FC_DRAM_BYTES_PER_WEIGHT = 2 + 2 + 6 + 6
+# DRAM bytes per fully connected weight held off chip (mapping/perf.py, "FC dataflow"):
+# one 16-bit read per sample period serves FP of sample s and EB of sample s - d;
+# once per mini-batch the updated 16-bit weight is written back (its gradient is
+# formed in PG's 48-bit accumulators from the mini-batch's stored vectors, so no
+# gradient travels to DRAM).
+FC_READ_BYTES = 2
+FC_UPDATE_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -105,38 +123,38 @@ class LayerPlan:
     macs: int             # FP + EB + PG per sample
     flatten_from: tuple | None = None  # fc after a flatten: the (C, H, W) it flattens
 
-    @property
+    @cached_property
     def engines(self):
         return 3 if self.needs_eb else 2
 
-    @property
+    @cached_property
     def units(self):
         return self.in_shape[0] if self.mode == "icp" else self.out_shape[0]
 
-    @property
+    @cached_property
     def full(self):
         """Channels every slice handles in full: outputs under ICP, inputs under OCP."""
         return self.out_shape[0] if self.mode == "icp" else self.in_shape[0]
 
-    @property
+    @cached_property
     def in_pixels(self):
         return self.in_shape[1] * self.in_shape[2]
 
-    @property
+    @cached_property
     def out_pixels(self):
         return self.out_shape[1] * self.out_shape[2]
 
-    @property
+    @cached_property
     def pass_pixels(self):
         """Cycles per (output group, input group) pass over one sample."""
         return max(self.out_pixels, self.in_pixels if self.needs_eb else 0)
 
-    @property
+    @cached_property
     def raster(self):
         """Cycles the line buffer needs to take one sample's input, one pixel per cycle."""
         return self.in_pixels
 
-    @property
+    @cached_property
     def weights_per_unit(self):
         return self.full * self.kernel * self.kernel
 
@@ -204,7 +222,7 @@ def budgets(cluster, *, dsp_fraction, bram_fraction, max_multipliers=None):
         if max_multipliers is not None:
             mult = min(mult, max_multipliers)
         result.append(NodeBudget(device, mult, int(onchip_blocks(device) * bram_fraction),
-                                 device.clock_mhz * 1e6, dram_gbps(device) * 1e9 / 8))
+                                 device.clock_mhz * 1e6, device.dram_gbps * 1e9 / 8))
     return tuple(result)
 
 
@@ -270,6 +288,19 @@ class Slice:
         return slice_cycles(self.plan, self.shape)
 
 
+def _shape(plan, choice, units, vmax):
+    """Engine shape of ``units`` units with at most ``vmax`` per tile (None if vmax < 1)."""
+    if vmax < 1:
+        return None
+    tiles = -(-units // min(units, vmax))
+    per = -(-units // tiles)
+    if plan.mode == "icp":
+        P = choice.p_full
+        return Shape(P=P, b=tiles, u=-(-plan.full // P), v=per)
+    b = choice.p_full
+    return Shape(P=tiles, b=b, u=per, v=-(-plan.full // b))
+
+
 def slice_multipliers(plan, shape, family):
     return plan.engines * tile_multipliers(plan.kernel, family) * shape.P * shape.b
 
@@ -281,8 +312,10 @@ def slice_cycles(plan, shape):
     return max(fp, eb)  # PG takes the same cycles as FP
 
 
-def dram_bytes(plan, units):
-    return units * plan.weights_per_unit * FC_DRAM_BYTES_PER_WEIGHT
+def dram_bytes(plan, units, batch):
+    """DRAM bytes per sample, on average over a mini-batch, of ``units`` units of an FC
+    layer with weights off chip."""
+    return units * plan.weights_per_unit * (FC_READ_BYTES + FC_UPDATE_BYTES / batch)
 
 
 def coarse(plans, node_budgets):
@@ -304,8 +337,7 @@ def coarse(plans, node_budgets):
     return tuple(groups)
 
 
-@dataclass
-class _LayerChoice:
+class _LayerChoice(NamedTuple):
     """Per-layer engine parameters shared by all its slices at one period."""
 
     p_full: int      # tiles along the full dimension (P for ICP, b for OCP)
@@ -313,24 +345,39 @@ class _LayerChoice:
 
 
 class Partitioner:
-    """The fine phase for one network on one chain (see module docstring)."""
+    """The fine phase for one network on one chain (see module docstring).
 
-    def __init__(self, plans, node_budgets, *, fp_stale, family_of, link_latency_cycles,
+    Periods are integers: cycles of the slowest node clock (``ref_clock``). Engines
+    count whole cycles, so the shortest feasible period is a whole number of them
+    and the bisection over integers is exact (on a chain with one clock; faster
+    nodes get the whole cycles of theirs that fit)."""
+
+    def __init__(self, plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch,
                  local_weights=False):
+        self.describe = describe
+        self.batch = batch
         self.local_weights = local_weights
         self.plans = plans
         self.nodes = node_budgets
         self.fp_stale = fp_stale
-        self.family_of = family_of
         self.latency = link_latency_cycles
         self.starts = [0]
         for p in plans:
             self.starts.append(self.starts[-1] + p.units)
         self.total = self.starts[-1]
-        self.min_clock = min(b.clock_hz for b in node_budgets)
+        self.clocks = [round(b.clock_hz) for b in node_budgets]
+        self.ref_clock = min(self.clocks)
+        self.has_dram = [b.device.dram_gb > 0 for b in node_budgets]
+        self.dram = any(self.has_dram)
+        self.families = [b.device.family for b in node_budgets]
+        self._memo, self._memo_period, self._costs = {}, None, {}
         self._check_tiles()
+        self._check_units()
 
-    # ---- per-layer and per-slice sizing at a period tau (seconds) ----
+    def seconds(self, period):
+        return period / self.ref_clock
+
+    # ---- per-layer and per-slice sizing at a period ----
 
     def _check_tiles(self):
         biggest = max(self.nodes, key=lambda b: b.multipliers)
@@ -343,13 +390,13 @@ class Partitioner:
                     f"largest device of the cluster, {biggest.device.name}, offers "
                     f"{biggest.multipliers}")
 
-    def choose(self, tau):
-        """Shared engine parameter of every layer at period tau, or None if tau is too short."""
+    def choose(self, period, slack=0.0):
+        """Shared engine parameter of every layer at ``period`` (see CHOICE_SLACK), or None
+        if the period is too short."""
         biggest = max(b.multipliers for b in self.nodes)
-        dram = any(b.device.dram_gb > 0 for b in self.nodes)
         choices = []
         for p in self.plans:
-            cycles = math.floor(tau * self.min_clock / (FC_SPEEDUP if p.kind == "fc" and dram else 1))
+            cycles = period // (FC_SPEEDUP if p.kind == "fc" and self.dram else 1)
             q = min(cycles // p.pass_pixels, p.full * p.units)  # more passes than MACs are moot
             if cycles < p.raster or q < 1:
                 return None
@@ -361,190 +408,265 @@ class Partitioner:
             if not ok.any():
                 return None
             cost = np.where(ok, cost, np.inf)
-            best = np.flatnonzero(cost <= cost.min() * (1 + 1e-12))
-            i = best[np.argmin(p_full[best])]  # ties: fewest tiles, least folding
+            best = np.flatnonzero(cost <= cost.min() * (1 + slack + 1e-12))
+            i = best[np.argmin(p_full[best])]  # fewest tiles, then least folding
             choices.append(_LayerChoice(int(p_full[i]), int(w[i])))
         return choices
 
-    def shape(self, plan, choice, units, node, tau):
-        """Engine shape of ``units`` units of ``plan`` on ``node``, or None if it cannot run."""
+    def vmax(self, plan, choice, node, period):
+        """Most units one tile may fold over on ``node`` at ``period`` (0: it cannot run)."""
         speedup = FC_SPEEDUP if self.offchip(plan, node) else 1
-        cycles = math.floor(tau * self.nodes[node].clock_hz / speedup)
+        cycles = period * self.clocks[node] // (self.ref_clock * speedup)
         if cycles < plan.raster:
-            return None
-        vmax = cycles // plan.pass_pixels // choice.w_full
-        if vmax < 1:
-            return None
-        tiles = -(-units // min(units, vmax))
-        per = -(-units // tiles)
-        if plan.mode == "icp":
-            P = choice.p_full
-            return Shape(P=P, b=tiles, u=-(-plan.full // P), v=per)
-        b = choice.p_full
-        return Shape(P=tiles, b=b, u=per, v=-(-plan.full // b))
+            return 0
+        return cycles // plan.pass_pixels // choice.w_full
+
+    def shape(self, plan, choice, units, node, period):
+        """Engine shape of ``units`` units of ``plan`` on ``node``, or None if it cannot run."""
+        return _shape(plan, choice, units, self.vmax(plan, choice, node, period))
 
     def offchip(self, plan, node):
-        return plan.kind == "fc" and self.nodes[node].device.dram_gb > 0
+        return plan.kind == "fc" and self.has_dram[node]
 
-    def _cost(self, plan, choice, units, node, tau, first, last):
-        """(multipliers, fixed memory blocks, fits DRAM) of a candidate slice, or None."""
-        shape = self.shape(plan, choice, units, node, tau)
-        if shape is None:
+    def _cost(self, plan, choice, units, node, period, first, last):
+        """(multipliers, fixed memory blocks, DRAM bytes per sample) of a candidate slice,
+        or None if it cannot run.
+
+        Remembered per engine shape: neighbouring periods mostly give the same shapes."""
+        vmax = self.vmax(plan, choice, node, period)
+        if vmax < 1:
             return None
-        mult = slice_multipliers(plan, shape, self.family_of(node))
         offchip = self.offchip(plan, node)
-        if offchip:
-            budget = self.nodes[node]
-            if dram_bytes(plan, units) > tau * budget.dram_bytes_per_s:
-                return None
-        family = self.family_of(node)
-        mem = balance.fixed_memory(plan, units, shape, self.fp_stale[plan.name], family,
-                                   first=first, last=last, latency_cycles=self.latency)
-        if self.local_weights:
-            mem += balance.weight_memory_of(plan, units, shape, family, offchip)
-        else:
-            mem += balance.weight_floor(plan, units, shape, family, offchip)
-        return mult, mem.bram_blocks
+        family = self.families[node]
+        key = (plan.index, choice, units, min(vmax, units), family, offchip, first, last)
+        if key not in self._costs:
+            shape = _shape(plan, choice, units, vmax)
+            mem = balance.fixed_memory(plan, units, shape, self.fp_stale[plan.name], family,
+                                       first=first, last=last, latency_cycles=self.latency,
+                                       gradient_batch=self.batch if offchip else 0)
+            if self.local_weights:
+                mem += balance.weight_memory_of(plan, units, shape, family, offchip)
+            else:
+                mem += balance.weight_floor(plan, units, shape, family, offchip)
+            self._costs[key] = (slice_multipliers(plan, shape, family), mem.bram_blocks,
+                                dram_bytes(plan, units, self.batch) if offchip else 0)
+        return self._costs[key]
+
+    def limits(self, node, period):
+        """What ``node`` offers at ``period``: multipliers, blocks, DRAM bytes per sample."""
+        budget = self.nodes[node]
+        return budget.multipliers, budget.blocks, self.seconds(period) * budget.dram_bytes_per_s
 
     # ---- greedy fills ----
 
     def _layer_at(self, g):
         return bisect_right(self.starts, g) - 1
 
-    def _take(self, choices, node, tau, l, fixed, rem, used, forward):
-        """Most units (<= rem) of layer l the node can add to ``used`` = (mult, blocks).
+    def _take(self, choices, node, period, l, fixed, rem, used, forward):
+        """Most units (<= rem) of layer l the node can add to ``used`` (a :meth:`_cost` sum).
 
         The slice grows away from unit ``fixed`` (its lower end when ``forward``, else
         its upper end); it is the layer's first/last slice when it reaches that end of
-        the layer. Returns (units, cost) or (0, None)."""
-        plan, choice, budget = self.plans[l], choices[l], self.nodes[node]
-        start, end = self.starts[l], self.starts[l + 1]
+        the layer. Returns (units, cost) or (0, None).
 
-        def cost(n):
-            lo = fixed if forward else fixed - n
-            return self._cost(plan, choice, n, node, tau, first=lo == start, last=lo + n == end)
+        A slice that stops short of the layer's far end costs the same wherever it
+        starts, so the most units such a slice holds are remembered per period and
+        reused by every node in the same situation (most of a long chain)."""
+        plan, choice, limits = self.plans[l], choices[l], self.limits(node, period)
+        edge = fixed == (self.starts[l] if forward else self.starts[l + 1])
 
-        def fits(n):
-            c = cost(n)
-            return c is not None and used[0] + c[0] <= budget.multipliers and \
-                used[1] + c[1] <= budget.blocks
+        def cost(n, reach):
+            first, last = (edge, reach) if forward else (reach, edge)
+            return self._cost(plan, choice, n, node, period, first, last)
 
-        if fits(rem):
-            return rem, cost(rem)
-        lo, hi = 0, rem  # fits(lo) or lo == 0; not fits(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid
-        return (lo, cost(lo)) if lo else (0, None)
+        (mult, blocks, dram), (used_mult, used_blocks, used_dram) = limits, used
 
-    def fill(self, choices, node, g, tau):
-        """Largest g' such that units [g, g') fit on ``node`` at period tau."""
-        used = (0, 0)
+        def fits(c):
+            return c is not None and used_mult + c[0] <= mult and used_blocks + c[1] <= blocks and \
+                used_dram + c[2] <= dram
+
+        whole = cost(rem, True)
+        if fits(whole):
+            return rem, whole
+        if period != self._memo_period:
+            self._memo, self._memo_period = {}, period
+        key = (l, choice, self.nodes[node], used, forward, edge)
+        if key not in self._memo:
+            self._memo[key] = _largest(lambda n: fits(cost(n, False)), plan.units - 1)
+        n = min(self._memo[key], rem - 1)
+        c = cost(n, False) if n else None
+        if n and not fits(c):  # costs not monotone in the units: search below n
+            n = _largest(lambda k: fits(cost(k, False)), n - 1)
+            c = cost(n, False) if n else None
+        return (n, c) if n else (0, None)
+
+    def fill(self, choices, node, g, period):
+        """Largest g' such that units [g, g') fit on ``node`` at ``period``."""
+        used = (0, 0, 0)
         while g < self.total:
             l = self._layer_at(g)
             rem = self.starts[l + 1] - g
-            n, c = self._take(choices, node, tau, l, g, rem, used, True)
+            n, c = self._take(choices, node, period, l, g, rem, used, True)
             if n == 0:
                 break
-            used = (used[0] + c[0], used[1] + c[1])
+            used = tuple(u + x for u, x in zip(used, c))
             g += n
             if n < rem:
                 break
         return g
 
-    def fill_back(self, choices, node, g, tau):
-        """Smallest g' such that units [g', g) fit on ``node`` at period tau."""
-        used = (0, 0)
+    def fill_back(self, choices, node, g, period):
+        """Smallest g' such that units [g', g) fit on ``node`` at ``period``."""
+        used = (0, 0, 0)
         while g > 0:
             l = self._layer_at(g - 1)
             rem = g - self.starts[l]
-            n, c = self._take(choices, node, tau, l, g, rem, used, False)
+            n, c = self._take(choices, node, period, l, g, rem, used, False)
             if n == 0:
                 break
-            used = (used[0] + c[0], used[1] + c[1])
+            used = tuple(u + x for u, x in zip(used, c))
             g -= n
             if n < rem:
                 break
         return g
 
-    def feasible(self, tau):
-        choices = self.choose(tau)
-        if choices is None:
-            return None
-        g = 0
-        for node in range(len(self.nodes)):
-            g = self.fill(choices, node, g, tau)
-            if g == self.total:
-                return choices
+    def feasible(self, period):
+        """The engine choices with which the chain holds the network at ``period``, or None."""
+        for slack in (0.0, CHOICE_SLACK):
+            choices = self.choose(period, slack)
+            if choices is None:
+                return None
+            g = 0
+            for node in range(len(self.nodes)):
+                g = self.fill(choices, node, g, period)
+                if g == self.total:
+                    return choices
         return None
 
     # ---- search ----
 
     def lower_bound(self):
+        """A period (cycles) no partition beats: all multipliers busy, one sample through
+        the largest raster and, where every node has DRAM, every FC weight through it."""
         work = sum(p.macs for p in self.plans)
-        ideal = work / sum(b.capacity for b in self.nodes)
-        fastest = max(b.clock_hz for b in self.nodes)
-        return max(ideal, max(p.raster for p in self.plans) / fastest)
+        seconds = work / sum(b.capacity for b in self.nodes)
+        dram = sum(b.dram_bytes_per_s for b in self.nodes)
+        if all(b.dram_bytes_per_s for b in self.nodes):  # then every FC weight is off chip
+            seconds = max(seconds, sum(dram_bytes(p, p.units, self.batch) for p in self.plans
+                                       if p.kind == "fc") / dram)
+        raster = max(p.raster for p in self.plans) * self.ref_clock // max(self.clocks)
+        return max(math.ceil(seconds * self.ref_clock), raster, 1)
 
-    def min_period(self):
-        lo = self.lower_bound()
+    def saturation(self):
+        """A period (cycles) beyond which nothing gets easier: every engine is down to one
+        tile per node and every FC slice has DRAM time for all its units."""
+        cycles = max(p.pass_pixels * p.full * p.units * (FC_SPEEDUP if p.kind == "fc" else 1)
+                     for p in self.plans)
+        dram = [b.dram_bytes_per_s for b in self.nodes if b.dram_bytes_per_s]
+        fc = [dram_bytes(p, p.units, self.batch) for p in self.plans if p.kind == "fc"]
+        if dram and fc:
+            cycles = max(cycles, math.ceil(max(fc) / min(dram) * self.ref_clock))
+        return cycles
+
+    def min_period(self, at_least=0):
+        """The shortest feasible period (cycles); ``at_least`` is a known lower bound.
+
+        Feasibility is not monotone in the period: a longer period deepens memories
+        (past distributed RAM into block RAM, onto other block shapes) and changes the
+        engine choices. So the search walks up from the lower bound on a geometric grid,
+        dense near the bound (steps of 1/16 octave, twice as long every 8 probes), and
+        bisects on integers between the last infeasible probe and the first feasible one."""
+        lo = max(self.lower_bound(), at_least)
         if self.feasible(lo):
             return lo
-        hi = lo * 2
-        for _ in range(80):
+        octave_steps, probes = 16, 0
+        while True:
+            hi = max(lo + 1, math.floor(lo * 2 ** (1 / octave_steps)))
             if self.feasible(hi):
                 break
-            lo, hi = hi, hi * 2
-        else:
-            self._explain_infeasible(hi)
-        while hi / lo > 1 + 1e-7:
-            mid = math.sqrt(lo * hi)
-            if self.feasible(mid):
-                hi = mid
-            else:
-                lo = mid
+            if hi > self.saturation():
+                self._explain_infeasible(hi)
+            lo, probes = hi, probes + 1
+            if probes % 8 == 0 and octave_steps > 1:
+                octave_steps //= 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if self.feasible(mid) else (mid, hi)
         return hi
 
-    def _explain_infeasible(self, tau):
-        """Raise a SpecError naming the layer, node and numbers that block any mapping."""
-        choices = self.choose(tau)
+    def _check_units(self):
+        """Refuse up front a layer whose single channel overflows the largest node at any
+        period: its Act-RAM and, on the node that finishes the layer, its SFU masks."""
+        node = max(range(len(self.nodes)), key=lambda d: self.nodes[d].blocks)
+        budget, family = self.nodes[node], self.families[node]
+        for plan in self.plans:
+            stale, (c, h, w) = self.fp_stale[plan.name], plan.in_shape
+            act = (1 if plan.mode == "icp" else c) * h * w * stale
+            masks = stale * balance.mask_bits(plan, plan.out_shape[0] if plan.mode == "icp" else 1)
+            floor = sum(math.ceil(bits / BRAM_BLOCK_BITS) for bits, depth in
+                        ((act * WORD_BITS, stale * h * w), (masks, masks // WORD_BITS))
+                        if not is_lutram(depth, family))
+            if floor > budget.blocks:
+                unit = plan.units - 1 if plan.mode == "icp" else 0
+                self._refuse_unit(plan, unit, f"at least {floor}", budget, "")
+
+    def _refuse_unit(self, plan, unit, blocks, budget, others):
+        """Raise: ``unit`` of ``plan`` alone needs ``blocks`` blocks, more than ``budget`` has."""
+        stale, (_, h, w) = self.fp_stale[plan.name], plan.in_shape
+        last = plan.mode == "ocp" or unit + 1 == plan.units
+        what = f"Act-RAM for its {h}x{w} input of {stale} samples in flight{others}"
+        if self.local_weights and others:
+            what += ", its weights with their 48-bit gradient sums"
+        if last:
+            outputs = plan.out_shape[0] if plan.mode == "icp" else 1
+            bits = stale * balance.mask_bits(plan, outputs)
+            what += (f" and, on the node that finishes the layer, ReLU/pooling masks of {outputs} "
+                     f"output channel{'s' if outputs > 1 else ''} for those samples, {bits / 1e6:.1f} Mbit")
+        channel = f"{'input' if plan.mode == 'icp' else 'output'} channel {unit}"
+        raise SpecError(
+            f"{self.describe()}: layer '{plan.name}' cannot be cut finely enough: {channel} alone needs "
+            f"{blocks} blocks of 18 Kb ({what}), but {budget.device.name} offers {budget.blocks} usable")
+
+    def _explain_infeasible(self, period):
+        """Raise a SpecError naming the layer, device and numbers that block every period
+        (``period`` is one past which nothing gets easier)."""
+        choices = self.choose(period)
         g = 0
         for node in range(len(self.nodes)):
-            g = self.fill(choices, node, g, tau)
+            g = self.fill(choices, node, g, period)
         l = self._layer_at(g)
-        plan, budget = self.plans[l], self.nodes[-1]
-        one = self._cost(plan, choices[l], 1, len(self.nodes) - 1, tau, False, False)
-        where = f"device {budget.device.name}"
-        if one is None and self.offchip(plan, len(self.nodes) - 1):
-            raise SpecError(f"layer '{plan.name}' streams its weights from DRAM, and the DRAM of "
-                            f"{where} is too slow for even one channel at any pipeline period")
+        plan, unit = self.plans[l], g - self.starts[l]
+        node = max(range(len(self.nodes)), key=lambda d: (self.nodes[d].blocks, self.nodes[d].multipliers))
+        budget = self.nodes[node]
+        first, last = unit == 0, unit + 1 == plan.units
+        one = self._cost(plan, choices[l], 1, node, period, first, last)
+        if one is not None and one[2] > self.limits(node, period)[2]:
+            raise SpecError(f"{self.describe()}: layer '{plan.name}' streams its weights from DRAM, and "
+                            f"the DRAM of {budget.device.name} is too slow for even one channel")
         if one is not None and one[1] > budget.blocks:
-            raise SpecError(
-                f"layer '{plan.name}' needs {one[1]} blocks of 18 Kb for a single "
-                f"{'input' if plan.mode == 'icp' else 'output'} channel (activations of "
-                f"{self.fp_stale[plan.name]} samples in flight, line buffers, partial sums), but "
-                f"{where} offers {budget.blocks} usable blocks")
+            self._refuse_unit(plan, unit, f"{one[1]}", budget, ", line buffers, partial sums")
+        how = "with every weight on the node that uses it, " if self.local_weights else ""
+        channel = f"{'input' if plan.mode == 'icp' else 'output'} channel {unit}"
         raise SpecError(
-            f"cluster too small: the {len(self.nodes)} node(s) hold the network only up to unit {g - self.starts[l]} "
-            f"of {plan.units} of layer '{plan.name}' at any pipeline period")
+            f"{self.describe()}: cluster too small: {how}its {len(self.nodes)} nodes hold the network "
+            f"only up to {channel} of {plan.units} of layer '{plan.name}' at any pipeline period "
+            f"({budget.device.name}: {budget.blocks} usable blocks of 18 Kb, {budget.multipliers} "
+            f"multipliers)")
 
-    def cuts(self, tau, choices):
-        """Node boundaries at period tau: coarse proportional cuts, moved only as far
+    def cuts(self, period, choices):
+        """Node boundaries at ``period``: coarse proportional cuts, moved only as far
         as feasibility requires. Returns n+1 unit positions."""
         n = len(self.nodes)
         # earliest[d]: the smallest start of node d from which nodes d..n-1 hold the rest
         earliest = [0] * (n + 1)
         earliest[n] = self.total
         for node in range(n - 1, -1, -1):
-            earliest[node] = self.fill_back(choices, node, earliest[node + 1], tau)
+            earliest[node] = self.fill_back(choices, node, earliest[node + 1], period)
         target = self.proportional_cuts()
         cuts = [0]
         for node in range(n - 1):
             start = cuts[-1]
-            upper = self.fill(choices, node, start, tau)
+            upper = self.fill(choices, node, start, period)
             lower = max(earliest[node + 1], start)
             cuts.append(min(max(target[node + 1], lower), upper))
         cuts.append(self.total)
@@ -563,8 +685,8 @@ class Partitioner:
         cuts.append(self.total)
         return cuts
 
-    def slices(self, tau, choices, cuts):
-        """The slices of the partition given by ``cuts``, each sized for period tau."""
+    def slices(self, period, choices, cuts):
+        """The slices of the partition given by ``cuts``, each sized for ``period``."""
         result = []
         for node in range(len(self.nodes)):
             g, end = cuts[node], cuts[node + 1]
@@ -573,9 +695,9 @@ class Partitioner:
                 hi = min(end, self.starts[l + 1])
                 plan = self.plans[l]
                 lo_unit, hi_unit = g - self.starts[l], hi - self.starts[l]
-                shape = self.shape(plan, choices[l], hi_unit - lo_unit, node, tau)
+                shape = self.shape(plan, choices[l], hi_unit - lo_unit, node, period)
                 result.append(Slice(plan, node, lo_unit, hi_unit, shape, self.offchip(plan, node),
-                                    multipliers=slice_multipliers(plan, shape, self.family_of(node))))
+                                    multipliers=slice_multipliers(plan, shape, self.families[node])))
                 g = hi
         by_layer = {}
         for s in result:
@@ -589,17 +711,32 @@ class Partitioner:
 @dataclass
 class Partition:
     tau: float                     # the period the engines were sized for (s)
+    period: int                    # the same in cycles of the slowest clock
     slices: list                   # Slice objects in chain order
     coarse: tuple
     choices: list = field(default_factory=list)
 
 
-def partition(plans, node_budgets, *, fp_stale, family_of, link_latency_cycles, local_weights=False):
+def _largest(ok, limit):
+    """Largest n in 0..limit with ok(n), for ok monotone decreasing in n (ok(0) holds)."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def partition(plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch=1,
+              local_weights=False, at_least=0):
     """The fine phase; ``local_weights`` makes every node hold all its weights itself
-    (no balancing), otherwise only their width is reserved (see module docstring)."""
-    part = Partitioner(plans, node_budgets, fp_stale=fp_stale, family_of=family_of,
-                       link_latency_cycles=link_latency_cycles, local_weights=local_weights)
-    tau = part.min_period()
-    choices = part.feasible(tau)
-    cuts = part.cuts(tau, choices)
-    return Partition(tau, part.slices(tau, choices, cuts), coarse(plans, node_budgets), choices)
+    (no balancing), otherwise only their width is reserved (see module docstring).
+    ``at_least``: a period (cycles) known to be infeasible below, from an earlier
+    partition with smaller buffers; ``describe()`` names the network and cluster in
+    refusals; ``batch`` the mini-batch (FC weights in DRAM)."""
+    part = Partitioner(plans, node_budgets, fp_stale=fp_stale, link_latency_cycles=link_latency_cycles,
+                       describe=describe, batch=batch, local_weights=local_weights)
+    period = part.min_period(at_least)
+    choices = part.feasible(period)
+    cuts = part.cuts(period, choices)
+    return Partition(part.seconds(period), period, part.slices(period, choices, cuts),
+                     coarse(plans, node_budgets), choices)

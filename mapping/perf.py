@@ -5,9 +5,9 @@ Assumptions
 - Clock: each node runs at its device's ``clock_mhz`` (mapping/devices.py says
   why for each device; 200 MHz for the VC709). Cycle counts come from the
   engine shapes (mapping/partition.py): a node's engines run concurrently, so
-  its cycles per sample are the maximum over its slices, and a slice's are the
-  maximum of its FP, EB, PG cycles and, for fully connected weights in DRAM, of
-  the DRAM transfer time at the device's DRAM bandwidth.
+  its cycles per sample are the maximum of its slices' FP, EB, PG cycles and of
+  the transfer time of all its fully connected weights in DRAM (one DRAM per
+  node, at the device's ``dram_gbps``; FC dataflow below).
 - Pipeline: every node works on one sample per period; the period is the
   slowest node's cycles / clock, throughput = 1 / period (compute bound). Links
   cap it at ``link_gbps / (8 * bytes per sample)`` of the busiest link direction
@@ -29,6 +29,40 @@ Assumptions
   ``fp_stale = floor(D / period) + 1`` samples are in flight there, which sizes
   its Act-RAM and fixes the weight version each FP uses (DESIGN.md section 7).
 
+FC dataflow (fully connected layers with weights in DRAM)
+---------------------------------------------------------
+The model of paper-scale classifiers, which the paper keeps on the last devices
+with off-chip memory; the simulated hardware keeps its small FC layers on chip,
+like convolutions. B is the mini-batch, d the slice's ``fp_stale``.
+
+- One pass per sample period streams the slice's weights from DRAM once
+  (:data:`mapping.partition.FC_READ_BYTES` = 2 bytes per weight): each weight
+  tile read feeds both the FP engine (sample s) and the EB engine (sample
+  s - d). Both need the same weight version, ``(s - d) // B`` (DESIGN.md
+  section 7; ``mapping.golden.train``), so one read serves both exactly.
+- The weight gradient is not accumulated per sample. The slice keeps the input
+  activations and output errors of the mini-batch's samples on chip
+  (``B * (S + O)`` words, mapping/balance.py). In the pass whose EB handles the
+  mini-batch's last sample, PG forms each weight's gradient once, exactly, from
+  those vectors (B products summed in a 48-bit DSP accumulator: the gradient
+  read-modify-write happens once per mini-batch, inside PG), the update is applied
+  to the weight the pass has just read, and the pass writes the new weight back
+  (:data:`mapping.partition.FC_UPDATE_BYTES` = 2 bytes per weight per mini-batch).
+  No 48-bit gradient goes to DRAM. (Keeping a 48-bit accumulator in DRAM and
+  read-modify-writing it once per mini-batch would add 12 bytes per weight per
+  mini-batch: 16 bytes per sample at B = 1, no better than the per-sample
+  dataflow, and a burst of seven passes at every mini-batch boundary.)
+- So a weight costs ``2 + 2 / B`` DRAM bytes per sample on average (4 at B = 1,
+  against 16 for separate FP and EB reads and a per-sample gradient
+  read-modify-write), which sets the slice's cycles per sample. For B > 1 the
+  update pass is longer than the others (its write, and B times the PG work);
+  it delays that pass's FP and EB results by ``max(0, pass + update - period)``
+  in the worst case, so an FC stage's latency (for ``fp_stale``) is one pass plus
+  that delay.
+- The mini-batch is bounded by the exact 48-bit accumulators
+  (``mapping.mapper.check_accumulators``): VGG's 224x224 first layers admit
+  B <= 2, AlexNet's 55x55 conv1 B <= 43.
+
 Link traffic per sample (bytes) follows docs/node_dataflow.md: forward, the
 bypassed input activations for later nodes of an ICP layer (16 bit), the partial
 sums to the next node (48 bit, exact), the finished activations, OCP outputs
@@ -45,32 +79,50 @@ import numpy as np
 
 from .balance import LINK_LATENCY_CYCLES
 from .numerics import ACC_BITS, WORD_BITS
-from .partition import FC_DRAM_BYTES_PER_WEIGHT, dram_bytes, slice_cycles
+from .partition import FC_READ_BYTES, FC_UPDATE_BYTES, dram_bytes, slice_cycles
 
 W, A = WORD_BITS // 8, ACC_BITS // 8  # bytes of a word and of a partial sum
-FC_DRAM_READ_SHARE = 2 / FC_DRAM_BYTES_PER_WEIGHT  # FP (or EB) reads 2 of the 16 bytes
 
 
-def dram_cycles(sl, budget):
+def dram_cycles(sl, budget, batch):
+    """Average DRAM cycles per sample of a slice with FC weights off chip (0 otherwise)."""
     if not sl.offchip:
         return 0
-    return math.ceil(dram_bytes(sl.plan, sl.units) / budget.dram_bytes_per_s * budget.clock_hz)
+    return math.ceil(dram_bytes(sl.plan, sl.units, batch) / budget.dram_bytes_per_s * budget.clock_hz)
 
 
-def cycles(sl, budget):
-    """Cycles per sample of one slice: engines and, off chip, DRAM."""
-    return max(slice_cycles(sl.plan, sl.shape), dram_cycles(sl, budget))
+def cycles(sl, budget, batch):
+    """Cycles per sample of one slice: engines and, off chip, its own DRAM traffic."""
+    return max(slice_cycles(sl.plan, sl.shape), dram_cycles(sl, budget, batch))
 
 
-def node_cycles(slices, node_budgets):
-    result = [0] * len(node_budgets)
+def node_cycles(slices, node_budgets, batch):
+    """Cycles per sample of every node: its slowest engine, or its one DRAM serving all
+    its FC slices."""
+    engines = [0] * len(node_budgets)
+    dram = [0.0] * len(node_budgets)
     for sl in slices:
-        result[sl.node] = max(result[sl.node], cycles(sl, node_budgets[sl.node]))
-    return result
+        engines[sl.node] = max(engines[sl.node], slice_cycles(sl.plan, sl.shape))
+        if sl.offchip:
+            dram[sl.node] += dram_bytes(sl.plan, sl.units, batch)
+    return [max(e, math.ceil(d / b.dram_bytes_per_s * b.clock_hz)) if d else e
+            for e, d, b in zip(engines, dram, node_budgets)]
 
 
-def period(slices, node_budgets):
-    return max(c / b.clock_hz for c, b in zip(node_cycles(slices, node_budgets), node_budgets))
+def period(slices, node_budgets, batch):
+    return max(c / b.clock_hz for c, b in zip(node_cycles(slices, node_budgets, batch), node_budgets))
+
+
+def fc_stage(sl, budget, batch, tau, dram_weights):
+    """Seconds from an FC slice's input to its output (FP) or from its output errors to
+    its input errors (EB): one pass, plus the worst delay of the mini-batch's update.
+    ``dram_weights``: the FC weights the node's DRAM serves (all its FC slices)."""
+    engines = slice_cycles(sl.plan, sl.shape) / budget.clock_hz
+    if not sl.offchip:
+        return engines
+    read = max(engines, dram_weights * FC_READ_BYTES / budget.dram_bytes_per_s)
+    update = max(dram_weights * FC_UPDATE_BYTES / budget.dram_bytes_per_s, batch * engines)
+    return read + max(0.0, read + update - tau)
 
 
 def _by_layer(slices, count):
@@ -93,19 +145,19 @@ def _first_error_rows(plan):
     return min(plan.sfu_shape[1], pooled)
 
 
-def fp_stale(plans, slices, node_budgets, tau):
+def fp_stale(plans, slices, node_budgets, tau, batch):
     """Samples in flight between FP and PG of every slice (keyed by id(slice))."""
     layers = _by_layer(slices, len(plans))
     hop = [LINK_LATENCY_CYCLES / node_budgets[n].clock_hz / tau for n in range(len(node_budgets))]
+    dram_weights = [0] * len(node_budgets)
+    for sl in slices:
+        if sl.offchip:
+            dram_weights[sl.node] += sl.units * sl.plan.weights_per_unit
 
-    def spent(group, share):
-        """Share of a period the slowest slice of a layer needs (FC: FP or EB part)."""
-        worst = 0.0
-        for sl in group:
-            b = node_budgets[sl.node]
-            c = max(slice_cycles(sl.plan, sl.shape), dram_cycles(sl, b) * share)
-            worst = max(worst, c / b.clock_hz / tau)
-        return worst
+    def spent(group):
+        """Share of a period the slowest slice of an FC layer needs for FP (or for EB)."""
+        return max(fc_stage(sl, node_budgets[sl.node], batch, tau, dram_weights[sl.node])
+                   for sl in group) / tau
 
     fwd, bwd = [], []
     for l, (plan, group) in enumerate(zip(plans, layers)):
@@ -113,7 +165,7 @@ def fp_stale(plans, slices, node_budgets, tau):
         nxt = layers[l + 1][0].node if l + 1 < len(plans) else b
         hops = (max(b, nxt) - a) * hop[a]
         if plan.kind == "fc":
-            f = spent(group, FC_DRAM_READ_SHARE)
+            f = spent(group)
         elif l + 1 == len(plans) or plans[l + 1].kind == "fc":
             f = 1.0  # a fully connected layer (or the loss) needs the whole output
         else:
@@ -122,7 +174,7 @@ def fp_stale(plans, slices, node_budgets, tau):
             f += 1.0  # rows from BPRAM are applied weight-stationary, after the whole sample
         fwd.append(f + hops)
         if plan.kind == "fc":
-            e = spent(group, FC_DRAM_READ_SHARE)
+            e = spent(group)
         else:
             e = _first_error_rows(plan) / plan.sfu_shape[1]
         bwd.append(e + hops)
@@ -188,12 +240,12 @@ class NodePerf:
     onchip_bits: int
 
 
-def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps):
+def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch):
     """Figures of a mapping; ``estimates[d]`` is node d's Resources, ``link_gbps`` per pair."""
     n = len(node_budgets)
-    tau = period(slices, node_budgets)
+    tau = period(slices, node_budgets, batch)
     rate = 1 / tau
-    cyc = node_cycles(slices, node_budgets)
+    cyc = node_cycles(slices, node_budgets, batch)
     fwd, bwd = link_bytes(plans, slices, blocks, n)
     nodes = []
     for d, budget in enumerate(node_budgets):
@@ -203,7 +255,7 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps):
         alloc = mult * tau * budget.clock_hz
         links = [fwd[d] if d < n - 1 else 0, bwd[d] if d < n - 1 else 0,
                  fwd[d - 1] if d else 0, bwd[d - 1] if d else 0]
-        dram = sum(dram_bytes(sl.plan, sl.units) for sl in mine if sl.offchip)
+        dram = sum(dram_bytes(sl.plan, sl.units, batch) for sl in mine if sl.offchip)
         device = budget.device
         nodes.append(NodePerf(
             cycles=cyc[d], multipliers=mult, useful_macs=useful,

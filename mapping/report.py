@@ -1,30 +1,8 @@
-"""Per-node report table, the scaling sweep, and the networks as the paper evaluated them."""
+"""Per-node report table and the scaling sweep."""
 
-from dataclasses import replace
-
-from . import network as network_mod
 from .cluster import Cluster
 from .errors import SpecError
 from .mapper import map_network
-from .network import infer
-
-
-def single_tower_alexnet():
-    """AlexNet without the two-GPU grouping (the paper's figures imply it: its epoch times
-    for AlexNet, VGG-16 and VGG-19 are all 1.2x what 15 x its per-device GOPS give with
-    ungrouped AlexNet, and 2.4x with the grouped one). Kept until the zoo carries it."""
-    from .zoo import alexnet
-
-    grouped = alexnet()
-    return infer("alexnet-ungrouped", grouped.input_shape,
-                 [replace(info.layer, groups=1) for info in grouped])
-
-
-def get_network(name):
-    """A zoo network, a spec file, or ``alexnet-ungrouped``."""
-    if name == "alexnet-ungrouped":
-        return single_tower_alexnet()
-    return network_mod.get(name)
 
 
 def table(mapping):

@@ -136,28 +136,3 @@ def logic_estimate(multipliers, lutram_lut, family):
     lut = NODE_BASE_LUT[family] + LUT_PER_MULTIPLIER[family] * multipliers + lutram_lut
     ff = NODE_BASE_FF[family] + FF_PER_MULTIPLIER[family] * multipliers
     return lut, ff
-
-
-# Off-chip memory bandwidth per device (Gb/s, peak of the board's DRAM interfaces
-# the fabric can reach). Only FC weights live off chip. Kept here until
-# mapping/devices.py carries a ``dram_gbps`` field.
-DRAM_GBPS = {
-    "xc7vx690t": 2 * 64 * 1.866,    # VC709: two DDR3-1866 64-bit SODIMMs
-    "lfe5um5g-45f": 16 * 0.8,       # Versa: one x16 DDR3 at 800 Mb/s (ECP5 DDR3 limit)
-    "xcu50": 316 * 8,               # U50: HBM2, 316 GB/s
-    "xcu30": 64 * 2.4,              # U30: DDR4-2400, 64 bit per device
-    "xczu9eg": 64 * 2.133,          # ZCU102: PS DDR4-2133 64-bit through the HP ports
-    "xczu7ev": 64 * 2.4,            # ZCU104: PS DDR4-2400 64-bit
-    "xcvu37p": 460 * 8,             # VCU128: HBM2, 460 GB/s
-    "xc7z045": 64 * 1.6,            # ZC706: PL DDR3-1600 64-bit
-    "xc7z015": 32 * 1.066,          # DDR3-1066 32-bit
-}
-
-
-def dram_gbps(device):
-    """The device's DRAM bandwidth in Gb/s, 0 if it has no DRAM."""
-    if device.dram_gb <= 0:
-        return 0.0
-    if device.name not in DRAM_GBPS:
-        raise ValueError(f"resources: no DRAM bandwidth known for device {device.name}")
-    return DRAM_GBPS[device.name]

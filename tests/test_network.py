@@ -19,6 +19,8 @@ WEIGHTED = ("conv2d", "linear")
     ("vgg16", 138_357_544, 15_470_264_320),      # torchvision vgg16: 138.36M, ~15.5 GMAC
     ("vgg19", 143_667_240, 19_632_062_464),      # torchvision vgg19: 143.67M
     ("alexnet", 60_965_224, 724_406_816),        # Krizhevsky 2012, two groups: ~61M
+    # one tower: conv2/4/5 see all input channels, twice the grouped weights (+1,413,120)
+    ("alexnet-ungrouped", 62_378_344, 1_135_256_096),
     ("resnet18", 11_689_512, 1_814_073_344),     # torchvision resnet18: 11.69M, ~1.8 GMAC
     # tiny: conv 1->4 (36+4), conv 4->8 (288+8), fc 32->10 (320+10);
     # MACs 36*8*8 + 288*4*4 + 320.
@@ -244,12 +246,12 @@ def test_unknown_zoo_name():
     with pytest.raises(SpecError) as error:
         network.get("lenet")
     assert str(error.value) == ("unknown network 'lenet' (zoo: tiny, lenet-digits, alexnet, "
-                                "vgg16, vgg19, resnet18; or a .toml/.json file)")
+                                "alexnet-ungrouped, vgg16, vgg19, resnet18; or a .toml/.json file)")
 
 
 # --- what training accepts ---------------------------------------------------
 
-@pytest.mark.parametrize("name", ["tiny", "lenet-digits", "vgg16", "vgg19"])
+@pytest.mark.parametrize("name", ["tiny", "lenet-digits", "alexnet-ungrouped", "vgg16", "vgg19"])
 def test_trainable_networks(name):
     net = network.get(name)
     assert net.check_trainable() is net

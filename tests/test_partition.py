@@ -2,13 +2,12 @@
 
 import pytest
 
-from mapping import zoo
+from mapping import balance, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import map_network
 from mapping.nodeconfig import Mapping
-from mapping.partition import budgets, coarse, plan_layers
-from mapping.report import single_tower_alexnet
+from mapping.partition import Partitioner, Shape, budgets, coarse, dram_bytes, plan_layers
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +75,7 @@ def test_link_bytes_of_an_icp_split(tiny4):
 def test_icp_ocp_rule():
     modes = {p.name: p.mode for p in plan_layers(zoo.vgg16())}
     assert modes["conv1_1"] == "ocp" and all(m == "icp" for n, m in modes.items() if n != "conv1_1")
-    modes = {p.name: p.mode for p in plan_layers(single_tower_alexnet())}
+    modes = {p.name: p.mode for p in plan_layers(zoo.alexnet_ungrouped())}
     assert modes["conv1"] == "ocp" and modes["conv2"] == "icp"
     modes = {p.name: p.mode for p in plan_layers(zoo.lenet_digits())}
     assert modes == {"conv1": "ocp", "conv2": "icp", "fc1": "icp", "fc2": "icp"}
@@ -127,6 +126,38 @@ def test_weight_balancing_moves_rows_and_accounts_traffic():
     # weights to a downstream owner travel forward (16 bit), their gradients back (48 bit)
     plain = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:4"))
     assert sum(n.link_bytes_forward for n in m.nodes) > sum(n.link_bytes_forward for n in plain.nodes)
+
+
+def test_period_search_passes_infeasible_periods():
+    # 16 blocks per ECP5-85: a longer period deepens shallow memories out of distributed
+    # RAM into block RAM, so 256 cycles fit, 255 and 512 do not
+    plans = plan_layers(zoo.lenet_digits())
+    part = Partitioner(plans, budgets(parse_cluster("ecp5-85:4"), dsp_fraction=0.9, bram_fraction=0.08),
+                       fp_stale={p.name: 2 for p in plans}, link_latency_cycles=128, batch=1,
+                       describe=lambda: "lenet")
+    assert [part.feasible(c) is not None for c in (255, 256, 512)] == [False, True, False]
+    assert part.lower_bound() < 255 and part.min_period() == 256
+
+
+def test_sized_period_is_whole_cycles(tiny4):
+    assert tiny4.summary["sized_period_s"] * 100e6 == 64  # the 8x8 raster at 100 MHz
+
+
+def test_fc_weights_in_dram_cost_a_read_per_sample_and_a_write_per_mini_batch():
+    fc6 = next(p for p in plan_layers(zoo.alexnet_ungrouped()) if p.name == "fc6")
+    assert dram_bytes(fc6, 9216, batch=1) == 9216 * 4096 * 4
+    assert dram_bytes(fc6, 100, batch=8) == 100 * 4096 * (2 + 2 / 8)
+
+
+def test_fc_slices_in_dram_keep_the_mini_batch_vectors():
+    fc7 = next(p for p in plan_layers(zoo.alexnet_ungrouped()) if p.name == "fc7")
+    shape = Shape(P=64, b=16, u=64, v=8)  # 128 of the 4096 inputs, all 4096 outputs
+
+    def bits(batch):
+        return balance.fixed_buffers(fc7, 128, shape, 2, "xc7", first=False, last=False,
+                                     latency_cycles=128, gradient_batch=batch).cost.bits
+
+    assert bits(4) - bits(0) == 4 * (128 + 4096) * 16  # inputs and output errors of 4 samples
 
 
 def test_too_few_multipliers_for_a_tile_is_refused():

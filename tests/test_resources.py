@@ -1,7 +1,9 @@
+from dataclasses import replace
+
 import pytest
 
 from mapping import resources
-from mapping.devices import get_device
+from mapping.devices import DEVICES, get_device
 
 
 def test_bram_picks_cheapest_aspect_ratio():
@@ -53,6 +55,9 @@ def test_unknown_family_is_refused():
         resources.bram_blocks(16, 1000, "stratix")
 
 
-def test_dram_bandwidth():
-    assert resources.dram_gbps(get_device("vc709")) == pytest.approx(238.8, abs=0.1)
-    assert resources.dram_gbps(get_device("ecp5-85")) == 0.0
+def test_dram_bandwidth_is_a_device_figure():
+    assert get_device("vc709").dram_gbps == pytest.approx(238.8, abs=0.1)  # 2 x 64 bit DDR3-1866
+    assert get_device("ecp5-85").dram_gbps == 0.0
+    assert all((d.dram_gbps > 0) == (d.dram_gb > 0) for d in DEVICES.values())
+    with pytest.raises(ValueError, match="dram_gb=8.0 and dram_gbps=0.0 disagree"):
+        replace(get_device("vc709"), dram_gbps=0.0)
