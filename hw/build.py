@@ -15,7 +15,7 @@ from pathlib import Path
 from mapping.errors import SpecError, run_cli
 
 DEFAULT_NETWORK = "tiny"
-DEFAULT_CLUSTER = "ecp5-85:4"
+DEFAULT_CLUSTER = "ecp5-45:4"
 
 
 def parse_args(argv):
@@ -43,7 +43,7 @@ def load_mapping(args):
     from mapping.mapper import map_network
     from mapping.network import get
 
-    return map_network(get(args.network), parse_cluster(args.cluster))
+    return map_network(get(args.network), parse_cluster(args.cluster), fold_inputs=False)
 
 
 def resource_table(config, device, result):
@@ -79,7 +79,7 @@ def main(argv=None):
     out = Path(args.out) / f"node{config.index}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "nodeconfig.json").write_text(mapping.to_json())
-    node = Node(config)
+    node = Node(config, family=device.family)
     write_rtlil(node, out / "top.il")
     (out / "top.v").write_text(verilog.convert(node, name="top"))
     print(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
@@ -90,7 +90,7 @@ def main(argv=None):
     def progress(step):
         print(f"  [{time.monotonic() - started:6.1f} s] {step}", flush=True)
 
-    result = synthesize(Node(config), device.family, workdir=out, progress=progress)
+    result = synthesize(Node(config, family=device.family), device.family, workdir=out, progress=progress)
     print(resource_table(config, device, result))
     print(f"done in {time.monotonic() - started:.1f} s")
     return 0

@@ -6,8 +6,8 @@ format) and its label arrive; the output error is
 one pixel of ``classes`` words in error format.
 """
 
-from amaranth.hdl import Module, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Module, Signal, unsigned
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping import numerics

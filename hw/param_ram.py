@@ -148,9 +148,6 @@ class ParamRam(wiring.Component):
             self.init = bank_rows(init, banks, rows, words) if init is not None else []
         except ValueError as error:
             refuse(self, str(error))
-        # Built here so a testbench can read the contents back (``ctx.get(ram.mem.data[row])``).
-        self.mem = memory.Memory(shape=data.ArrayLayout(signed(WORD_BITS), banks * words), depth=rows,
-                                 init=self.init, attrs=NO_RW_CHECK)
         members = {
             "b": In(weight_port_signature(rows, banks, words)),
             "upd": In(update_port_signature(rows, banks, words)),
@@ -180,7 +177,11 @@ class ParamRam(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self.banks * self.words
-        m.submodules.mem = mem = self.mem
+        # Kept as ``self.mem`` (the latest elaboration's) so a testbench can read the
+        # weights back with ``ctx.get(ram.mem.data[row])``.
+        m.submodules.mem = mem = self.mem = memory.Memory(
+            shape=data.ArrayLayout(signed(WORD_BITS), lanes), depth=self.rows, init=self.init,
+            attrs=NO_RW_CHECK)
         upd = self.upd
 
         # Port B: EB reads, or the update reads / writes one word.

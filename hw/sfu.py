@@ -56,7 +56,6 @@ from hw.param_ram import weight_port_signature
 from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, refuse
 from hw.stream_util import pixel_layout
 from mapping import numerics
-from mapping.nodeconfig import Pool
 
 WORD = numerics.WORD_BITS
 

@@ -22,6 +22,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
+from mapping.errors import SpecError
 from .act_ram import ActRam
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
@@ -31,7 +32,7 @@ from .line_buffer import LineBuffer
 from .pab import PartialActivationBuffer
 from .param_ram import ParamRam
 from .pg_engine import GradientEngine
-from .rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder
+from .rounding import SAMPLE_BITS, StochasticRounder
 from .sfu import SFU
 from .stream_util import ChannelConcat, ChannelFork, pixel_layout
 from .update_gate import COUNT_BITS, SampleGate, UpdateGate
@@ -104,10 +105,26 @@ def slice_weights(s, params):
     return block, bias[olo:ohi]
 
 
+def check_buildable(s):
+    """The generator gives every input channel of a slice its own tile in all three engines."""
+    engines = {"FP": (s.fp.ces, s.fp.tiles)}
+    if s.needs_eb:
+        engines["EB"] = (s.eb.tiles, s.eb.ces)
+    engines["PG"] = (s.pg.ces, s.pg.tiles)
+    for name, (ces, tiles) in engines.items():
+        if tiles != s.in_channels or ces != s.fp.ces:
+            raise SpecError(
+                f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): "
+                f"its {name} engine of {ces} x {tiles} tiles folds input channels, but the generator "
+                f"builds {s.fp.ces} x {s.in_channels} tiles; map with fold_inputs=False "
+                f"(python -m mapping --no-fold)")
+
+
 class SliceUnit(wiring.Component):
     """The hardware of one ``LayerSlice``; ``params``: the layer's initial words (golden layout)."""
 
     def __init__(self, layer_slice, formats, training, *, params=None, family=None):
+        check_buildable(layer_slice)
         s = self.slice = layer_slice
         self.formats, self.training, self.family = formats, training, family
         weights, bias = slice_weights(s, params)

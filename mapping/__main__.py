@@ -29,7 +29,7 @@ def _sizes(text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m mapping", description=__doc__.splitlines()[0])
-    parser.add_argument("--network", default="vgg16", help="zoo name or .toml/.json file")
+    parser.add_argument("--network", default="alexnet-ungrouped", help="zoo name or .toml/.json file")
     parser.add_argument("--cluster", default="vc709:15", help="e.g. vc709:15, vc709:15@150, or a file")
     parser.add_argument("--out", default="mapping-out", help="directory for mapping.json and plots")
     parser.add_argument("--sizes", help="sweep cluster sizes FIRST:LAST[:STEP] of the cluster's device")
@@ -37,6 +37,8 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--link-gbps", type=float, help="override every link's bandwidth (Gb/s)")
     parser.add_argument("--max-multipliers", type=int, help="cap the multipliers used per device")
+    parser.add_argument("--no-fold", action="store_true",
+                        help="one tile per input channel in every engine (what hw/ generates)")
     args = parser.parse_args(argv)
 
     sizes = _sizes(args.sizes) if args.sizes else None
@@ -47,7 +49,8 @@ def main(argv=None):
             raise SpecError(f"--link-gbps must be positive, got {args.link_gbps}")
         cluster = Cluster(cluster.devices, (args.link_gbps,) * (len(cluster) - 1),
                           f"{cluster.spec}@{args.link_gbps:g}")
-    options = dict(batch=args.batch, lr=args.lr, max_multipliers=args.max_multipliers)
+    options = dict(batch=args.batch, lr=args.lr, max_multipliers=args.max_multipliers,
+                   fold_inputs=not args.no_fold)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -19,14 +19,12 @@ Without a bandwidth, a pair's link runs at the smaller of the two devices'
 """
 
 from dataclasses import dataclass
-import json
 import math
 import re
-import tomllib
 from pathlib import Path
 
 from .devices import Device, get_device
-from .errors import SpecError
+from .errors import SpecError, read_spec_file
 
 _TERM = re.compile(r"^([A-Za-z0-9_.-]+)(?::(.*))?$")
 
@@ -172,17 +170,8 @@ def from_dict(data, spec, where):
 
 def load(path):
     """Load a cluster from a .toml or .json file."""
-    path = Path(path)
-    where = f"cluster file {path}"
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise SpecError(f"{where}: {error.strerror}") from None
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
-        raise SpecError(f"{where}: {error}") from None
-    return from_dict(data, str(path), where)
+    data = read_spec_file(path, "cluster")
+    return from_dict(data, str(path), f"cluster file {path}")
 
 
 def parse_cluster(spec):

@@ -61,8 +61,11 @@ def check_accumulators(plans, batch):
 
 
 def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fraction=DSP_FRACTION,
-                bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None):
-    """Map the training of ``network`` onto ``cluster`` (see module docstring)."""
+                bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None, fold_inputs=True):
+    """Map the training of ``network`` onto ``cluster`` (see module docstring).
+
+    ``fold_inputs=False``: no engine folds input channels over several cycles (one
+    tile per input channel), the engines the hardware generator builds."""
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
@@ -89,14 +92,16 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
 
     try:
         part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of, describe,
-                                                            batch, local_weights=False)
+                                                            batch, local_weights=False,
+                                                            fold_inputs=fold_inputs)
     except SpecError as balanced:
         # Where balancing cannot place the weights, try keeping each on its own node; if
         # that fails too, the balancing attempt's reason (node, layer, numbers) is the
         # one to report: it is the mapping the user asked for.
         try:
             part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of,
-                                                                describe, batch, local_weights=True)
+                                                                describe, batch, local_weights=True,
+                                                                fold_inputs=fold_inputs)
         except SpecError:
             raise balanced from None
     buffers = {id(sl): _buffers(sl, stale[id(sl)], family_of, batch) for sl in slices}
@@ -121,7 +126,7 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
 
 
-def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights):
+def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, fold_inputs):
     """Partition and balance until the samples in flight the Act-RAMs were sized for
     cover those the resulting timing needs.
 
@@ -135,7 +140,7 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights):
         # buffers only grow from round to round, so the last period bounds the next
         part = partition(plans, node_budgets, fp_stale=estimate, at_least=period, describe=describe,
                          batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
-                         local_weights=local_weights)
+                         local_weights=local_weights, fold_inputs=fold_inputs)
         period = part.period
         slices = part.slices
         fixed = {id(sl): _buffers(sl, estimate[sl.plan.name], family_of, batch).cost for sl in slices}

@@ -11,13 +11,11 @@ connected layers FP, EB and PG each perform the same number of useful MACs
 the first layer has no EB because nobody consumes the errors of the image.
 """
 
-from dataclasses import dataclass, field, fields
-import json
+from dataclasses import dataclass, fields
 import math
-import tomllib
 from pathlib import Path
 
-from .errors import SpecError
+from .errors import SpecError, read_spec_file
 
 TRAINABLE_TYPES = ("conv2d", "relu", "maxpool", "flatten", "linear")
 DECLARED_ONLY_TYPES = ("batchnorm", "add", "avgpool")
@@ -297,16 +295,7 @@ def from_dict(spec, origin="network"):
 
 def load(path):
     """Load a network from a .toml or .json file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise SpecError(f"network file {path}: {error.strerror}") from None
-    try:
-        spec = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
-        raise SpecError(f"network file {path}: {error}") from None
-    return from_dict(spec, origin=path.stem)
+    return from_dict(read_spec_file(path, "network"), origin=Path(path).stem)
 
 
 def get(name_or_path):

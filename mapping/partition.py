@@ -353,8 +353,9 @@ class Partitioner:
     nodes get the whole cycles of theirs that fit)."""
 
     def __init__(self, plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch,
-                 local_weights=False):
+                 local_weights=False, fold_inputs=True):
         self.describe = describe
+        self.fold_inputs = fold_inputs
         self.batch = batch
         self.local_weights = local_weights
         self.plans = plans
@@ -401,8 +402,12 @@ class Partitioner:
             if cycles < p.raster or q < 1:
                 return None
             w = np.arange(1, min(p.full, q) + 1)
+            if not self.fold_inputs and p.mode == "ocp":
+                w = w[:1]  # every input channel gets its own tile
             p_full = -(-p.full // w)
             vmax = np.minimum(q // w, p.units)
+            if not self.fold_inputs and p.mode == "icp":
+                vmax = np.minimum(vmax, 1)
             cost = p_full / vmax
             ok = p.engines * p.kernel ** 2 * p_full <= biggest
             if not ok.any():
@@ -419,7 +424,8 @@ class Partitioner:
         cycles = period * self.clocks[node] // (self.ref_clock * speedup)
         if cycles < plan.raster:
             return 0
-        return cycles // plan.pass_pixels // choice.w_full
+        most = cycles // plan.pass_pixels // choice.w_full
+        return min(most, 1) if not self.fold_inputs and plan.mode == "icp" else most
 
     def shape(self, plan, choice, units, node, period):
         """Engine shape of ``units`` units of ``plan`` on ``node``, or None if it cannot run."""
@@ -727,14 +733,16 @@ def _largest(ok, limit):
 
 
 def partition(plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch=1,
-              local_weights=False, at_least=0):
+              local_weights=False, at_least=0, fold_inputs=True):
     """The fine phase; ``local_weights`` makes every node hold all its weights itself
     (no balancing), otherwise only their width is reserved (see module docstring).
     ``at_least``: a period (cycles) known to be infeasible below, from an earlier
     partition with smaller buffers; ``describe()`` names the network and cluster in
-    refusals; ``batch`` the mini-batch (FC weights in DRAM)."""
+    refusals; ``batch`` the mini-batch (FC weights in DRAM); ``fold_inputs=False`` gives
+    every input channel of a slice its own tile (what hw/ generates)."""
     part = Partitioner(plans, node_budgets, fp_stale=fp_stale, link_latency_cycles=link_latency_cycles,
-                       describe=describe, batch=batch, local_weights=local_weights)
+                       describe=describe, batch=batch, local_weights=local_weights,
+                       fold_inputs=fold_inputs)
     period = part.min_period(at_least)
     choices = part.feasible(period)
     cuts = part.cuts(period, choices)

@@ -30,7 +30,7 @@ def _assert_bit_exact(run, initial):
 
 def _train(cluster, seed, stall=0.0):
     network = zoo.tiny()
-    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR)
+    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, fold_inputs=False)
     inputs, labels, params = _data(network, SAMPLES, seed)
     run = train_chain(network, mapping, inputs, labels, params, stall=stall,
                       rng=np.random.default_rng(seed))
@@ -41,18 +41,19 @@ def _train(cluster, seed, stall=0.0):
 
 
 def test_one_node_holding_the_whole_network_trains_bit_exact():
-    mapping = _train("ecp5-85:1", seed=2)
+    mapping = _train("vc709:1", seed=2)  # unfolded, the net needs 480 multipliers
     assert [s.layer for s in mapping.nodes[0].slices] == ["conv1", "conv2", "fc"]
 
 
 def test_four_node_chain_trains_tiny_bit_exact():
-    mapping = _train("ecp5-85:4", seed=1)
-    modes = {(s.layer, s.mode) for node in mapping.nodes for s in node.slices}
-    assert ("conv1", "ocp") in modes and ("conv2", "icp") in modes
-    assert sum(s.layer == "conv2" for node in mapping.nodes for s in node.slices) >= 2  # split by ICP
-    assert max(len(node.slices) for node in mapping.nodes) >= 2  # a node holding two layers
+    mapping = _train("ecp5-45:4", seed=1)
+    layout = [[(s.layer, s.mode) for s in node.slices] for node in mapping.nodes]
+    # conv1 by OCP; conv2 split by ICP over three nodes; fc split by ICP over two, so the
+    # flattened activations are bypassed across a link; nodes 0 and 2 hold two layers.
+    assert layout == [[("conv1", "ocp"), ("conv2", "icp")], [("conv2", "icp")],
+                      [("conv2", "icp"), ("fc", "icp")], [("fc", "icp")]]
 
 
 @pytest.mark.slow
 def test_four_node_chain_with_random_stalls_on_every_link_stays_bit_exact():
-    _train("ecp5-85:4", seed=3, stall=0.3)
+    _train("ecp5-45:4", seed=3, stall=0.3)

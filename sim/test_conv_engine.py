@@ -4,38 +4,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from amaranth.hdl import Fragment, Module
-from amaranth.lib import stream, wiring
-from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Fragment
 
-from hw.conv_engine import ConvEngine, psum_layout, window_layout
+from hw.conv_engine import ConvEngine
 from mapping import tensor_ops
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.testbench import as_ints, get, put, simulate
-
-
-class EngineWithWeights(wiring.Component):
-    """A ConvEngine reading its weight rows from a ROM laid out as the LPRAM contract says."""
-
-    def __init__(self, engine, rows):
-        self.engine, self.rows = engine, rows
-        super().__init__({
-            "windows": In(stream.Signature(window_layout(engine.channels, engine.kernel))),
-            "psums": Out(stream.Signature(psum_layout(engine.ces))),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.engine = engine = self.engine
-        m.submodules.rom = rom = Memory(shape=engine.weight_data.shape(), depth=len(self.rows),
-                                        init=self.rows)
-        port = rom.read_port()
-        m.d.comb += [port.addr.eq(engine.weight_addr), port.en.eq(engine.weight_en),
-                     engine.weight_data.eq(port.data)]
-        wiring.connect(m, wiring.flipped(self.windows), engine.windows)
-        wiring.connect(m, engine.psums, wiring.flipped(self.psums))
-        return m
+from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
 
 
 def weight_rows(weights, ces, rng):

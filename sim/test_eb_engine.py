@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 from amaranth.hdl import Fragment, Module
 from amaranth.lib import stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.conv_engine import psum_layout, window_layout
+from hw.conv_engine import psum_layout
 from hw.eb_engine import ErrorEngine
 from hw.line_buffer import LineBuffer
 from hw.param_ram import ParamRam
@@ -18,30 +17,7 @@ from mapping import tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.test_conv_engine import weight_rows
-from sim.testbench import as_ints, get, put, simulate
-
-
-class EngineWithWeights(wiring.Component):
-    """An ErrorEngine reading a ROM laid out as the LPRAM contract says (rows past O are junk)."""
-
-    def __init__(self, engine, rows):
-        self.engine, self.rows = engine, rows
-        super().__init__({
-            "windows": In(stream.Signature(window_layout(engine.out_channels, engine.kernel))),
-            "errors": Out(stream.Signature(psum_layout(engine.in_channels))),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.engine = engine = self.engine
-        m.submodules.rom = rom = Memory(shape=engine.weight_data.shape(), depth=len(self.rows),
-                                        init=self.rows)
-        port = rom.read_port()
-        m.d.comb += [port.addr.eq(engine.weight_addr), port.en.eq(engine.weight_en),
-                     engine.weight_data.eq(port.data)]
-        wiring.connect(m, wiring.flipped(self.windows), engine.windows)
-        wiring.connect(m, engine.errors, wiring.flipped(self.errors))
-        return m
+from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
 
 
 def error_windows(err, kernel, stride, padding, in_hw):
@@ -84,7 +60,7 @@ def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, paddin
     weights, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                                    size=size, stride=stride, padding=padding, samples=samples)
     engine = ErrorEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces)
-    dut = EngineWithWeights(engine, weight_rows(weights, ces, rng))
+    dut = EngineWithWeights(engine, weight_rows(weights, ces, rng), ("windows", "errors"))
     windows = [w for e in errs for w in error_windows(e, kernel, stride, padding, (size, size))]
     want = expected(errs, weights, (in_channels, size, size), stride, padding)
     assert len(windows) == len(want)

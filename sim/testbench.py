@@ -7,6 +7,9 @@ low) on a given cycle.
 """
 
 from amaranth.hdl import ClockDomain, Module
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 
@@ -75,3 +78,29 @@ def _run(sim, deadline):
         if not sim.advance():  # False once every testbench has returned
             return
     raise AssertionError(f"simulation still running after {deadline} cycles")
+
+
+class EngineWithWeights(wiring.Component):
+    """An engine (FP or EB) reading its weight rows from a ROM laid out as LPRAM rows.
+
+    ``ports``: the names of the engine's input and output streams, forwarded as they are.
+    """
+
+    def __init__(self, engine, rows, ports=("windows", "psums")):
+        self.engine, self.rows, self.ports = engine, rows, ports
+        inp, out = ports
+        super().__init__({inp: In(getattr(engine, inp).signature.flip()),
+                          out: Out(getattr(engine, out).signature)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = engine = self.engine
+        m.submodules.rom = rom = Memory(shape=engine.weight_data.shape(), depth=len(self.rows),
+                                        init=self.rows)
+        port = rom.read_port()
+        m.d.comb += [port.addr.eq(engine.weight_addr), port.en.eq(engine.weight_en),
+                     engine.weight_data.eq(port.data)]
+        inp, out = self.ports
+        wiring.connect(m, wiring.flipped(getattr(self, inp)), getattr(engine, inp))
+        wiring.connect(m, getattr(engine, out), wiring.flipped(getattr(self, out)))
+        return m
