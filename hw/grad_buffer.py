@@ -2,19 +2,23 @@
 
 Accumulation
 ------------
-``i`` carries one row of gradient terms per beat: ``row`` is a local output channel
-(0 .. out_channels-1) and ``values`` its ``words = S*K*K`` 48-bit terms, flattened
-(S, K, K) like a ParamRam row. Each beat is added into a 48-bit accumulator row of a
-block RAM (``out_channels`` rows of ``words * 48`` bits), one beat per cycle:
+``i`` takes the PG engine's beats as they are (``hw.pg_engine.grads_layout``): ``row``
+is a group g and ``values`` the P rows of ``words = S*K*K`` exact products of output
+channels gP .. gP+P-1, each flattened (S, K, K) like a ParamRam row. The sums live in
+a block RAM banked like the ParamRam: ``ceil(out_channels / P)`` addresses of P*words
+48-bit accumulators (bank-major), and a beat is added into its address, one beat per
+cycle:
 
-- cycle 0: the beat is accepted and its row is read;
-- cycle 1: old sum + values is written back.
+- cycle 0: the beat is accepted and its address is read;
+- cycle 1: old sums + the products (sign-extended to 48 bits) are written back.
 
-A beat for the row written in the very cycle its read happens would read a stale
-sum (and in the block RAM a collision), so the sum just written is kept in a
-register and forwarded instead; back-to-back beats for one row therefore run at
-full rate. As in the golden model the sums are exact: the mapping guarantees they fit
-48 bits (ACC_BITS).
+A beat for the address written in the very cycle its read happens would read stale
+sums (and in the block RAM a collision), so the sums just written are kept in a
+register and forwarded instead; back-to-back beats of one group (one group per pixel
+when O <= P) therefore run at full rate. As in the golden model the sums are exact:
+the mapping guarantees they fit 48 bits (ACC_BITS). Rows past ``out_channels`` in
+the last group (zeros from the PG engine) are summed like the others but never read
+by the update, and cleared with their address, so whatever they carry changes nothing.
 
 Update
 ------
@@ -26,20 +30,22 @@ number, the noise's sample number) starts the SGD update of every weight word:
 with ``index`` the word's row-major position in the whole layer tensor (OC, IC, K, K)
 in global channel numbers: ``((out_offset + r) * in_total + in_offset) * K*K + j``
 for word j of local row r. Biases are the same with IC = K = 1 (index = global
-output channel): instantiate a second GradientBuffer with ``in_channels=1,
-kernel=1, in_total=1`` and the bias shift / constant / tensor id (``from_slice(...,
-bias=True)``), writing a one-word-per-row ParamRam.
+output channel): a second GradientBuffer with ``bias=True, in_channels=1, kernel=1,
+in_total=1`` and the bias shift / constant / tensor id (``from_slice(..., bias=True)``)
+takes the PG engine's ``bias_grads`` beats (the P errors of a group, one word per row)
+and writes a one-word-per-row ParamRam.
 
 One word per cycle goes through a single lane: the word is selected from the held
-accumulator row and ParamRam row, ``gsum * lr`` is formed by three 18x17
+accumulator address and ParamRam address, ``gsum * lr`` is formed by three 18x17
 multipliers (hw.mult, 48-bit gsum split 17 + 17 + 14 bits; 3 MULT18X18D on ECP5,
 3 DSP48E1 on xc7) whose partial products are added as they enter the
 StochasticRounder (lanes=1, 64-bit accumulator), and the rounded step is subtracted
-and saturated on the way into the ParamRam's word write. The accumulator row is
+and saturated on the way into the ParamRam's word write. An accumulator address is
 cleared once read. From the strobe to ``done`` (which pulses once, with the last word
 written) the update takes ``out_channels * words + ceil(out_channels / banks) + 3 +
 rounder latency`` cycles (11 + 8 for shift > 0): one word per cycle, one cycle per
-ParamRam address. Meanwhile ``i`` is not ready and ``busy`` is high.
+address (both memories are read in it). Meanwhile ``i`` is not ready and ``busy`` is
+high.
 
 Port B of the ParamRam (``upd``) belongs to the update while ``busy``: EB must be idle,
 as hw.update_gate arranges (asserted inside ParamRam).
@@ -49,8 +55,10 @@ from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.line_buffer import row_memory_attrs
 from hw.mult import Multiplier
 from hw.param_ram import NO_RW_CHECK, read_register, update_port_signature
+from hw.pg_engine import bias_grads_layout, grads_layout
 from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, refuse, saturate
 from mapping import numerics
 
@@ -59,16 +67,13 @@ LR_BITS = numerics.WORD_BITS + 1  # the unsigned 16-bit constant as a signed ope
 CHUNK_BITS = 17  # gsum is split so every multiplier operand fits 18 signed bits
 
 
-def gradient_layout(out_channels, words):
-    """One beat of ``i``: a local output channel and its ``words`` gradient terms."""
-    return data.StructLayout({"row": range(out_channels),
-                              "values": data.ArrayLayout(signed(numerics.ACC_BITS), words)})
-
-
 class GradientBuffer(wiring.Component):
     """Gradient sums of ``out_channels`` rows of ``in_channels * kernel**2`` words, and their update.
 
-    ``banks``: the ParamRam's banks P (local row r is its bank r % P, address r // P).
+    ``banks``: the PG engine's CEs and the ParamRam's banks P (local row r is bank r % P,
+    address r // P, in both memories).
+    ``bias``: ``i`` takes ``bias_grads`` beats (one error per row; ``in_channels`` and
+    ``kernel`` must be 1) instead of ``grads`` beats.
     ``out_offset``, ``in_offset``, ``in_total``: the slice's first global output and input
     channel and the layer's input channel count (for the noise index).
     ``shift``, ``lr``, ``seed``, ``tensor``: the update's rounding, as in ``numerics.requantize``.
@@ -76,12 +81,15 @@ class GradientBuffer(wiring.Component):
     """
 
     def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor,
-                 out_offset=0, in_offset=0, in_total=None, family=None):
+                 out_offset=0, in_offset=0, in_total=None, bias=False, family=None):
         in_total = in_offset + in_channels if in_total is None else in_total
         for name, value in (("out_channels", out_channels), ("in_channels", in_channels),
                             ("kernel", kernel), ("banks", banks)):
             if value < 1:
                 refuse(self, f"gradient buffer: {name} = {value} must be at least 1")
+        if bias and (in_channels, kernel) != (1, 1):
+            refuse(self, f"gradient buffer: a bias buffer has one word per row, not in_channels = "
+                         f"{in_channels} x kernel = {kernel}x{kernel}")
         if out_offset < 0 or in_offset < 0 or in_offset + in_channels > in_total:
             refuse(self, f"gradient buffer: input channels {in_offset}..{in_offset + in_channels - 1} "
                          f"are not inside the layer's {in_total}")
@@ -92,15 +100,17 @@ class GradientBuffer(wiring.Component):
         if last_index >= 1 << INDEX_BITS:
             refuse(self, f"gradient buffer: weight index {last_index} exceeds {INDEX_BITS} bits")
         self.out_channels, self.words, self.banks = out_channels, in_channels * kernel * kernel, banks
-        self.rows = -(-out_channels // banks)  # ParamRam addresses
+        self.bias = bias
+        self.rows = -(-out_channels // banks)  # groups = addresses of both memories
         self.index_base = (out_offset * in_total + in_offset) * kernel * kernel
         self.index_stride = in_total * kernel * kernel
         self.family = family
         self.rounder = StochasticRounder(lanes=1, shift=shift, seed=seed, tensor=tensor,
                                          acc_width=PRODUCT_BITS, extra=self._extra_layout())
         self.lr = lr
+        beat = bias_grads_layout(self.rows, banks) if bias else grads_layout(self.rows, banks, self.words)
         super().__init__({
-            "i": In(stream.Signature(gradient_layout(out_channels, self.words))),
+            "i": In(stream.Signature(beat)),
             "update": In(1),
             "batch": In(SAMPLE_BITS),
             "busy": Out(1),
@@ -112,6 +122,12 @@ class GradientBuffer(wiring.Component):
         """What travels with a word through the rounder: its old value and destination."""
         return data.StructLayout({"w": signed(numerics.WORD_BITS), "addr": range(self.rows),
                                   "lane": range(self.banks * self.words), "last": 1})
+
+    def _terms(self, values):
+        """A beat's P*words terms, bank-major like an address of either memory."""
+        if self.bias:
+            return [values[p] for p in range(self.banks)]
+        return [values[p][j] for p in range(self.banks) for j in range(self.words)]
 
     @classmethod
     def from_slice(cls, layer_slice, formats, training, *, bias=False, family=None):
@@ -128,57 +144,60 @@ class GradientBuffer(wiring.Component):
             raise ValueError(f"gradient buffer: the {s.mode} slice of layer '{s.layer}' on channels "
                              f"{s.in_range}->{s.out_range} owns no biases")
         return cls(in_channels=1, kernel=1, in_total=1, shift=formats.bias_update_shift,
-                   lr=training.bias_lr_constant,
+                   lr=training.bias_lr_constant, bias=True,
                    tensor=numerics.tensor_id(s.position, numerics.BIAS_UPDATE), **common)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.rounder = rounder = self.rounder
-        words, last_row = self.words, self.out_channels - 1
-        sum_layout = data.ArrayLayout(signed(numerics.ACC_BITS), words)
-        m.submodules.mem = mem = memory.Memory(shape=sum_layout, depth=self.out_channels, init=[],
-                                               attrs=NO_RW_CHECK)
-        write = mem.write_port()
+        words, lanes, last_row = self.words, self.banks * self.words, self.out_channels - 1
+        sum_layout = data.ArrayLayout(signed(numerics.ACC_BITS), lanes)
+        # Block RAM even when shallow (few groups), as for the line buffers: Yosys would put
+        # these wide rows in LUT RAM.
+        attrs = NO_RW_CHECK | row_memory_attrs(sum_layout.size, self.rows)
+        m.submodules.mem = mem = memory.Memory(shape=sum_layout, depth=self.rows, init=[], attrs=attrs)
+        # One enable per lane, all driven together: in RTLIL (where enables are per bit)
+        # the same as one enable, but Amaranth's simulator expands a single enable into one
+        # Python expression per data bit, which Python cannot compile beyond ~2500 bits.
+        write = mem.write_port(granularity=1)
 
-        # Update state: local row r (ParamRam bank p, address g), word j, lane = p*words + j.
+        # Update state: local row r (bank p, address g), word j, lane = p*words + j.
         r, g = Signal(range(self.out_channels)), Signal(range(self.rows))
         p, j = Signal(range(self.banks)), Signal(range(words))
-        lane, index = Signal(range(self.banks * words)), Signal(INDEX_BITS)
+        lane, index = Signal(range(lanes)), Signal(INDEX_BITS)
         batch = Signal(SAMPLE_BITS)
-        acc_read, acc_read_addr = Signal(), Signal(range(self.out_channels))
-        feeding, clearing = Signal(), Signal()
+        loading, feeding, clearing = Signal(), Signal(), Signal()
         advance = rounder.i.ready  # the whole update pipeline moves together
 
-        # Accumulation, stage 0: accept a beat and read its row.
+        # Accumulation, stage 0: accept a beat and read its address.
         accept = self.i.valid & self.i.ready
         m.d.comb += self.i.ready.eq(~self.busy & ~self.update)
-        sums = read_register(m, mem, Mux(self.busy, acc_read_addr, self.i.payload.row),
-                             accept | acc_read)
+        sums = read_register(m, mem, Mux(self.busy, g, self.i.payload.row), accept | loading)
         # Stage 1: add and write back, forwarding the previous cycle's write.
-        s1_valid, s1_row = Signal(), Signal(range(self.out_channels))
-        s1_values = Signal(sum_layout, reset_less=True)
-        prev_valid, prev_row = Signal(), Signal(range(self.out_channels))
+        values_shape = self.i.payload.shape()["values"].shape
+        s1_valid, s1_row = Signal(), Signal(range(self.rows))
+        s1_values = Signal(values_shape, reset_less=True)
+        prev_valid, prev_row = Signal(), Signal(range(self.rows))
         prev_sum, new_sum = Signal(sum_layout, reset_less=True), Signal(sum_layout)
         m.d.sync += [s1_valid.eq(accept), prev_valid.eq(s1_valid), prev_row.eq(s1_row),
                      prev_sum.eq(new_sum)]
         with m.If(accept):
             m.d.sync += [s1_row.eq(self.i.payload.row), s1_values.eq(self.i.payload.values)]
         old = sum_layout(Mux(prev_valid & (prev_row == s1_row), prev_sum, sums))
-        m.d.comb += [new_sum[k].eq(old[k] + s1_values[k]) for k in range(words)]
+        m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
         m.d.comb += [
-            write.en.eq(s1_valid | clearing),
-            write.addr.eq(Mux(clearing, r, s1_row)),
+            write.en.eq((s1_valid | clearing).replicate(lanes)),
+            write.addr.eq(Mux(clearing, g, s1_row)),
             write.data.eq(Mux(clearing, 0, new_sum)),
         ]
         m.d.sync += [  # checked at clock edges
             Assert(~(s1_valid & clearing), "gradient buffer: accumulation during the update"),
-            Assert(~(accept & (self.i.payload.row > last_row)),
-                   "gradient buffer: gradient row beyond the slice's output channels"),
+            Assert(~(accept & (self.i.payload.row > self.rows - 1)),
+                   "gradient buffer: gradient group beyond the slice's output channels"),
         ]
 
-        # Update sequencer: one word per advancing cycle, rows in order. The ParamRam is
-        # read once per address (LOAD); the next row's sums are read as the current row's
-        # last word is taken, so rows of one address follow each other without a gap.
+        # Update sequencer: one word per advancing cycle, rows in order. Each address is
+        # read once in both memories (LOAD) and its words are taken from the held reads.
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.update):
@@ -186,10 +205,10 @@ class GradientBuffer(wiring.Component):
                                  lane.eq(0), index.eq(self.index_base)]
                     m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.comb += [acc_read.eq(1), acc_read_addr.eq(r), self.upd.read.eq(1)]
+                m.d.comb += [loading.eq(1), self.upd.read.eq(1)]
                 m.next = "WORDS"
             with m.State("WORDS"):
-                m.d.comb += [feeding.eq(1), clearing.eq(j == 0)]
+                m.d.comb += [feeding.eq(1), clearing.eq(lane == 0)]
                 with m.If(advance):
                     m.d.sync += [j.eq(j + 1), lane.eq(lane + 1), index.eq(index + 1)]
                     with m.If(j == words - 1):
@@ -202,7 +221,6 @@ class GradientBuffer(wiring.Component):
                             m.next = "LOAD"
                         with m.Else():
                             m.d.sync += p.eq(p + 1)
-                            m.d.comb += [acc_read.eq(1), acc_read_addr.eq(r + 1)]
             with m.State("FLUSH"):
                 with m.If(self.done):
                     m.next = "IDLE"
@@ -210,7 +228,7 @@ class GradientBuffer(wiring.Component):
         m.d.sync += Assert(~(self.update & self.busy), "gradient buffer: update strobe while updating")
 
         # Word select, then gsum * lr (three multipliers, LATENCY enabled cycles).
-        gsum = sums[j]
+        gsum = sums[lane]
         w = self.upd.data.as_value().word_select(lane, numerics.WORD_BITS).as_signed()
         chunks = [gsum[0:CHUNK_BITS], gsum[CHUNK_BITS:2 * CHUNK_BITS],
                   gsum[2 * CHUNK_BITS:].as_signed()]

@@ -17,8 +17,8 @@ successor (backward); ``<channel>_out`` goes the other way.
 """
 
 import numpy as np
-from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
@@ -248,9 +248,9 @@ class SliceUnit(wiring.Component):
         connect(m, pg_gate.o, pg.windows)
         connect(m, pg_errors, pg.errors)
         m.d.comb += [pg_gate.allow.eq(gate.pg_allow), gate.pg_start.eq(pg_gate.start)]
-        pg_done = _connect_gradients(m, pg.grads, lgb.i, own_out, oh * ow, "lgb")
+        pg_done = _connect_gradients(m, pg.grads, lgb.i, oh * ow * pg.groups, "lgb")
         if owns_bias:
-            bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, own_out, oh * ow, "bias_lgb")
+            bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, oh * ow * pg.groups, "bias_lgb")
             m.d.comb += gate.pg_done.eq(_both_done(m, pg_done, bias_done))
         else:
             m.d.comb += gate.pg_done.eq(pg_done)
@@ -377,52 +377,11 @@ def _both_done(m, done_a, done_b):
     return both
 
 
-class GroupSerializer(wiring.Component):
-    """PG beats of P rows (one group) -> gradient-buffer beats of one output channel each.
-
-    Row ``p`` of group ``g`` becomes local output channel ``g*P + p``; rows past
-    ``out_channels`` carry zeros and are skipped. ``done`` pulses with the last beat
-    of a sample (``beats_per_sample`` input groups). PG runs at 1/P of the engine's
-    rate behind it: the gradient buffer accumulates one row per cycle.
-    """
-
-    def __init__(self, in_layout, out_layout, *, ces, out_channels, beats_per_sample):
-        self.ces, self.out_channels, self.beats_per_sample = ces, out_channels, beats_per_sample
-        super().__init__({"i": In(stream.Signature(in_layout)), "o": Out(stream.Signature(out_layout)),
-                          "done": Out(1)})
-
-    def elaborate(self, platform):
-        m = Module()
-        lane = Signal(range(self.ces))
-        beat = Signal(range(self.beats_per_sample))
-        row = Signal(range(self.out_channels + self.ces))
-        m.d.comb += row.eq(self.i.payload.row * self.ces + lane)
-        last_lane = (lane == self.ces - 1) | (row == self.out_channels - 1)
-        m.d.comb += [self.o.valid.eq(self.i.valid), self.o.payload.row.eq(row),
-                     self.i.ready.eq(self.o.ready & last_lane)]
-        words = self.o.payload.shape()["values"].shape.length
-        arrays = isinstance(self.i.payload.shape()["values"].shape.elem_shape, data.ArrayLayout)
-        with m.Switch(lane):
-            for p in range(self.ces):
-                row = self.i.payload.values[p]
-                with m.Case(p):  # element by element: the products are sign-extended to 48 bits
-                    m.d.comb += [self.o.payload.values[j].eq(row[j] if arrays else row)
-                                 for j in range(words)]
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += lane.eq(Mux(last_lane, 0, lane + 1))
-            with m.If(last_lane):
-                m.d.comb += self.done.eq(beat == self.beats_per_sample - 1)
-                m.d.sync += beat.eq(Mux(beat == self.beats_per_sample - 1, 0, beat + 1))
-        return m
-
-
-def _connect_gradients(m, grads, buffer_in, out_channels, pixels, name):
-    """Engine gradient beats -> gradient buffer beats; returns the sample-done pulse."""
-    ces = grads.payload.shape()["values"].shape.length
-    groups = -(-out_channels // ces)
-    serializer = m.submodules[f"{name}_serializer"] = GroupSerializer(
-        grads.payload.shape(), buffer_in.payload.shape(), ces=ces, out_channels=out_channels,
-        beats_per_sample=pixels * groups)
-    connect(m, grads, serializer.i)
-    connect(m, serializer.o, buffer_in)
-    return serializer.done
+def _connect_gradients(m, grads, buffer_in, beats_per_sample, name):
+    """PG beats (one group of P rows each) straight into a gradient buffer, which adds one per
+    cycle; returns the pulse of each sample's last beat."""
+    end = m.submodules[f"{name}_end"] = SampleGate(grads.payload.shape(), beats_per_sample)
+    m.d.comb += end.allow.eq(1)
+    connect(m, grads, end.i)
+    connect(m, end.o, buffer_in)
+    return end.done

@@ -1,10 +1,11 @@
-"""GradientBuffer (LGB / BGB): accumulation and SGD update into a ParamRam, bit for bit.
+"""GradientBuffer (LGB / BGB): accumulation of PG beats and SGD update into a ParamRam, bit for bit.
 
 The reference is the update as the golden model defines it (``mapping.golden``):
 ``saturate(w - requantize(gsum * lr, shift, seed, tensor, batch, index))`` with index
 the row-major position in the whole layer's tensor; it is computed here with
 ``numerics`` directly on the slice and, for the whole layer, with the golden model's
-own update function.
+own update function. Beats are the PG engine's (a group g and its P rows); the rows
+past the slice's output channels carry nonzero junk here, which must change nothing.
 """
 
 import numpy as np
@@ -38,29 +39,35 @@ class Pair(wiring.Component):
         return m
 
 
-def gradient_beats(rng, rows, words, count, big_rows=(), magnitude=1 << 23):
-    """Random (row, values) beats with runs of one row (back-to-back hits on the same row).
+def gradient_beats(rng, out_channels, banks, words, count, big_rows=(), magnitude=1 << 23, big=1 << 30):
+    """Random (group, (P, words) terms) beats with runs of one group (back-to-back hits on one address).
 
     Sums of a dozen +-2**23 terms (``magnitude``) give steps well inside the word range
     at lr ~ 3000 and shift 24, so the rounding noise decides the last bit; rows in
-    ``big_rows`` also get two beats of about +-2**45, so their steps saturate.
+    ``big_rows`` also get two beats of about +-``big``, so their steps saturate. Rows
+    past ``out_channels`` carry junk.
     """
-    beats, row = [], 0
+    groups = -(-out_channels // banks)
+    beats, group = [], 0
     for _ in range(count):
         if rng.random() > 0.5:
-            row = int(rng.integers(0, rows))
-        beats.append((row, rng.integers(-magnitude, magnitude, words)))
+            group = int(rng.integers(0, groups))
+        beats.append((group, rng.integers(-magnitude, magnitude, (banks, words))))
     for row in big_rows:
+        signs = rng.choice([-1, 1], words)
         for _ in range(2):
-            beats.insert(int(rng.integers(0, len(beats))),
-                         (row, rng.choice([-1, 1], words) * (1 << 45) + rng.integers(-99, 99, words)))
+            values = rng.integers(-magnitude, magnitude, (banks, words))
+            values[row % banks] = signs * big + rng.integers(-99, 99, words)
+            beats.insert(int(rng.integers(0, len(beats))), (row // banks, values))
     return beats
 
 
-def summed(beats, rows, words):
-    gsum = np.zeros((rows, words), dtype=np.int64)
-    for row, values in beats:
-        gsum[row] += values
+def summed(beats, out_channels, banks, words):
+    groups = -(-out_channels // banks)
+    gsum = np.zeros((groups * banks, words), dtype=np.int64)
+    for group, values in beats:
+        gsum[group * banks:(group + 1) * banks] += values
+    gsum = gsum[:out_channels]
     assert np.abs(gsum).max() <= ACC_MAX
     return gsum
 
@@ -71,18 +78,24 @@ def sgd(w, gsum, lr, shift, tensor, batch, index):
     return numerics.saturate(w - step)
 
 
+def payload(gb, group, values):
+    """A beat of ``gb.i``: ``grads`` (P rows of words) or ``bias_grads`` (one word per row)."""
+    rows = [int(v) for v in values[:, 0]] if gb.bias else [[int(v) for v in row] for row in values]
+    return {"row": group, "values": rows}
+
+
 def run_batches(pair, batches, rng, stall):
     """Accumulate each mini-batch's beats, update, and read the ParamRam back after each update.
 
-    Returns (contents after each update as (rows, banks, words), update durations in cycles).
+    Returns (contents after each update as (rows, banks, words), update durations in
+    cycles, cycles on which ``i`` offered a beat and was refused).
     """
     gb, ram = pair.gb, pair.ram
-    contents, durations = [], []
+    contents, durations, refused = [], [], [0]
 
     async def bench(ctx):
         for number, beats in batches:
-            await put(ctx, gb.i, [{"row": r, "values": [int(v) for v in values]} for r, values in beats],
-                      rng, stall)
+            await put(ctx, gb.i, [payload(gb, group, values) for group, values in beats], rng, stall)
             # The strobe comes right after the last beat, which is still being written back.
             ctx.set(gb.update, 1)
             ctx.set(gb.batch, number)
@@ -107,8 +120,12 @@ def run_batches(pair, batches, rng, stall):
             ctx.set(ram.a.weight_en, 0)
             contents.append(np.array(rows))
 
-    simulate(pair, bench, deadline=20000)
-    return contents, durations
+    async def watch(ctx):
+        async for _, _, valid, ready in ctx.tick().sample(gb.i.valid, gb.i.ready):
+            refused[0] += valid and not ready
+
+    simulate(pair, bench, processes=[watch], deadline=20000)
+    return contents, durations, refused[0]
 
 
 def full_index(out_total, in_total, kernel, out_range, in_range):
@@ -134,7 +151,12 @@ def golden_layer_update(w, gsum, lr, batch, out_total, in_total, kernel, out_ran
     return new["conv"][0][block].reshape(w.shape)
 
 
-@pytest.mark.parametrize("banks, stall", [(2, 0.3), (1, 0.0), (4, 0.5)])
+@pytest.mark.parametrize("banks, stall", [
+    (2, 0.3),  # 3 groups, the last one half empty
+    (1, 0.0),  # 5 groups of one row
+    (4, 0.5),  # 2 groups, the last one with 3 empty rows
+    (6, 0.0),  # 1 group: every beat adds into the address written the cycle before
+])
 def test_weight_update_matches_golden_over_two_batches(banks, stall):
     rng = np.random.default_rng(banks)
     out_range, in_range, kernel = (4, 9), (3, 5), 3  # slice offsets: global indices matter
@@ -149,15 +171,15 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
     gb = GradientBuffer.from_slice(s, FORMATS, training)
     ram = ParamRam.from_slice(s, init=weights)
     # Mini-batch 7 has rows whose sums saturate the update; 8 checks the sums were cleared.
-    batches = [(7, gradient_beats(rng, out_channels, words, 60, big_rows=(0, 3))),
-               (8, gradient_beats(rng, out_channels, words, 40))]
-    contents, durations = run_batches(Pair(gb, ram), batches, rng, stall)
+    batches = [(7, gradient_beats(rng, out_channels, banks, words, 60, big_rows=(0, 3))),
+               (8, gradient_beats(rng, out_channels, banks, words, 40))]
+    contents, durations, refused = run_batches(Pair(gb, ram), batches, rng, stall)
 
     tensor = numerics.tensor_id(0, numerics.WEIGHT_UPDATE)
     index = full_index(out_total, in_total, kernel, out_range, in_range)
     w = weights
     for (number, beats), got in zip(batches, contents):
-        gsum = summed(beats, out_channels, words)
+        gsum = summed(beats, out_channels, banks, words)
         want = sgd(w, gsum, lr, FORMATS.weight_update_shift, tensor, number, index)
         np.testing.assert_array_equal(got, banked(want, banks, ram.rows))
         np.testing.assert_array_equal(
@@ -165,7 +187,9 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
         if number == 7:  # saturation really happened, both ways
             assert (want == numerics.WORD_MIN).any() and (want == numerics.WORD_MAX).any()
         w = want
-    # One word per cycle, plus one cycle per ParamRam address, the strobe and the pipeline.
+    # Full rate: a beat is taken on every cycle it is offered outside the update.
+    assert refused == 0
+    # One word per cycle, plus one cycle per address, the strobe and the pipeline.
     assert durations == [out_channels * words + ram.rows + 1 + 2 + gb.rounder.latency] * 2
 
 
@@ -178,9 +202,9 @@ def test_update_with_exact_shifts(shift):
                         lr=lr, seed=FORMATS.seed, tensor=9)
     weights = random_words(rng, (out_channels, words))
     ram = ParamRam(banks=banks, rows=gb.rows, words=words, init=weights)
-    beats = gradient_beats(rng, out_channels, words, 20, magnitude=1 << 9)
-    contents, durations = run_batches(Pair(gb, ram), [(1, beats)], rng, 0.3)
-    want = sgd(weights, summed(beats, out_channels, words), lr, shift, 9, 1,
+    beats = gradient_beats(rng, out_channels, banks, words, 20, magnitude=1 << 9)
+    contents, durations, _ = run_batches(Pair(gb, ram), [(1, beats)], rng, 0.3)
+    want = sgd(weights, summed(beats, out_channels, banks, words), lr, shift, 9, 1,
                np.arange(out_channels * words, dtype=np.uint64).reshape(out_channels, words))
     np.testing.assert_array_equal(contents[0], banked(want, banks, ram.rows))
     assert durations == [out_channels * words + gb.rows + 3 + 1]
@@ -188,23 +212,31 @@ def test_update_with_exact_shifts(shift):
 
 def test_bias_update_of_the_last_icp_slice():
     rng = np.random.default_rng(21)
-    banks, out_range = 3, (2, 9)
+    banks, out_range, lr = 3, (2, 9), 40000
     out_channels = out_range[1] - out_range[0]
     s = layer_slice(in_channels=(5, 8), out_channels=out_range, ces=banks, in_total=8, out_total=10,
                     position=3, last=True)
-    training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=900)
+    training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=lr)
     gb = GradientBuffer.from_slice(s, FORMATS, training, bias=True)
     biases = random_words(rng, (out_channels, 1))
     ram = ParamRam(banks=banks, rows=gb.rows, words=1, init=biases)
-    # Steps of gsum * 900 / 2**16: terms of 2**17 keep most of them inside the word range.
-    beats = gradient_beats(rng, out_channels, 1, 30, big_rows=(1, 4, 6), magnitude=1 << 17)
-    contents, _ = run_batches(Pair(gb, ram), [(5, beats)], rng, 0.3)
-    gsum, index = summed(beats, out_channels, 1), np.arange(*out_range, dtype=np.uint64).reshape(-1, 1)
+    # The beats are the PG engine's errors (16-bit words). Steps of gsum * 40000 / 2**16:
+    # terms of 2**11 keep most of them inside the word range, two of 2**15 saturate.
+    beats = gradient_beats(rng, out_channels, banks, 1, 30, big_rows=(1, 4, 6), magnitude=1 << 11,
+                           big=32000)
+    contents, _, refused = run_batches(Pair(gb, ram), [(5, beats), (6, beats[:9])], rng, 0.3)
+    index = np.arange(*out_range, dtype=np.uint64).reshape(-1, 1)
     tensor, shift = numerics.tensor_id(3, numerics.BIAS_UPDATE), FORMATS.bias_update_shift
-    want = sgd(biases, gsum, 900, shift, tensor, 5, index)
-    np.testing.assert_array_equal(contents[0], banked(want, banks, ram.rows))
-    steps = numerics.requantize(gsum * 900, shift, FORMATS.seed, tensor, 5, index)
-    assert (np.abs(steps) < numerics.WORD_MAX).sum() >= 3  # rounding, not only saturation
+    b = biases
+    for (number, part), got in zip([(5, beats), (6, beats[:9])], contents):
+        gsum = summed(part, out_channels, banks, 1)
+        want = sgd(b, gsum, lr, shift, tensor, number, index)
+        np.testing.assert_array_equal(got, banked(want, banks, ram.rows))
+        b = want
+    steps = numerics.requantize(summed(beats, out_channels, banks, 1) * lr, shift, FORMATS.seed, tensor, 5,
+                                index)
+    assert (np.abs(steps) < numerics.WORD_MAX).sum() >= 3 and (np.abs(steps) > numerics.WORD_MAX).any()
+    assert refused == 0
 
 
 def test_from_slice_refuses_biases_of_a_slice_that_does_not_own_them():
@@ -213,6 +245,13 @@ def test_from_slice_refuses_biases_of_a_slice_that_does_not_own_them():
     with pytest.raises(ValueError, match=r"gradient buffer: the icp slice of layer 'conv' on channels "
                                          r"\(0, 3\)->\(0, 5\) owns no biases"):
         GradientBuffer.from_slice(s, FORMATS, training, bias=True)
+
+
+def test_bias_buffer_refuses_more_than_one_word_per_row():
+    with pytest.raises(ValueError, match=r"gradient buffer: a bias buffer has one word per row, not "
+                                         r"in_channels = 2 x kernel = 3x3"):
+        GradientBuffer(out_channels=4, in_channels=2, kernel=3, banks=2, shift=4, lr=1, seed=0, tensor=0,
+                       bias=True)
 
 
 def test_update_strobe_while_updating_fails_the_simulation():
@@ -226,4 +265,20 @@ def test_update_strobe_while_updating_fails_the_simulation():
             await ctx.tick()
 
     with pytest.raises(AssertionError, match="gradient buffer: update strobe while updating"):
+        simulate(pair, bench, deadline=10)
+
+
+def test_group_past_the_slice_fails_the_simulation():
+    # 5 channels on 2 banks: groups 0..2, but the 2-bit group field can say 3.
+    gb = GradientBuffer(out_channels=5, in_channels=1, kernel=1, banks=2, shift=4, lr=1, seed=0, tensor=0)
+    pair = Pair(gb, ParamRam(banks=2, rows=3, words=1))
+
+    async def bench(ctx):
+        ctx.set(gb.i.payload, {"row": 3, "values": [[1], [2]]})
+        ctx.set(gb.i.valid, 1)
+        for _ in range(2):
+            await ctx.tick()
+
+    with pytest.raises(AssertionError, match="gradient buffer: gradient group beyond the slice's output "
+                                             "channels"):
         simulate(pair, bench, deadline=10)

@@ -5,11 +5,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from amaranth.hdl import Fragment, Module, Mux, Signal, Value
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Fragment, Module
+from amaranth.lib import wiring
 
-from hw.grad_buffer import GradientBuffer, gradient_layout
+from hw.grad_buffer import GradientBuffer
 from hw.param_ram import ParamRam
 from hw.pg_engine import GradientEngine
 from mapping import numerics, tensor_ops
@@ -152,68 +151,39 @@ def test_one_beat_per_cycle_with_continuous_input():
     assert run.transfers == list(range(run.latency + 1, run.latency + 1 + beats))
 
 
-class RowSerializer(wiring.Component):
-    """Adapter: a PG beat (group g, P rows) -> up to P gradient-buffer beats (row gP+p, 48-bit terms).
-
-    Rows past O are skipped. One row per cycle, so the engine runs at 1/P of its rate
-    behind it: the GradientBuffer adds one row per cycle.
-    """
-
-    def __init__(self, in_layout, out_channels, ces, words):
-        self.out_channels, self.ces, self.words = out_channels, ces, words
-        super().__init__({
-            "i": In(stream.Signature(in_layout)),
-            "o": Out(stream.Signature(gradient_layout(out_channels, words))),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        p = Signal(range(self.ces))
-        row = Signal(range(self.ces * -(-self.out_channels // self.ces)))
-        last = Signal()
-        m.d.comb += [row.eq(self.i.payload.row * self.ces + p),
-                     last.eq((p == self.ces - 1) | (row == self.out_channels - 1))]
-        bits = Value.cast(self.i.payload.values).word_select(p, len(Value.cast(self.i.payload.values)) // self.ces)
-        width = len(bits) // self.words
-        m.d.comb += [
-            self.o.valid.eq(self.i.valid),
-            self.o.payload.row.eq(row),
-            self.i.ready.eq(self.o.ready & last),
-        ]
-        m.d.comb += [self.o.payload.values[j].eq(bits[j * width:(j + 1) * width].as_signed())
-                     for j in range(self.words)]
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += p.eq(Mux(last, 0, p + 1))
-        return m
-
-
 class EngineWithBuffers(wiring.Component):
-    """GradientEngine -> RowSerializer -> GradientBuffer -> ParamRam, for weights and biases."""
+    """GradientEngine -> GradientBuffer -> ParamRam, for weights and biases: the engine's beats as they are."""
 
     def __init__(self, engine, weights_gb, weights_ram, bias_gb, bias_ram):
         self.engine = engine
-        self.parts = [(weights_gb, weights_ram, engine.grads, engine.words),
-                      (bias_gb, bias_ram, engine.bias_grads, 1)]
+        self.parts = [(weights_gb, weights_ram, engine.grads), (bias_gb, bias_ram, engine.bias_grads)]
         super().__init__({})
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.engine = self.engine
-        for n, (gb, ram, source, words) in enumerate(self.parts):
-            adapter = RowSerializer(source.payload.shape(), self.engine.out_channels, self.engine.ces, words)
-            m.submodules[f"adapter{n}"], m.submodules[f"gb{n}"], m.submodules[f"ram{n}"] = adapter, gb, ram
-            wiring.connect(m, source, adapter.i)
-            wiring.connect(m, adapter.o, gb.i)
+        for n, (gb, ram, source) in enumerate(self.parts):
+            m.submodules[f"gb{n}"], m.submodules[f"ram{n}"] = gb, ram
+            wiring.connect(m, source, gb.i)
             wiring.connect(m, gb.upd, ram.upd)
         return m
 
 
-def test_engine_feeds_the_gradient_buffers_of_weights_and_biases():
-    """A mini-batch of two samples through PG and the LGB/BGB, then the SGD update, bit for bit."""
-    rng = np.random.default_rng(9)
+@pytest.mark.parametrize("ces, stall", [
+    (2, 0.3),  # 3 groups, the last one half empty
+    (8, 0.0),  # 1 group of 5 channels: back-to-back beats into one buffer address
+    (2, 0.0),
+])
+def test_engine_feeds_the_gradient_buffers_of_weights_and_biases(ces, stall):
+    """A mini-batch of two samples through PG and the LGB/BGB, then the SGD update, bit for bit.
+
+    The buffers take the engine's beats as they are, so with no stall the engine runs
+    at one beat per cycle.
+    """
+    rng = np.random.default_rng(9 + ces)
     s_range, o_range, in_total, out_total = (1, 3), (2, 7), 4, 9  # slice offsets: global indices matter
     s, o = s_range[1] - s_range[0], o_range[1] - o_range[0]
-    kernel, ces, size, stride, padding, batch = 3, 2, 4, 2, 1, 6
+    kernel, size, stride, padding, batch = 3, 4, 2, 1, 6
     sl = layer_slice(in_channels=s_range, out_channels=o_range, kernel=kernel, ces=ces, in_total=in_total,
                      out_total=out_total, position=2, mode="ocp")
     training = Training(batch=2, lr=0.1, lr_constant=3000, bias_lr_constant=900)
@@ -228,20 +198,23 @@ def test_engine_feeds_the_gradient_buffers_of_weights_and_biases():
     rams = [ParamRam.from_slice(sl, init=weights), ParamRam(banks=ces, rows=gbs[1].rows, words=1, init=biases)]
     dut = EngineWithBuffers(engine, gbs[0], rams[0], gbs[1], rams[1])
     windows, pixels = pixel_inputs(xs, errs, kernel, stride, padding)
-    rows = len(pixels) * o  # gradient-buffer beats of each buffer
-    got = []
+    beats = len(pixels) * engine.groups  # of each buffer
+    got, transfers = [], [[], []]  # cycles at which each buffer took a beat
 
     async def windows_in(ctx):
-        await put(ctx, engine.windows, windows, rng, 0.3)
+        await put(ctx, engine.windows, windows, rng, stall)
 
     async def errors_in(ctx):
-        await put(ctx, engine.errors, pixels, rng, 0.3)
+        await put(ctx, engine.errors, pixels, rng, stall)
 
     async def control(ctx):
-        accepted = [0, 0]
-        while accepted != [rows, rows]:
+        now = 0
+        while [len(t) for t in transfers] != [beats, beats]:
             _, _, *flags = await ctx.tick().sample(*(x for gb in gbs for x in (gb.i.valid, gb.i.ready)))
-            accepted = [a + (flags[2 * n] and flags[2 * n + 1]) for n, a in enumerate(accepted)]
+            now += 1
+            for n, taken in enumerate(transfers):
+                if flags[2 * n] and flags[2 * n + 1]:
+                    taken.append(now)
         for gb in gbs:
             ctx.set(gb.update, 1)
             ctx.set(gb.batch, batch)
@@ -273,6 +246,9 @@ def test_engine_feeds_the_gradient_buffers_of_weights_and_biases():
                  batch, bias_index)
     np.testing.assert_array_equal(got[0], banked(want_w, ces, rams[0].rows))
     np.testing.assert_array_equal(got[1], banked(want_b, ces, rams[1].rows))
+    if not stall:  # full rate: from the engine's first beat on, one beat per cycle into both buffers
+        first = engine.latency + 1
+        assert transfers == [list(range(first, first + beats))] * 2
     # The steps were rounded, not saturated, and the update changed most words.
     assert (want_w != weights.reshape(o, -1)).mean() > 0.5 and (want_b != biases).mean() > 0.5
     assert WORD_MIN < want_w.min() and want_w.max() < WORD_MAX
