@@ -15,7 +15,7 @@ from pathlib import Path
 from mapping.errors import SpecError, run_cli
 
 DEFAULT_NETWORK = "tiny"
-DEFAULT_CLUSTER = "ecp5-45:4"
+DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"
 
 
 def parse_args(argv):
@@ -40,10 +40,10 @@ def load_mapping(args):
         except OSError as error:
             raise SpecError(f"mapping file {args.mapping}: {error.strerror}") from None
     from mapping.cluster import parse_cluster
-    from mapping.mapper import map_network
+    from mapping.mapper import GENERATOR_OPTIONS, map_network
     from mapping.network import get
 
-    return map_network(get(args.network), parse_cluster(args.cluster), fold_inputs=False)
+    return map_network(get(args.network), parse_cluster(args.cluster), **GENERATOR_OPTIONS)
 
 
 def resource_table(config, device, result):
@@ -60,8 +60,10 @@ def resource_table(config, device, result):
     return "\n".join(lines)
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+def build(args, log=print):
+    """Map, elaborate, write the RTL and (unless ``--no-synth``) synthesize one node.
+
+    Returns (NodeConfig, Device, SynthResult or None)."""
     started = time.monotonic()
     mapping = load_mapping(args)
     config = mapping.node(args.node)
@@ -70,7 +72,7 @@ def main(argv=None):
     device = get_device(config.device)
     layers = ", ".join(f"{s.layer}[{s.mode} in {s.in_range[0]}:{s.in_range[1]} "
                        f"out {s.out_range[0]}:{s.out_range[1]}]" for s in config.slices)
-    print(f"node {config.index} of {len(mapping.nodes)} on {device.name} ({device.family}): {layers}")
+    log(f"node {config.index} of {len(mapping.nodes)} on {device.name} ({device.family}): {layers}")
 
     from amaranth.back import verilog
     from hw.node import Node
@@ -78,21 +80,26 @@ def main(argv=None):
 
     out = Path(args.out) / f"node{config.index}"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "nodeconfig.json").write_text(mapping.to_json())
+    (out / "mapping.json").write_text(mapping.to_json())
     node = Node(config, family=device.family)
     write_rtlil(node, out / "top.il")
     (out / "top.v").write_text(verilog.convert(node, name="top"))
-    print(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
+    log(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
     if args.no_synth:
-        return 0
-    print(f"synthesizing for {device.family} with Yosys (log: {out / 'yosys.log'})")
+        return config, device, None
+    log(f"synthesizing for {device.family} with Yosys (log: {out / 'yosys.log'})")
 
     def progress(step):
-        print(f"  [{time.monotonic() - started:6.1f} s] {step}", flush=True)
+        log(f"  [{time.monotonic() - started:6.1f} s] {step}", flush=True)
 
     result = synthesize(Node(config, family=device.family), device.family, workdir=out, progress=progress)
-    print(resource_table(config, device, result))
-    print(f"done in {time.monotonic() - started:.1f} s")
+    log(resource_table(config, device, result))
+    log(f"done in {time.monotonic() - started:.1f} s")
+    return config, device, result
+
+
+def main(argv=None):
+    build(parse_args(sys.argv[1:] if argv is None else argv))
     return 0
 
 

@@ -20,6 +20,10 @@ the mapping guarantees they fit 48 bits (ACC_BITS). Rows past ``out_channels`` i
 the last group (zeros from the PG engine) are summed like the others but never read
 by the update, and cleared with their address, so whatever they carry changes nothing.
 
+Memory: (P*words*48 bits, ``ceil(out_channels / P)``), one read port (the write
+enables of all lanes are driven together, so the 48-bit accumulators pack without
+byte columns); words = S*K*K, or 1 for biases.
+
 Update
 ------
 A one-cycle ``update`` strobe at the mini-batch boundary (``batch`` = the mini-batch
@@ -55,9 +59,8 @@ from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.line_buffer import row_memory_attrs
 from hw.mult import Multiplier
-from hw.param_ram import NO_RW_CHECK, read_register, update_port_signature
+from hw.param_ram import NO_RW_CHECK, ram_attrs, read_register, update_port_signature
 from hw.pg_engine import bias_grads_layout, grads_layout
 from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, refuse, saturate
 from mapping import numerics
@@ -77,7 +80,8 @@ class GradientBuffer(wiring.Component):
     ``out_offset``, ``in_offset``, ``in_total``: the slice's first global output and input
     channel and the layer's input channel count (for the noise index).
     ``shift``, ``lr``, ``seed``, ``tensor``: the update's rounding, as in ``numerics.requantize``.
-    ``family``: passed to hw.mult (ECP5 instantiates MULT18X18D).
+    ``family``: passed to hw.mult (ECP5 instantiates MULT18X18D) and choosing the sums'
+    ``ram_style`` (``mapping.resources.ram_style``); None simulates.
     """
 
     def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor,
@@ -152,10 +156,8 @@ class GradientBuffer(wiring.Component):
         m.submodules.rounder = rounder = self.rounder
         words, lanes, last_row = self.words, self.banks * self.words, self.out_channels - 1
         sum_layout = data.ArrayLayout(signed(numerics.ACC_BITS), lanes)
-        # Block RAM even when shallow (few groups), as for the line buffers: Yosys would put
-        # these wide rows in LUT RAM.
-        attrs = NO_RW_CHECK | row_memory_attrs(sum_layout.size, self.rows)
-        m.submodules.mem = mem = memory.Memory(shape=sum_layout, depth=self.rows, init=[], attrs=attrs)
+        m.submodules.mem = mem = memory.Memory(shape=sum_layout, depth=self.rows, init=[],
+                                               attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
         # One enable per lane, all driven together: in RTLIL (where enables are per bit)
         # the same as one enable, but Amaranth's simulator expands a single enable into one
         # Python expression per data bit, which Python cannot compile beyond ~2500 bits.

@@ -28,7 +28,8 @@ the current row comes straight from the input. Real row ``r`` goes to memory
 ``r mod M`` in a ring, column by column, over the row it replaces (the read of
 the same address in the same cycle still returns the old row, which the current
 window may need as its oldest row). A K x K register window shifts one column
-per cycle.
+per cycle. Memories: M x (16*C bits, W), each with one read port, ``ram_style`` by
+``mapping.resources.ram_style`` for ``family``.
 
 The walk over one sample is a fixed list of *row steps*, computed here at
 elaboration time and kept in a small ROM: one per virtual row that brings an
@@ -62,18 +63,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.conv_engine import window_layout
+from hw.param_ram import ram_attrs
 from hw.rounding import refuse
 from hw.stream_util import pixel_layout
-
-
-# Row memories of at least this many bits (a quarter of an 18 Kb block) ask for block RAM:
-# Yosys would put a shallow, wide one (e.g. 64 x 512) in LUT RAM on xc7, taking LUTs the
-# engines need. Smaller ones are left to the tool.
-BLOCK_RAM_BITS = 4096
-
-
-def row_memory_attrs(width, depth):
-    return {"ram_style": "block"} if width * depth >= BLOCK_RAM_BITS else {}
 
 
 def _pair(value):
@@ -164,11 +156,12 @@ class LineBuffer(wiring.Component):
     """Pixels (``channels`` words per beat, raster order, samples back to back) in, windows out.
 
     ``pad_before``/``pad_after`` are an int or a (rows, columns) pair;
-    ``pad_after=None`` means the same as ``pad_before``.
+    ``pad_after=None`` means the same as ``pad_before``. ``family``: the device family
+    the row memories are built for; None simulates.
     """
 
     def __init__(self, *, channels, height, width, kernel, stride=1, pad_before=0, pad_after=None,
-                 dilation=1):
+                 dilation=1, family=None):
         pad_after = pad_before if pad_after is None else pad_after
         for name, value, low in (("channels", channels, 1), ("height", height, 1), ("width", width, 1),
                                  ("kernel", kernel, 1), ("stride", stride, 1), ("dilation", dilation, 1)):
@@ -185,7 +178,7 @@ class LineBuffer(wiring.Component):
             if axis.out < 1:
                 refuse(self, f"line buffer: the padded map has {axis.virtual} {name}, fewer than "
                              f"the {kernel} x {kernel} window")
-        self.channels, self.kernel = channels, kernel
+        self.channels, self.kernel, self.family = channels, kernel, family
         self.memories = -(-(kernel - 1) // dilation)
         self.steps = row_steps(self.rows, self.cols)
         assert all(a <= self.memories for s in self.steps for a, r in zip(s.age, s.real) if r)
@@ -195,7 +188,7 @@ class LineBuffer(wiring.Component):
         })
 
     @classmethod
-    def for_errors(cls, *, channels, in_height, in_width, kernel, stride, padding):
+    def for_errors(cls, *, channels, in_height, in_width, kernel, stride, padding, family=None):
         """EB: windows over the errors of a conv layer's output whose input is in_height x in_width.
 
         One window per input pixel; with the flipped kernels each gives that pixel's error.
@@ -204,19 +197,19 @@ class LineBuffer(wiring.Component):
         return cls(channels=channels, height=out_h, width=out_w, kernel=kernel, stride=1,
                    pad_before=kernel - 1 - padding, dilation=stride,
                    pad_after=(in_height - 1 + padding - (out_h - 1) * stride,
-                              in_width - 1 + padding - (out_w - 1) * stride))
+                              in_width - 1 + padding - (out_w - 1) * stride), family=family)
 
     @classmethod
-    def from_slice(cls, layer_slice, role="fp"):
+    def from_slice(cls, layer_slice, role="fp", family=None):
         """The line buffer of a layer slice's FP, PG (input activations) or EB (output errors)."""
         s = layer_slice
         if role in ("fp", "pg"):
             return cls(channels=s.in_channels, height=s.in_shape[1], width=s.in_shape[2],
-                       kernel=s.kernel, stride=s.stride, pad_before=s.padding)
+                       kernel=s.kernel, stride=s.stride, pad_before=s.padding, family=family)
         if role == "eb":
             return cls.for_errors(channels=s.out_channels, in_height=s.in_shape[1],
                                   in_width=s.in_shape[2], kernel=s.kernel, stride=s.stride,
-                                  padding=s.padding)
+                                  padding=s.padding, family=family)
         raise ValueError(f"line buffer: role '{role}' is not one of fp, pg, eb")
 
     @property
@@ -292,7 +285,7 @@ class LineBuffer(wiring.Component):
         reads = []
         for j in range(mems):
             mem = m.submodules[f"row{j}"] = Memory(shape=pixel, depth=cols.size, init=[],
-                                                   attrs=row_memory_attrs(pixel.size, cols.size))
+                                                   attrs=ram_attrs(cols.size, self.family))
             wr, rd = mem.write_port(), mem.read_port()
             m.d.comb += [
                 wr.addr.eq(x), wr.data.eq(self.i.payload),

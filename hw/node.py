@@ -12,16 +12,16 @@ nodes are chained port to port (``connect_chain``).
 
 from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from .fifo import Fifo
 from .loss import LABEL_BITS, LossUnit
 from .slice_unit import SliceUnit, slice_ports
 from .update_gate import COUNT_BITS
+from mapping.memories import LABEL_FIFO_DEPTH
 
 UPSTREAM_PORTS = ("act_in", "psum_in", "ocp_in", "err_out", "zerr_out", "epsum_out")
 DOWNSTREAM_PORTS = ("act_out", "psum_out", "ocp_out", "err_in", "zerr_in", "epsum_in")
-LABEL_FIFO_DEPTH = 8
 
 
 class Node(wiring.Component):
@@ -72,9 +72,8 @@ class Node(wiring.Component):
             if name in self.signature.members:
                 connect(m, getattr(units[-1], name), flipped(getattr(self, name)))
 
-        labels = m.submodules.labels = SyncFIFOBuffered(width=LABEL_BITS, depth=LABEL_FIFO_DEPTH)
-        m.d.comb += [labels.w_data.eq(self.label_in.payload), labels.w_en.eq(self.label_in.valid),
-                     self.label_in.ready.eq(labels.w_rdy)]
+        labels = m.submodules.labels = Fifo(LABEL_BITS, LABEL_FIFO_DEPTH, family=self.family)
+        connect(m, flipped(self.label_in), labels.i)
         if self.applies_loss:
             last = cfg.slices[-1]
             loss = m.submodules.loss = LossUnit(classes=last.out_shape[0], position=last.position,
@@ -84,8 +83,8 @@ class Node(wiring.Component):
             labels_out = loss.labels
         else:
             labels_out = self.label_out
-        m.d.comb += [labels_out.payload.eq(labels.r_data), labels_out.valid.eq(labels.r_rdy),
-                     labels.r_en.eq(labels_out.ready)]
+        m.d.comb += [labels_out.payload.eq(labels.o.payload), labels_out.valid.eq(labels.o.valid),
+                     labels.o.ready.eq(labels_out.ready)]
         return m
 
 

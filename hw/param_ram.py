@@ -29,6 +29,12 @@ Ports
 The read ports follow the engine-side convention: synchronous read, data valid the
 cycle after ``weight_en``, held while ``weight_en`` is low.
 
+Memory: (P*words*18 bits, ``rows``), read by two ports (A and B): each 16-bit word
+takes an 18-bit column because of the word writes. LPRAM: P*S*K*K*18 x G, G =
+ceil(OC/P); bias RAM: P*18 x G; BPRAM: words*18 x the block's output channels.
+``family``: the device family (``ram_style`` by ``mapping.resources.ram_style``); None
+simulates.
+
 Port B serves EB or the update, never both in one cycle: the update runs at a
 mini-batch boundary while EB is idle (hw.update_gate guarantees it), and it relies on
 the row it read being held, which an EB read would replace. A read on port A of the
@@ -56,11 +62,22 @@ from amaranth.lib.wiring import In, Out
 
 from hw.rounding import refuse
 from mapping.numerics import WORD_BITS, WORD_MAX, WORD_MIN
+from mapping.resources import ram_style
 
 # Yosys attribute: a read colliding with a write returns don't-care data. Without it
 # Yosys must emulate the read-first behaviour Amaranth promises, in logic around the
 # block RAM; every collision that could matter here is prevented (and asserted).
 NO_RW_CHECK = {"no_rw_check": 1}
+
+
+def ram_attrs(depth, family):
+    """Yosys attributes placing a memory ``depth`` deep in block or distributed RAM.
+
+    Every memory of the generator takes them, so that Yosys and the mapping's estimate
+    (``mapping.resources``, the one rule ``ram_style``) agree; ``family`` None (simulation)
+    leaves the choice to the tool.
+    """
+    return {} if family is None else {"ram_style": ram_style(depth, family)}
 
 
 def read_register(m, mem, addr, en):
@@ -138,12 +155,12 @@ class ParamRam(wiring.Component):
     ``stream_rows``: BPRAM, port A replaced by the ``rows_out`` stream.
     """
 
-    def __init__(self, *, banks, rows, words, init=None, stream_rows=False):
+    def __init__(self, *, banks, rows, words, init=None, stream_rows=False, family=None):
         for name, value in (("banks", banks), ("rows", rows), ("words", words)):
             if value < 1:
                 refuse(self, f"param ram: {name} = {value} must be at least 1")
         self.banks, self.rows, self.words = banks, rows, words
-        self.stream_rows = stream_rows
+        self.stream_rows, self.family = stream_rows, family
         try:
             self.init = bank_rows(init, banks, rows, words) if init is not None else []
         except ValueError as error:
@@ -160,19 +177,19 @@ class ParamRam(wiring.Component):
         super().__init__(members)
 
     @classmethod
-    def from_slice(cls, layer_slice, init=None):
+    def from_slice(cls, layer_slice, init=None, family=None):
         """The LPRAM of a ``mapping.nodeconfig.LayerSlice``: P = its FP engine's CEs."""
         banks = layer_slice.fp.ces
         rows = -(-layer_slice.out_channels // banks)
         return cls(banks=banks, rows=rows, words=layer_slice.in_channels * layer_slice.kernel ** 2,
-                   init=init)
+                   init=init, family=family)
 
     @classmethod
-    def from_block(cls, block, init=None):
+    def from_block(cls, block, init=None, family=None):
         """The BPRAM holding a ``mapping.nodeconfig.WeightBlock``: one output channel per row and beat."""
         out_channels = block.out_range[1] - block.out_range[0]
         return cls(banks=1, rows=out_channels, words=block.words // out_channels, init=init,
-                   stream_rows=True)
+                   stream_rows=True, family=family)
 
     def elaborate(self, platform):
         m = Module()
@@ -181,7 +198,7 @@ class ParamRam(wiring.Component):
         # weights back with ``ctx.get(ram.mem.data[row])``.
         m.submodules.mem = mem = self.mem = memory.Memory(
             shape=data.ArrayLayout(signed(WORD_BITS), lanes), depth=self.rows, init=self.init,
-            attrs=NO_RW_CHECK)
+            attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
         upd = self.upd
 
         # Port B: EB reads, or the update reads / writes one word.

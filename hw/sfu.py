@@ -43,16 +43,21 @@ window's error where it was the maximum and the ReLU bit is set, else 0 (also fo
 rows/columns outside every window). This is ``tensor_ops.maxpool_backward`` then
 ``relu_backward``; with non-overlapping windows no two errors meet, so the golden
 model's saturation never acts. One conv pixel per cycle.
+
+Memories (``ram_style`` by ``mapping.resources.ram_style`` for ``family``), each with
+one read port, PH x PW the pooled map, ``mask_bits = bit_length(k*k - 1) + relu``:
+mask FIFO (OC*mask_bits, samples_in_flight*PH*PW) when mask_bits > 0; with a pool
+(k > 1) the forward band (OC*(16 + bit_length(k*k - 1)), PW) and the backward replay
+(OC*(16 + mask_bits), PW).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hw.conv_engine import psum_layout
-from hw.line_buffer import row_memory_attrs
-from hw.param_ram import weight_port_signature
+from hw.fifo import Fifo
+from hw.param_ram import ram_attrs, weight_port_signature
 from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, refuse
 from hw.stream_util import pixel_layout
 from mapping import numerics
@@ -96,10 +101,11 @@ class SFU(wiring.Component):
     ``pool``: a ``mapping.nodeconfig.Pool`` or None. Ports: ``fp_in`` (partial sums),
     ``fp_out`` (pixels), ``eb_in``/``eb_out`` (error pixels), ``bias`` (read port, with
     ``bias=True``), ``sample_base``, ``mask_level`` (with ReLU or a pool).
+    ``family``: the device family the memories are built for; None simulates.
     """
 
     def __init__(self, *, out_channels, height, width, lanes, position, formats=numerics.Formats(),
-                 bias=True, relu=True, pool=None, channel_base=0, samples_in_flight=1):
+                 bias=True, relu=True, pool=None, channel_base=0, samples_in_flight=1, family=None):
         for name, value in (("out_channels", out_channels), ("height", height), ("width", width),
                             ("lanes", lanes), ("samples_in_flight", samples_in_flight)):
             if value < 1:
@@ -114,7 +120,7 @@ class SFU(wiring.Component):
         self.out_channels, self.height, self.width, self.lanes = out_channels, height, width, lanes
         self.groups = -(-out_channels // lanes)
         self.position, self.formats, self.channel_base = position, formats, channel_base
-        self.has_bias, self.relu = bias, relu
+        self.has_bias, self.relu, self.family = bias, relu, family
         self.k = pool.kernel if pool is not None else 1
         self.out_shape = (out_channels, height // self.k, width // self.k)
         self.code_bits = (self.k * self.k - 1).bit_length()
@@ -134,11 +140,12 @@ class SFU(wiring.Component):
         super().__init__(members)
 
     @classmethod
-    def from_slice(cls, layer_slice, formats, samples_in_flight=1):
+    def from_slice(cls, layer_slice, formats, samples_in_flight=1, family=None):
         s = layer_slice
         return cls(out_channels=s.out_channels, height=s.out_shape[1], width=s.out_shape[2],
                    lanes=s.fp.ces, position=s.position, formats=formats, bias=s.bias, relu=s.relu,
-                   pool=s.pool, channel_base=s.out_range[0], samples_in_flight=samples_in_flight)
+                   pool=s.pool, channel_base=s.out_range[0], samples_in_flight=samples_in_flight,
+                   family=family)
 
     @property
     def tensor(self):
@@ -148,8 +155,8 @@ class SFU(wiring.Component):
         m = Module()
         fifo = None
         if self.mask_bits:
-            fifo = m.submodules.masks = SyncFIFOBuffered(width=self.out_channels * self.mask_bits,
-                                                         depth=self.mask_depth)
+            fifo = m.submodules.masks = Fifo(self.out_channels * self.mask_bits, self.mask_depth,
+                                             family=self.family)
             m.d.comb += self.mask_level.eq(fifo.level)
         self._forward(m, fifo)
         self._backward(m, fifo)
@@ -157,7 +164,7 @@ class SFU(wiring.Component):
 
     def _row_memory(self, m, name, width, depth):
         mem = m.submodules[name] = memory.Memory(shape=width, depth=depth, init=[],
-                                                 attrs=row_memory_attrs(width, depth))
+                                                 attrs=ram_attrs(depth, self.family))
         return mem
 
     def _forward(self, m, fifo):
@@ -206,7 +213,7 @@ class SFU(wiring.Component):
         # Gather a pixel's G beats; the last one completes it (no extra stage).
         out_ready = ~self.fp_out.valid | self.fp_out.ready
         advance2 = Signal()
-        m.d.comb += [advance2.eq(out_ready & (fifo.w_rdy if fifo is not None else 1)),
+        m.d.comb += [advance2.eq(out_ready & (fifo.i.ready if fifo is not None else 1)),
                      rounder.o.ready.eq(advance2)]
         taken = rounder.o.valid & advance2
         gq = Signal(range(groups))
@@ -263,7 +270,7 @@ class SFU(wiring.Component):
         if fifo is not None:
             masks = [Cat(best[c].code, best[c].value > 0) if self.relu else best[c].code
                      for c in range(oc)]
-            m.d.comb += [fifo.w_en.eq(advance2 & emit), fifo.w_data.eq(Cat(*masks))]
+            m.d.comb += [fifo.i.valid.eq(advance2 & emit), fifo.i.payload.eq(Cat(*masks))]
 
     def _backward(self, m, fifo):
         oc, k, mb, cb = self.out_channels, self.k, self.mask_bits, self.code_bits
@@ -276,15 +283,15 @@ class SFU(wiring.Component):
         # A new pooled pixel (its error and masks) enters at the top-left of each window.
         needs = pos.inside & (pos.kx == 0) & (pos.ky == 0)
         from_band = pos.inside & (pos.kx == 0) & (pos.ky != 0)
-        mask_ready = fifo.r_rdy if fifo is not None else Const(1)
+        mask_ready = fifo.o.valid if fifo is not None else Const(1)
         m.d.comb += [
             fire.eq(advance & (~needs | (self.eb_in.valid & mask_ready))),
             self.eb_in.ready.eq(advance & needs & mask_ready),
         ]
         if fifo is not None:
-            m.d.comb += fifo.r_en.eq(advance & needs & self.eb_in.valid)
+            m.d.comb += fifo.o.ready.eq(advance & needs & self.eb_in.valid)
 
-        incoming = Cat(self.eb_in.payload.as_value(), fifo.r_data if fifo is not None else Const(0, 0))
+        incoming = Cat(self.eb_in.payload.as_value(), fifo.o.payload if fifo is not None else Const(0, 0))
         arrived = Signal(record)
         with m.If(fire & needs):
             m.d.sync += arrived.eq(incoming)

@@ -23,6 +23,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
+from mapping.memories import PAB_MIN_DEPTH, sfu_samples_in_flight
 from .act_ram import ActRam
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
@@ -106,7 +107,13 @@ def slice_weights(s, params):
 
 
 def check_buildable(s):
-    """The generator gives every input channel of a slice its own tile in all three engines."""
+    """The generator gives every input channel of a slice its own tile in all three engines
+    and keeps every weight on chip."""
+    if s.weights_offchip or s.remote_weights:
+        raise SpecError(f"layer '{s.layer}': the slice keeps weights "
+                        f"{'in DRAM' if s.weights_offchip else 'on other nodes (BPRAM)'}, which the "
+                        f"generator does not build yet; map with mapper.GENERATOR_OPTIONS "
+                        f"(python -m mapping --for-hardware)")
     engines = {"FP": (s.fp.ces, s.fp.tiles)}
     if s.needs_eb:
         engines["EB"] = (s.eb.tiles, s.eb.ces)
@@ -116,8 +123,8 @@ def check_buildable(s):
             raise SpecError(
                 f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): "
                 f"its {name} engine of {ces} x {tiles} tiles folds input channels, but the generator "
-                f"builds {s.fp.ces} x {s.in_channels} tiles; map with fold_inputs=False "
-                f"(python -m mapping --no-fold)")
+                f"builds {s.fp.ces} x {s.in_channels} tiles; map with mapper.GENERATOR_OPTIONS "
+                f"(python -m mapping --for-hardware)")
 
 
 class SliceUnit(wiring.Component):
@@ -129,10 +136,10 @@ class SliceUnit(wiring.Component):
         self.formats, self.training, self.family = formats, training, family
         weights, bias = slice_weights(s, params)
         # Built here rather than in elaborate() so a testbench can read the weights back.
-        self.lpram = ParamRam.from_slice(s, init=weights)
-        self.owns_bias = s.bias and (s.mode == "ocp" or s.last)
+        self.lpram = ParamRam.from_slice(s, init=weights, family=family)
+        self.owns_bias = s.owns_biases
         self.bias_ram = (ParamRam(banks=s.fp.ces, rows=-(-s.out_channels // s.fp.ces), words=1,
-                                  init=bias.reshape(-1, 1)) if self.owns_bias else None)
+                                  init=bias.reshape(-1, 1), family=family) if self.owns_bias else None)
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS)}
         for name, (direction, layout) in slice_ports(s).items():
             members[name] = (In if direction == "in" else Out)(stream.Signature(layout))
@@ -181,9 +188,9 @@ class SliceUnit(wiring.Component):
             ranges.append((own_in, arriving) if s.mode == "icp" else (0, arriving))
         split = m.submodules.split = ChannelFork(arriving, ranges)
         connect(m, act_in, split.i)
-        act_ram = m.submodules.act_ram = ActRam.from_slice(s)
+        act_ram = m.submodules.act_ram = ActRam.from_slice(s, family=self.family)
         connect(m, split.o0, act_ram.i)
-        fp_lb = m.submodules.fp_lb = LineBuffer.from_slice(s, "fp")
+        fp_lb = m.submodules.fp_lb = LineBuffer.from_slice(s, "fp", family=self.family)
         connect(m, split.o1, fp_lb.i)
         if bypass:
             connect(m, split.o2, flipped(self.act_out))
@@ -203,7 +210,7 @@ class SliceUnit(wiring.Component):
         fp_end = m.submodules.fp_end = SampleGate(psum_layout(ces), beats)
         m.d.comb += [fp_end.allow.eq(1), gate.fp_done.eq(fp_end.done)]
         if s.mode == "icp":
-            pab = m.submodules.pab = PartialActivationBuffer.from_slice(s)
+            pab = m.submodules.pab = PartialActivationBuffer.from_slice(s, family=self.family)
             connect(m, fp.psums, pab.local)
             if not s.first:
                 connect(m, flipped(self.psum_in), pab.upstream)
@@ -214,7 +221,8 @@ class SliceUnit(wiring.Component):
             connect(m, fp_end.o, flipped(self.psum_out))
             z_errors = flipped(self.zerr_in)
         else:
-            sfu = m.submodules.sfu = SFU.from_slice(s, f, samples_in_flight=s.fp_stale + 2)
+            sfu = m.submodules.sfu = SFU.from_slice(s, f, samples_in_flight=sfu_samples_in_flight(s),
+                                                  family=self.family)
             m.d.comb += sfu.sample_base.eq(0)
             connect(m, fp_end.o, sfu.fp_in)
             if owns_bias:
@@ -239,7 +247,7 @@ class SliceUnit(wiring.Component):
             connect(m, z_split.outputs()[-1], flipped(self.zerr_out))
 
         # PG: Act-RAM replay -> line buffer -> gradient engine -> LGB
-        pg_lb = m.submodules.pg_lb = LineBuffer.from_slice(s, "pg")
+        pg_lb = m.submodules.pg_lb = LineBuffer.from_slice(s, "pg", family=self.family)
         connect(m, act_ram.o, pg_lb.i)
         pg_gate = m.submodules.pg_gate = SampleGate(pg_lb.o.payload.shape(), oh * ow)
         connect(m, pg_lb.o, pg_gate.i)
@@ -257,7 +265,7 @@ class SliceUnit(wiring.Component):
 
         # EB: error line buffer -> error engine -> round (ICP) or reduce (OCP)
         if s.needs_eb:
-            eb_lb = m.submodules.eb_lb = LineBuffer.from_slice(s, "eb")
+            eb_lb = m.submodules.eb_lb = LineBuffer.from_slice(s, "eb", family=self.family)
             connect(m, z_split.o1, eb_lb.i)
             eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
             connect(m, eb_lb.o, eb_gate.i)
@@ -325,8 +333,8 @@ class SliceUnit(wiring.Component):
     def _ocp_input_errors(self, m, sums):
         s = self.slice
         c_in = s.in_shape[0]
-        reduce = m.submodules.eb_pab = PartialActivationBuffer(lanes=c_in, depth=max(2, s.pab_words // c_in),
-                                                               first=s.last)
+        reduce = m.submodules.eb_pab = PartialActivationBuffer(
+            lanes=c_in, depth=max(PAB_MIN_DEPTH, s.pab_words // c_in), first=s.last, family=self.family)
         connect(m, sums, reduce.local)
         if not s.last:
             connect(m, flipped(self.epsum_in), reduce.upstream)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .cluster import Cluster, parse_cluster
 from .errors import SpecError, run_cli
-from .mapper import map_network
+from .mapper import GENERATOR_OPTIONS, map_network
 from . import network as network_mod, plots, report
 
 
@@ -37,8 +37,8 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--link-gbps", type=float, help="override every link's bandwidth (Gb/s)")
     parser.add_argument("--max-multipliers", type=int, help="cap the multipliers used per device")
-    parser.add_argument("--no-fold", action="store_true",
-                        help="one tile per input channel in every engine (what hw/ generates)")
+    parser.add_argument("--for-hardware", action="store_true",
+                        help="map as hw/ generates: one tile per input channel, every weight on chip")
     args = parser.parse_args(argv)
 
     sizes = _sizes(args.sizes) if args.sizes else None
@@ -50,7 +50,7 @@ def main(argv=None):
         cluster = Cluster(cluster.devices, (args.link_gbps,) * (len(cluster) - 1),
                           f"{cluster.spec}@{args.link_gbps:g}")
     options = dict(batch=args.batch, lr=args.lr, max_multipliers=args.max_multipliers,
-                   fold_inputs=not args.no_fold)
+                   **(GENERATOR_OPTIONS if args.for_hardware else {}))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

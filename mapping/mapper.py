@@ -14,14 +14,15 @@ payload; ``lut``/``ff`` from :func:`mapping.resources.logic_estimate` plus the
 LUTs of distributed RAM.
 """
 
+from dataclasses import replace
 import math
 
-from . import balance, perf
+from . import balance, memories, perf, resources
 from .errors import SpecError
 from .nodeconfig import Engine, LayerSlice, Mapping, NodeConfig, Resources, Training
 from .numerics import ACC_BITS, Formats, acc_bits_needed, lr_constant
 from .partition import budgets, partition, plan_layers
-from .resources import logic_estimate
+from .resources import logic_estimate, tile_multipliers
 
 DSP_FRACTION = 0.9   # the rest: weight-update multipliers (48 x 16 bit), timing closure
 BRAM_FRACTION = 0.9  # the rest: link FIFOs, stream skew buffers, routing
@@ -60,12 +61,19 @@ def check_accumulators(plans, batch):
                     f"the {ACC_BITS}-bit accumulators{hint}")
 
 
+# Options for a mapping hw/ can generate: one tile per input channel, every weight on chip.
+GENERATOR_OPTIONS = {"fold_inputs": False, "offchip_fc": False}
+
+
 def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fraction=DSP_FRACTION,
-                bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None, fold_inputs=True):
+                bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None, fold_inputs=True,
+                offchip_fc=True):
     """Map the training of ``network`` onto ``cluster`` (see module docstring).
 
     ``fold_inputs=False``: no engine folds input channels over several cycles (one
-    tile per input channel), the engines the hardware generator builds."""
+    tile per input channel), the engines the hardware generator builds;
+    ``offchip_fc=False``: fully connected weights stay on chip even on boards with
+    DRAM (the generator keeps every weight on chip)."""
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
@@ -88,12 +96,13 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
         return node_budgets[node].device.family
 
     balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
-                        offchip_fc=node_budgets[-1].device.dram_gb > 0)
+                        offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0)
 
     try:
         part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of, describe,
                                                             batch, local_weights=False,
-                                                            fold_inputs=fold_inputs)
+                                                            fold_inputs=fold_inputs,
+                                                            offchip_fc=offchip_fc)
     except SpecError as balanced:
         # Where balancing cannot place the weights, try keeping each on its own node; if
         # that fails too, the balancing attempt's reason (node, layer, numbers) is the
@@ -101,7 +110,8 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
         try:
             part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of,
                                                                 describe, batch, local_weights=True,
-                                                                fold_inputs=fold_inputs)
+                                                                fold_inputs=fold_inputs,
+                                                            offchip_fc=offchip_fc)
         except SpecError:
             raise balanced from None
     buffers = {id(sl): _buffers(sl, stale[id(sl)], family_of, batch) for sl in slices}
@@ -112,7 +122,7 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
         if mem.bram_blocks > budget.blocks:
             raise RuntimeError(f"{describe()}: node {node} needs {mem.bram_blocks} blocks after "
                                f"balancing, over its {budget.blocks}")  # balance guarantees this
-        mult = sum(sl.multipliers for sl in slices if sl.node == node)
+        mult = sum(_multipliers(sl, family_of(node)) for sl in slices if sl.node == node)
         lut, ff = logic_estimate(mult, mem.lut, family_of(node))
         if lut > budget.device.lut:
             raise SpecError(f"{describe()}: node {node} ({budget.device.name}) needs about {lut:,} "
@@ -123,10 +133,27 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
     nodes = _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates, summary,
                           formats, training)
+    nodes = [_exact_memories(node) for node in nodes]
     return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
 
 
-def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, fold_inputs):
+def _exact_memories(node):
+    """Block RAM of a node the generator builds, memory by memory (mapping/memories.py)."""
+    if not all(memories.buildable(s) for s in node.slices):
+        return node
+    return replace(node, estimate=replace(node.estimate, bram_blocks=memories.node_bram_blocks(node)))
+
+
+def _multipliers(sl, family):
+    """Engine and update multipliers of a slice as the generator builds it."""
+    plan = sl.plan
+    engines = plan.engines * tile_multipliers(plan.kernel, family) * sl.shape.P * sl.shape.b
+    owns_biases = plan.bias and (plan.mode == "ocp" or sl.last)
+    return engines + resources.update_multipliers(owns_biases)
+
+
+def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, fold_inputs,
+            offchip_fc):
     """Partition and balance until the samples in flight the Act-RAMs were sized for
     cover those the resulting timing needs.
 
@@ -140,7 +167,8 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
         # buffers only grow from round to round, so the last period bounds the next
         part = partition(plans, node_budgets, fp_stale=estimate, at_least=period, describe=describe,
                          batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
-                         local_weights=local_weights, fold_inputs=fold_inputs)
+                         local_weights=local_weights, fold_inputs=fold_inputs,
+                         offchip_fc=offchip_fc)
         period = part.period
         slices = part.slices
         fixed = {id(sl): _buffers(sl, estimate[sl.plan.name], family_of, batch).cost for sl in slices}

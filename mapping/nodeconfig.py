@@ -108,6 +108,11 @@ class LayerSlice:
         return self.in_channels * self.out_channels * self.kernel * self.kernel
 
     @property
+    def owns_biases(self):
+        """The slice that finishes output channels keeps their biases (SFU, bias LGB)."""
+        return self.bias and (self.mode == "ocp" or self.last)
+
+    @property
     def multipliers(self):
         return self.fp.multipliers + self.eb.multipliers + self.pg.multipliers
 

@@ -71,6 +71,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import balance
+from . import resources
 from .errors import SpecError
 from .nodeconfig import Pool
 from .devices import BRAM_BLOCK_BITS
@@ -302,6 +303,7 @@ def _shape(plan, choice, units, vmax):
 
 
 def slice_multipliers(plan, shape, family):
+    """Multipliers of the slice's FP, EB and PG engines (the pipeline stages)."""
     return plan.engines * tile_multipliers(plan.kernel, family) * shape.P * shape.b
 
 
@@ -353,7 +355,7 @@ class Partitioner:
     nodes get the whole cycles of theirs that fit)."""
 
     def __init__(self, plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch,
-                 local_weights=False, fold_inputs=True):
+                 local_weights=False, fold_inputs=True, offchip_fc=True):
         self.describe = describe
         self.fold_inputs = fold_inputs
         self.batch = batch
@@ -368,7 +370,7 @@ class Partitioner:
         self.total = self.starts[-1]
         self.clocks = [round(b.clock_hz) for b in node_budgets]
         self.ref_clock = min(self.clocks)
-        self.has_dram = [b.device.dram_gb > 0 for b in node_budgets]
+        self.has_dram = [offchip_fc and b.device.dram_gb > 0 for b in node_budgets]
         self.dram = any(self.has_dram)
         self.families = [b.device.family for b in node_budgets]
         self._memo, self._memo_period, self._costs = {}, None, {}
@@ -454,7 +456,11 @@ class Partitioner:
                 mem += balance.weight_memory_of(plan, units, shape, family, offchip)
             else:
                 mem += balance.weight_floor(plan, units, shape, family, offchip)
-            self._costs[key] = (slice_multipliers(plan, shape, family), mem.bram_blocks,
+            # The budget also pays for the weight update's multipliers, and for the bias
+            # update's on every slice of a layer with biases (only the slice owning them has
+            # one: the safe side; mapper.py counts exactly).
+            multipliers = slice_multipliers(plan, shape, family) + resources.update_multipliers(plan.bias)
+            self._costs[key] = (multipliers, mem.bram_blocks,
                                 dram_bytes(plan, units, self.batch) if offchip else 0)
         return self._costs[key]
 
@@ -733,16 +739,17 @@ def _largest(ok, limit):
 
 
 def partition(plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch=1,
-              local_weights=False, at_least=0, fold_inputs=True):
+              local_weights=False, at_least=0, fold_inputs=True, offchip_fc=True):
     """The fine phase; ``local_weights`` makes every node hold all its weights itself
     (no balancing), otherwise only their width is reserved (see module docstring).
     ``at_least``: a period (cycles) known to be infeasible below, from an earlier
     partition with smaller buffers; ``describe()`` names the network and cluster in
     refusals; ``batch`` the mini-batch (FC weights in DRAM); ``fold_inputs=False`` gives
-    every input channel of a slice its own tile (what hw/ generates)."""
+    every input channel of a slice its own tile and ``offchip_fc=False`` keeps fully
+    connected weights on chip (both as hw/ generates)."""
     part = Partitioner(plans, node_budgets, fp_stale=fp_stale, link_latency_cycles=link_latency_cycles,
                        describe=describe, batch=batch, local_weights=local_weights,
-                       fold_inputs=fold_inputs)
+                       fold_inputs=fold_inputs, offchip_fc=offchip_fc)
     period = part.min_period(at_least)
     choices = part.feasible(period)
     cuts = part.cuts(period, choices)

@@ -69,6 +69,13 @@ def is_lutram(depth, family):
     return depth <= LUTRAM_MAX_DEPTH[_family(family)]
 
 
+def ram_style(depth, family):
+    """Yosys ``ram_style`` of a memory ``depth`` deep: the one rule the hardware applies to
+    every memory it builds (so block RAM estimates and synthesis agree) and this module
+    prices with."""
+    return "distributed" if is_lutram(depth, family) else "block"
+
+
 # Both ports of a block read at full width only up to 18 bits (ECP5 DP16KD and Xilinx
 # RAMB18 in true dual-port mode); the 36-bit shape is simple dual port (one read port).
 DUAL_READ_MAX_WIDTH = 18
@@ -111,6 +118,15 @@ def memory_cost(width_bits, depth, family, count=1, dual_read=False):
     return MemoryCost(count * bram_blocks(width_bits, depth, family, dual_read),
                       count * lutram_luts(width_bits, depth, family),
                       count * width_bits * depth)
+
+
+# hw/grad_buffer.py forms gsum * lr with three multipliers (the 48-bit sum split 17 + 17 +
+# 14 bits), once per gradient buffer: the LGB, and the bias LGB of a slice owning biases.
+UPDATE_MULTIPLIERS = 3
+
+
+def update_multipliers(owns_biases):
+    return UPDATE_MULTIPLIERS * (2 if owns_biases else 1)
 
 
 def onchip_blocks(device):

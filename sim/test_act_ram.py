@@ -5,42 +5,14 @@ import pytest
 
 from hw.act_ram import ActRam
 from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.test_fifo import memories, run_fifo as run_queue
 from sim.test_param_ram import layer_slice
-from sim.testbench import as_ints, get, put, simulate
+from sim.testbench import as_ints
 
 
 def run_fifo(dut, pixels, rng, stall_in, stall_out, hold_out=0):
-    """Push ``pixels`` and pop them back; a monitor checks every cycle against the handshakes.
-
-    ``hold_out``: cycles the consumer waits before it starts taking (fills the queue).
-    Returns (popped pixels, level seen at every clock edge).
-    """
-    count = len(pixels)
-    result, levels = {}, []
-
-    async def producer(ctx):
-        await put(ctx, dut.i, pixels.tolist(), rng, stall_in)
-
-    async def consumer(ctx):
-        if hold_out:
-            await ctx.tick().repeat(hold_out)
-        result["out"] = await get(ctx, dut.o, count, rng, stall_out, decode=as_ints)
-
-    async def monitor(ctx):
-        expected, popped = 0, 0
-        while popped < count:
-            _, _, i_valid, i_ready, o_valid, o_ready, level = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.level)
-            assert level == expected, f"level {level}, handshakes say {expected}"
-            assert i_ready == (expected < dut.depth)  # full: nothing more goes in
-            assert not (o_valid and expected == 0)    # empty: nothing comes out
-            levels.append(level)
-            pushed = i_valid and i_ready
-            popped += o_valid and o_ready
-            expected += pushed - (o_valid and o_ready)
-
-    simulate(dut, producer, consumer, monitor, deadline=12 * count + 4 * hold_out + 50)
-    return np.array(result["out"]), np.array(levels)
+    out, levels = run_queue(dut, pixels.tolist(), rng, stall_in, stall_out, hold_out, decode=as_ints)
+    return np.array(out), levels
 
 
 def random_pixels(rng, count, channels):
@@ -98,3 +70,8 @@ def test_from_slice_depth_is_words_over_channels():
     with pytest.raises(ValueError, match="act-ram of layer 'conv': act_ram_words = 100 is not a positive "
                                          "multiple of the slice's 3 input channels"):
         ActRam.from_slice(layer_slice(in_channels=(4, 7), act_ram_words=100))
+
+
+def test_memory_is_one_pixel_wide_and_depth_deep():
+    assert memories(ActRam(channels=3, depth=70, family="ecp5")) == {"mem": (3 * 16, 70, "block")}
+    assert memories(ActRam(channels=3, depth=16, family="ecp5")) == {"mem": (3 * 16, 16, "distributed")}

@@ -5,10 +5,11 @@ import pytest
 
 from mapping import golden, numerics, zoo
 from mapping.cluster import parse_cluster
-from mapping.mapper import map_network
+from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import report, train_chain
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
+CHAIN = "ecp5-85:2+ecp5-45:2"  # the default chain of python -m hw.build
 
 
 def _data(network, samples, seed):
@@ -30,7 +31,7 @@ def _assert_bit_exact(run, initial):
 
 def _train(cluster, seed, stall=0.0):
     network = zoo.tiny()
-    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, fold_inputs=False)
+    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
     inputs, labels, params = _data(network, SAMPLES, seed)
     run = train_chain(network, mapping, inputs, labels, params, stall=stall,
                       rng=np.random.default_rng(seed))
@@ -46,14 +47,15 @@ def test_one_node_holding_the_whole_network_trains_bit_exact():
 
 
 def test_four_node_chain_trains_tiny_bit_exact():
-    mapping = _train("ecp5-45:4", seed=1)
+    mapping = _train(CHAIN, seed=1)
     layout = [[(s.layer, s.mode) for s in node.slices] for node in mapping.nodes]
-    # conv1 by OCP; conv2 split by ICP over three nodes; fc split by ICP over two, so the
-    # flattened activations are bypassed across a link; nodes 0 and 2 hold two layers.
+    # conv1 by OCP; node 0 holds conv1 and the start of conv2, split by ICP over two
+    # nodes; fc split by ICP over the two ECP5-45s, so flattened activations are
+    # bypassed across a link.
     assert layout == [[("conv1", "ocp"), ("conv2", "icp")], [("conv2", "icp")],
-                      [("conv2", "icp"), ("fc", "icp")], [("fc", "icp")]]
+                      [("fc", "icp")], [("fc", "icp")]]
 
 
 @pytest.mark.slow
 def test_four_node_chain_with_random_stalls_on_every_link_stays_bit_exact():
-    _train("ecp5-45:4", seed=3, stall=0.3)
+    _train(CHAIN, seed=3, stall=0.3)

@@ -18,6 +18,7 @@ from hw.param_ram import ParamRam
 from mapping import golden, numerics
 from mapping.network import Layer, infer
 from mapping.nodeconfig import Training
+from sim.test_fifo import memories
 from sim.test_param_ram import banked, layer_slice, random_words
 from sim.testbench import as_ints, put, simulate
 
@@ -282,3 +283,13 @@ def test_group_past_the_slice_fails_the_simulation():
     with pytest.raises(AssertionError, match="gradient buffer: gradient group beyond the slice's output "
                                              "channels"):
         simulate(pair, bench, deadline=10)
+
+
+def test_memory_shape_and_ram_style():
+    """Sums: G = ceil(OC/P) addresses of P*S*K*K 48-bit words; biases one word per row."""
+    s = layer_slice(in_channels=(0, 3), out_channels=(0, 34), ces=2, last=True)
+    training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=900)
+    lgb = GradientBuffer.from_slice(s, FORMATS, training, family="ecp5")
+    assert memories(lgb)["mem"] == (2 * 3 * 9 * numerics.ACC_BITS, 17, "block")
+    bias = GradientBuffer.from_slice(s, FORMATS, training, bias=True, family="xc7")
+    assert memories(bias)["mem"] == (2 * numerics.ACC_BITS, 17, "distributed")

@@ -6,6 +6,7 @@ import pytest
 from hw.line_buffer import LineBuffer
 from mapping import tensor_ops
 from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.test_fifo import memories
 from sim.test_sfu import conv_slice
 from sim.testbench import as_ints, get, put, simulate
 
@@ -167,3 +168,17 @@ def test_refuses_bad_geometry(kwargs, message):
 def test_larger_maps(kernel, stride, padding):
     lb = LineBuffer(channels=3, height=23, width=19, kernel=kernel, stride=stride, pad_before=padding)
     check(lb, 2, seed=kernel, stall=0.2)
+
+
+def test_row_memories_shape_and_ram_style():
+    """M = ceil((K-1)/dilation) row memories of one pixel x W; the step ROM is not under the rule."""
+    lb = LineBuffer(channels=3, height=8, width=16, kernel=5, dilation=2, family="ecp5")
+    found = memories(lb)
+    assert found.pop("steps")[2] is None
+    assert found == {"row0": (3 * 16, 16, "distributed"), "row1": (3 * 16, 16, "distributed")}
+    layer = conv_slice(in_shape=(4, 7, 65), out_shape=(8, 4, 33), stride=2, padding=1, in_range=(1, 3))
+    for role, channels, width in (("fp", 2, 65), ("pg", 2, 65), ("eb", 8, 33)):
+        found = memories(LineBuffer.from_slice(layer, role, family="xc7"))
+        del found["steps"]
+        style = "block" if width > 64 else "distributed"
+        assert set(found.values()) == {(channels * 16, width, style)}, role

@@ -5,6 +5,7 @@ import pytest
 
 from hw.pab import PartialActivationBuffer
 from mapping.nodeconfig import Engine
+from sim.test_fifo import memories
 from sim.test_sfu import conv_slice
 from sim.testbench import as_ints, get, put, simulate
 
@@ -126,3 +127,13 @@ def test_from_slice():
 def test_refuses_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PartialActivationBuffer(**kwargs)
+
+
+def test_memory_shape_and_ram_style():
+    """The FIFO: P 48-bit lanes x depth; none on the first node."""
+    pab = PartialActivationBuffer.from_slice(conv_slice(first=False, pab_words=4 * 65, fp=Engine(4, 4, 3)),
+                                             family="xc7")
+    assert memories(pab) == {"fifo.mem": (4 * 48, 65, "block")}
+    assert memories(PartialActivationBuffer(lanes=4, depth=64, family="xc7")) == {
+        "fifo.mem": (4 * 48, 64, "distributed")}
+    assert memories(PartialActivationBuffer(lanes=4, depth=64, first=True, family="xc7")) == {}

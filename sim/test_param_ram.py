@@ -6,6 +6,7 @@ import pytest
 from hw.param_ram import ParamRam
 from mapping.nodeconfig import Engine, LayerSlice, WeightBlock
 from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.test_fifo import memories
 from sim.testbench import as_ints, get, simulate
 
 
@@ -210,3 +211,13 @@ def test_refuses_initial_weights_that_do_not_fit():
         ParamRam(banks=2, rows=3, words=9, init=np.zeros((7, 9)))
     with pytest.raises(ValueError, match="param ram: initial weight 40000 is outside the 16-bit"):
         ParamRam(banks=1, rows=1, words=2, init=[[1, 40000]])
+
+
+def test_memory_shape_and_ram_style():
+    """One memory of G = ceil(OC/P) rows of P*S*K*K words, block RAM only past the LUT-RAM depth."""
+    lpram = ParamRam.from_slice(layer_slice(in_channels=(0, 3), out_channels=(0, 5), ces=2), family="ecp5")
+    assert memories(lpram) == {"mem": (2 * 3 * 9 * 16, 3, "distributed")}
+    block = WeightBlock(owner=2, host=1, layer="conv", in_range=(0, 2), out_range=(0, 65), words=65 * 18)
+    assert memories(ParamRam.from_block(block, family="xc7")) == {"mem": (18 * 16, 65, "block")}
+    assert memories(ParamRam(banks=1, rows=64, words=1, family="xc7")) == {"mem": (16, 64, "distributed")}
+    assert memories(ParamRam(banks=1, rows=64, words=1)) == {"mem": (16, 64, None)}

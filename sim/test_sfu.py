@@ -14,6 +14,7 @@ from hw.sfu import SFU
 from mapping import numerics, tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice, Pool
 from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.test_fifo import memories
 from sim.testbench import as_ints, get, put, simulate
 
 FORMATS = numerics.Formats()
@@ -196,3 +197,14 @@ def test_refuses_unsupported_configurations(kwargs, message):
     args = dict(out_channels=2, height=4, width=4, lanes=2, position=0) | kwargs
     with pytest.raises(ValueError, match=message):
         SFU(**args)
+
+
+def test_memories_shape_and_ram_style():
+    """Mask FIFO OC*mask_bits x samples*PH*PW; band OC*(16+code bits) and replay OC*(16+mask_bits) x PW."""
+    sfu = SFU.from_slice(conv_slice(out_shape=(5, 12, 51), out_range=(0, 5), pool=Pool(3, 3)), FORMATS,
+                         samples_in_flight=2, family="ecp5")
+    assert memories(sfu) == {"masks.mem": (5 * 5, 2 * 4 * 17, "block"),
+                             "band": (5 * (16 + 4), 17, "block"),
+                             "replay": (5 * (16 + 5), 17, "block")}
+    no_pool = SFU(out_channels=4, height=4, width=4, lanes=2, position=1, family="ecp5")
+    assert memories(no_pool) == {"masks.mem": (4 * 1, 16, "distributed")}

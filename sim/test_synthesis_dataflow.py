@@ -1,4 +1,5 @@
-"""Yosys maps the dataflow blocks' memories to block RAM (so the mapping's BRAM estimates hold)."""
+"""Yosys maps the dataflow blocks' memories as ``mapping.resources.ram_style`` says (so the
+mapping's BRAM estimates hold): block RAM past LUTRAM_MAX_DEPTH words, LUT RAM up to it."""
 
 import pytest
 
@@ -8,10 +9,11 @@ from hw.sfu import SFU
 from hw.synth import SYNTH_COMMANDS, synthesize
 from mapping.nodeconfig import Pool
 
-# A 3x3 line buffer over 32 channels x 64 pixels: K-1 = 2 row memories, each 64 deep and
-# 32 * 16 = 512 bits wide. Both families build a 64-deep, 512-bit memory from 512 x 36
-# pieces (DP16KD in PDP mode, RAMB18E1 in SDP mode): ceil(512 / 36) = 15 blocks per row.
-LB = dict(channels=32, height=64, width=64, kernel=3, pad_before=1)
+# A 3x3 line buffer over 32 channels x 65 pixels: K-1 = 2 row memories, each 65 deep (past
+# the LUT RAM depth of both families) and 32 * 16 = 512 bits wide. Both families build it
+# from 512 x 36 pieces (DP16KD in PDP mode, RAMB18E1 in SDP mode): ceil(512 / 36) = 15
+# blocks per row.
+LB = dict(channels=32, height=64, width=65, kernel=3, pad_before=1)
 BLOCKS_PER_ROW = -(-32 * 16 // 36)
 
 
@@ -25,29 +27,38 @@ def synth(design, family, workdir):
 
 
 def test_line_buffer_rows_map_to_dp16kd_on_ecp5(tmp_path):
-    result = synth(LineBuffer(**LB), "ecp5", tmp_path)
+    result = synth(LineBuffer(**LB, family="ecp5"), "ecp5", tmp_path)
     assert result.cells.get("DP16KD") == result.bram == 2 * BLOCKS_PER_ROW
 
 
 @pytest.mark.slow  # synth_xilinx takes about 25 s here
 def test_line_buffer_rows_map_to_ramb_on_xc7(tmp_path):
-    result = synth(LineBuffer(**LB), "xc7", tmp_path)
+    result = synth(LineBuffer(**LB, family="xc7"), "xc7", tmp_path)
     assert result.cells.get("RAMB18E1") == result.bram == 2 * BLOCKS_PER_ROW  # RAMB18 units
     assert not any(cell.startswith(("RAM32", "RAM64", "RAM128")) for cell in result.cells)
 
 
 def test_pab_fifo_maps_to_dp16kd_on_ecp5(tmp_path):
-    # 8 lanes x 48 bits = 384 bits; SyncFIFOBuffered keeps depth - 1 = 511 entries in memory.
-    result = synth(PartialActivationBuffer(lanes=8, depth=512), "ecp5", tmp_path)
+    # 8 lanes x 48 bits = 384 bits x 512 entries: 512 x 36 pieces.
+    result = synth(PartialActivationBuffer(lanes=8, depth=512, family="ecp5"), "ecp5", tmp_path)
     assert result.cells.get("DP16KD") == -(-8 * 48 // 36)
 
 
 def test_sfu_memories_map_to_dp16kd_on_ecp5(tmp_path):
     # 16 channels, 32 x 32 conv output, 2 x 2 pool (16 x 16 pooled), two samples in flight:
-    # mask FIFO 16 x (2 code bits + 1 ReLU bit) = 48 bits x 511 deep: 2 blocks;
-    # forward band 16 x (16 + 2) = 288 bits x 16: 8 blocks; backward replay
-    # 16 x (16 + 3) = 304 bits x 16: 9 blocks (512 x 36 pieces each).
+    # mask FIFO 16 x (2 code bits + 1 ReLU bit) = 48 bits x 512 deep: 2 blocks (512 x 36);
+    # forward band 16 x (16 + 2) = 288 bits and backward replay 16 x (16 + 3) = 304 bits,
+    # both 16 deep: LUT RAM, 288 / 4 + 304 / 4 TRELLIS_DPR16X4.
     sfu = SFU(out_channels=16, height=32, width=32, lanes=4, position=1, pool=Pool(2, 2),
-              samples_in_flight=2)
+              samples_in_flight=2, family="ecp5")
     result = synth(sfu, "ecp5", tmp_path)
-    assert result.cells.get("DP16KD") == 2 + 8 + 9
+    assert result.cells.get("DP16KD") == result.bram == 2
+    assert result.cells.get("TRELLIS_DPR16X4") == 288 // 4 + 304 // 4
+    # One pooled column more: the band and replay rows (17 deep) move to block RAM.
+    wider = SFU(out_channels=16, height=32, width=34, lanes=4, position=1, pool=Pool(2, 2),
+                samples_in_flight=2, family="ecp5")
+    result = synth(wider, "ecp5", tmp_path / "wider")
+    # Mask FIFO 48 bits x 2 * 16 * 17 = 544: three 1024 x 18 blocks; band 288 / 36 = 8 and
+    # replay ceil(304 / 36) = 9 blocks of 512 x 36.
+    assert result.cells.get("DP16KD") == result.bram == 3 + 8 + 9
+    assert "TRELLIS_DPR16X4" not in result.cells

@@ -1,5 +1,9 @@
 """Yosys maps the memory blocks to block RAM, in exactly the number of blocks width x depth predicts.
 
+Every block is built for the family it is synthesized for, so its memories carry the
+``ram_style`` of ``mapping.resources.ram_style``: block RAM past LUTRAM_MAX_DEPTH words,
+distributed RAM up to it (checked on the Fifo at the boundary).
+
 Prediction: the cheapest single shape of the family's 18 Kb block (RAMB36 counts as two)
 that the memory's ports allow, ``ceil(width / shape width) * ceil(depth / shape depth)``.
 A 16-bit word written on its own takes two 9-bit bytes (byte enables), so a ParamRam
@@ -14,9 +18,11 @@ import pytest
 from amaranth.back import rtlil
 
 from hw.act_ram import ActRam
+from hw.fifo import Fifo
 from hw.grad_buffer import GradientBuffer
 from hw.param_ram import ParamRam
 from hw.synth import synthesize_rtlil
+from mapping.resources import LUTRAM_MAX_DEPTH
 
 # (width, depth, 18 Kb units, simple-dual-port only)
 SHAPES = {
@@ -53,7 +59,7 @@ def bram_cells(result):
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])
 def test_act_ram_16_channels_1024_deep(family, tmp_path):
-    result = synthesize(ActRam(channels=16, depth=1024), family, tmp_path)
+    result = synthesize(ActRam(channels=16, depth=1024, family=family), family, tmp_path)
     # 256 bits x 1024: fifteen 1K x 18 blocks (sixteen 512 x 36 ones would cost more).
     assert result.bram == predicted_blocks(family, 16 * 16, 1024, False) == 15
     assert bram_cells(result) == ({"DP16KD": 15} if family == "ecp5" else {"RAMB18E1": 15})
@@ -62,14 +68,14 @@ def test_act_ram_16_channels_1024_deep(family, tmp_path):
 
 
 def test_act_ram_odd_width_and_depth(tmp_path):
-    result = synthesize(ActRam(channels=3, depth=700), "ecp5", tmp_path)
+    result = synthesize(ActRam(channels=3, depth=700, family="ecp5"), "ecp5", tmp_path)
     assert result.bram == predicted_blocks("ecp5", 3 * 16, 700, False) == 3
 
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])
 def test_lpram_true_dual_port(family, tmp_path):
     # P = 2 banks of 3x3 kernels for one input channel: 18 words per address, 512 addresses.
-    result = synthesize(ParamRam(banks=2, rows=512, words=9), family, tmp_path)
+    result = synthesize(ParamRam(banks=2, rows=512, words=9, family=family), family, tmp_path)
     assert result.bram == predicted_blocks(family, 2 * 9 * 18, 512, True) == 18
     assert bram_cells(result) == ({"DP16KD": 18} if family == "ecp5" else {"RAMB36E1": 9})
     if family == "ecp5":
@@ -81,12 +87,12 @@ def test_lpram_true_dual_port(family, tmp_path):
 
 def test_lpram_wide_rows(tmp_path):
     # 4 input channels x 3x3: 36 words per row, one DP16KD column per word.
-    result = synthesize(ParamRam(banks=1, rows=100, words=36), "ecp5", tmp_path)
+    result = synthesize(ParamRam(banks=1, rows=100, words=36, family="ecp5"), "ecp5", tmp_path)
     assert result.bram == predicted_blocks("ecp5", 36 * 18, 100, True) == 36
 
 
 def test_bpram_with_row_stream(tmp_path):
-    result = synthesize(ParamRam(banks=1, rows=512, words=9, stream_rows=True), "ecp5", tmp_path)
+    result = synthesize(ParamRam(banks=1, rows=512, words=9, stream_rows=True, family="ecp5"), "ecp5", tmp_path)
     assert result.bram == predicted_blocks("ecp5", 9 * 18, 512, True) == 9
 
 
@@ -99,9 +105,23 @@ def test_gradient_buffer_accumulator_and_update_multipliers(family, out_channels
                         seed=1, tensor=2, family=family)
     result = synthesize(gb, family, tmp_path)
     # Sums: one address per group of P = 2 channels, 2 x 9 x 48 = 864 bits, one read and
-    # one write port: 512 x 36 (x72) shapes, in block RAM however shallow.
+    # one write port: 512 x 36 (x72) shapes; deeper than LUT RAM (32 > 16, 256 > 64).
     assert result.bram == predicted_blocks(family, 2 * 9 * 48, out_channels // 2, False) == 24
     assert bram_cells(result) == ({"DP16KD": 24} if family == "ecp5" else {"RAMB36E1": 12})
     # gsum (48 bits) x lr: three 18 x 17 multipliers.
     assert result.dsp == 3
     assert result.cells.get("MULT18X18D" if family == "ecp5" else "DSP48E1") == 3
+
+
+@pytest.mark.parametrize("family, depth, cells", [
+    ("ecp5", 16, {"TRELLIS_DPR16X4": 36 // 4}),  # 16 x 4 LUT RAMs side by side
+    ("ecp5", 17, {"DP16KD": 1}),                 # one 512 x 36 block in PDP mode
+    ("xc7", 64, {"RAM64M": 36 // 3}),            # 64 x 3 bits (one write, three read ports) each
+    ("xc7", 65, {"RAMB18E1": 1}),
+])
+def test_fifo_memory_style_switches_at_the_lutram_depth(family, depth, cells, tmp_path):
+    result = synthesize(Fifo(36, depth, family=family), family, tmp_path)
+    rams = {cell: n for cell, n in result.cells.items()
+            if cell.startswith(("DP16KD", "RAMB", "TRELLIS_DPR", "RAM32", "RAM64", "RAM128", "RAM256"))}
+    assert rams == cells
+    assert result.bram == (depth > LUTRAM_MAX_DEPTH[family])

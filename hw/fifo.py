@@ -1,0 +1,78 @@
+"""A first-in first-out queue in one memory and that memory's own output register.
+
+``i`` takes beats of ``shape``, ``o`` gives them back in order. The memory has ``depth``
+entries; the head beat waits in the memory's read register as the ``o`` payload, so it
+is a synchronous-read RAM (block or distributed) with no other storage. Memory:
+(width of ``shape`` bits, ``depth``), one read port.
+
+``level`` is the occupancy: beats accepted on ``i`` minus beats taken from ``o``,
+exactly, every cycle (the head beat counts while it waits in the output register).
+Flow control makes overflow and underflow impossible: ``i.ready`` is low at
+``level == depth`` (it does not depend on ``o.ready``, so no combinational path crosses
+the queue) and ``o.valid`` is low while the queue is empty; a pushed beat appears on
+``o`` two cycles later at the earliest, and from ``depth >= 3`` one beat per cycle
+passes (depth 2: two beats in three cycles). Amaranth ``Assert``s check in simulation that the memory is never written while
+full nor read while empty.
+
+``family``: the device family the memory is built for (``ram_style`` by
+``mapping.resources.ram_style``); None for simulation.
+"""
+
+from amaranth.hdl import Assert, Module, Mux, Shape, Signal
+from amaranth.lib import memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.param_ram import NO_RW_CHECK, ram_attrs, read_register
+from hw.rounding import refuse
+
+
+class Fifo(wiring.Component):
+    """FIFO of ``depth`` beats of ``shape`` (see the module docstring)."""
+
+    KIND = "fifo"  # names the queue in refusals and simulation assertions
+
+    def __init__(self, shape, depth, *, family=None):
+        if depth < 1:
+            refuse(self, f"{self.KIND}: depth = {depth} must be at least 1")
+        self.shape, self.depth, self.family = shape, depth, family
+        self.width = Shape.cast(shape).width
+        super().__init__({
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        kind, depth = self.KIND, self.depth
+        m.submodules.mem = mem = memory.Memory(shape=self.shape, depth=depth, init=[],
+                                               attrs=NO_RW_CHECK | ram_attrs(depth, self.family))
+
+        def successor(pointer):
+            return Mux(pointer == depth - 1, 0, pointer + 1)
+
+        head, tail = Signal(range(depth)), Signal(range(depth))
+        stored = Signal(range(depth + 1))  # beats in the memory, the output register excluded
+        push = self.i.valid & self.i.ready
+        pop = self.o.valid & self.o.ready
+        fetch = (stored != 0) & (~self.o.valid | self.o.ready)  # refill the output register
+
+        write = mem.write_port()
+        m.d.comb += [
+            self.i.ready.eq(self.level != depth),
+            write.addr.eq(tail), write.data.eq(self.i.payload), write.en.eq(push),
+            self.o.payload.eq(read_register(m, mem, head, fetch)),
+        ]
+        with m.If(push):
+            m.d.sync += tail.eq(successor(tail))
+        with m.If(fetch):
+            m.d.sync += [head.eq(successor(head)), self.o.valid.eq(1)]
+        with m.Elif(pop):
+            m.d.sync += self.o.valid.eq(0)
+        m.d.sync += [stored.eq(stored + push - fetch), self.level.eq(self.level + push - pop)]
+        m.d.sync += [  # checked at clock edges
+            Assert(~(push & (stored == depth)), f"{kind}: write into a full memory"),
+            Assert(~(fetch & (stored == 0)), f"{kind}: read from an empty memory"),
+            Assert(self.level == stored + self.o.valid, f"{kind}: level disagrees with the contents"),
+        ]
+        return m

@@ -1,0 +1,105 @@
+"""The memories the hardware generator builds for a node, as width x depth.
+
+This mirrors hw/ memory by memory (sim/test_memories.py checks it against every
+memory of the elaborated hardware), and every hardware memory carries the
+``ram_style`` that :func:`mapping.resources.ram_style` gives its depth, so the
+block RAM count below is what Yosys produces. It covers the slices hw/ builds:
+one tile per input channel, weights on chip (``mapper.GENERATOR_OPTIONS``).
+The partitioner plans with the coarser model of mapping/balance.py, which also
+covers folded engines and weight balancing.
+"""
+
+from dataclasses import dataclass
+import math
+
+from .numerics import ACC_BITS, WORD_BITS
+from .resources import bram_blocks
+
+# Word-granular writes (LPRAM, bias RAM) give every 16-bit word its own 18-bit
+# column of a block RAM: two 9-bit byte enables.
+GRANULAR_WORD_BITS = 18
+LABEL_FIFO_DEPTH = 8
+PAB_MIN_DEPTH = 3  # hw/fifo.py passes one beat per cycle from depth 3
+LABEL_BITS = 16
+
+
+@dataclass(frozen=True)
+class Memory:
+    name: str
+    width: int       # bits
+    depth: int       # words
+    dual_read: bool = False    # two ports read whole words (true dual port)
+    word_writes: bool = False  # written one 16-bit word at a time
+
+    def blocks(self, family):
+        width = self.width // WORD_BITS * GRANULAR_WORD_BITS if self.word_writes else self.width
+        return bram_blocks(width, self.depth, family, self.dual_read)
+
+
+def buildable(s):
+    """Whether hw/ generates slice ``s`` (see hw/slice_unit.check_buildable)."""
+    return (s.fp.tiles == s.in_channels and s.pg.tiles == s.in_channels
+            and (not s.needs_eb or s.eb.ces == s.in_channels)
+            and not s.weights_offchip and not s.remote_weights)
+
+
+def _fifo(name, width, depth):
+    return [Memory(name, width, depth)]
+
+
+def slice_memories(s, samples_in_flight):
+    """Memories of one LayerSlice; ``samples_in_flight``: the SFU mask FIFO's samples."""
+    kernel, own_in, own_out, ces = s.kernel, s.in_channels, s.out_channels, s.fp.ces
+    groups = math.ceil(own_out / ces)
+    c_in, _, width = s.in_shape
+    oc, oh, ow = s.out_shape
+    words = own_in * kernel * kernel
+    mems = _fifo("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in)
+    if kernel > 1:
+        for role in ("fp_lb", "pg_lb"):
+            mems += [Memory(f"{role}.row{j}", own_in * WORD_BITS, width) for j in range(kernel - 1)]
+        if s.needs_eb:
+            rows = math.ceil((kernel - 1) / s.stride)
+            mems += [Memory(f"eb_lb.row{j}", own_out * WORD_BITS, ow) for j in range(rows)]
+    mems.append(Memory("lpram", ces * words * WORD_BITS, groups, dual_read=True, word_writes=True))
+    mems.append(Memory("lgb", ces * words * ACC_BITS, groups))
+    if s.owns_biases:
+        mems.append(Memory("bias_ram", ces * WORD_BITS, groups, dual_read=True, word_writes=True))
+        mems.append(Memory("bias_lgb", ces * ACC_BITS, groups))
+    if s.mode == "icp" and not s.first:
+        mems += _fifo("pab", ces * ACC_BITS, max(PAB_MIN_DEPTH, math.ceil(s.pab_words / ces)))
+    if s.mode == "ocp" and s.needs_eb and not s.last:
+        mems += _fifo("eb_pab", c_in * ACC_BITS, max(PAB_MIN_DEPTH, s.pab_words // c_in))
+    if s.mode == "ocp" or s.last:
+        mems += _sfu_memories(s, own_out, oh, ow, samples_in_flight)
+    return mems
+
+
+def _sfu_memories(s, channels, height, width, samples_in_flight):
+    k = s.pool.kernel if s.pool is not None else 1
+    code_bits = (k * k - 1).bit_length()
+    mask_bits = code_bits + s.relu
+    ph, pw = height // k, width // k
+    mems = []
+    if mask_bits:
+        mems += _fifo("sfu.masks", channels * mask_bits, samples_in_flight * ph * pw)
+    if k > 1:
+        mems.append(Memory("sfu.band", channels * (WORD_BITS + code_bits), pw))
+        mems.append(Memory("sfu.replay", channels * (WORD_BITS + mask_bits), pw))
+    return mems
+
+
+def sfu_samples_in_flight(s):
+    """Samples the SFU keeps masks for: those whose FP ran before their errors return."""
+    return s.fp_stale + 2
+
+
+def node_memories(config):
+    mems = [Memory("labels", LABEL_BITS, LABEL_FIFO_DEPTH)]
+    for s in config.slices:
+        mems += slice_memories(s, sfu_samples_in_flight(s))
+    return mems
+
+
+def node_bram_blocks(config):
+    return sum(m.blocks(config.family) for m in node_memories(config))

@@ -1,0 +1,39 @@
+"""mapping/memories.py lists exactly the memories the generator builds, with the ram_style
+its block-RAM count assumes; synthesis then agrees with the mapping's estimate."""
+
+from collections import Counter
+
+import pytest
+from amaranth.hdl import Fragment, Shape
+from amaranth.hdl._mem import MemoryInstance
+
+from hw.node import Node
+from mapping import memories, zoo
+from mapping.cluster import parse_cluster
+from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.resources import ram_style
+
+
+def built_memories(fragment):
+    """(width, depth, ram_style) of every writable memory under ``fragment``."""
+    found = []
+    for sub, *_ in fragment.subfragments:
+        if isinstance(sub, MemoryInstance):
+            if sub._write_ports:  # ROMs (line buffer step tables) are logic, not RAM
+                found.append((Shape.cast(sub._data.shape).width, sub._data.depth,
+                              sub._attrs.get("ram_style")))
+        found += built_memories(sub)
+    return found
+
+
+MAPPINGS = [("tiny", "ecp5-85:2+ecp5-45:2"), ("tiny", "vc709:1"), ("lenet-digits", "ecp5-85:4")]
+
+
+@pytest.mark.parametrize("network, cluster", MAPPINGS)
+def test_inventory_lists_every_memory_the_generator_builds(network, cluster):
+    mapping = map_network(zoo.NETWORKS[network](), parse_cluster(cluster), batch=2, **GENERATOR_OPTIONS)
+    for config in mapping.nodes:
+        built = Counter(built_memories(Fragment.get(Node(config, family=config.family), None)))
+        listed = Counter((m.width, m.depth, ram_style(m.depth, config.family))
+                         for m in memories.node_memories(config))
+        assert built == listed, f"node {config.index}: built {built - listed}, listed {listed - built}"

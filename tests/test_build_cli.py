@@ -1,0 +1,32 @@
+"""python -m hw.build: refusals and the RTL it writes (synthesis is in sim/test_build.py)."""
+
+import subprocess
+import sys
+
+from hw.build import build, parse_args
+
+
+def test_node_outside_the_mapping_is_refused_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "hw.build", "--node", "4", "--out", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: node 4 is not in the mapping: it has nodes 0..3"
+
+
+def test_unknown_network_is_refused_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "hw.build", "--node", "0", "--network", "vgg17",
+                             "--out", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: unknown network 'vgg17'") and "Traceback" not in result.stderr
+
+
+def test_no_synth_writes_rtlil_verilog_and_the_mapping(tmp_path):
+    lines = []
+    config, device, result = build(parse_args(["--node", "3", "--out", str(tmp_path), "--no-synth"]),
+                                   log=lambda *a, **k: lines.append(a[0]))
+    out = tmp_path / "node3"
+    assert result is None and config.index == 3 and device.name == "lfe5um5g-45f"
+    assert "module top" in (out / "top.v").read_text()
+    assert "module \\top" in (out / "top.il").read_text()
+    assert (out / "mapping.json").exists()
+    assert lines[0].startswith("node 3 of 4 on lfe5um5g-45f (ecp5): fc[icp in 13:32 out 0:10]")
