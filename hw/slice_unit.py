@@ -23,10 +23,11 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import PAB_MIN_DEPTH, sfu_samples_in_flight
+from mapping.memories import PAB_MIN_DEPTH, pg_error_slack, sfu_samples_in_flight
 from .act_ram import ActRam
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
+from .fifo import Fifo
 from .flatten import Flatten, Unflatten
 from .grad_buffer import GradientBuffer
 from .line_buffer import LineBuffer
@@ -243,6 +244,13 @@ class SliceUnit(wiring.Component):
         z_split = m.submodules.z_split = ChannelFork(own_out, z_ranges)
         connect(m, z_errors, z_split.i)
         pg_errors = z_split.o0
+        if s.needs_eb:
+            # PG takes an error pixel only with its output pixel, while the EB line buffer
+            # needs the errors about a row ahead: this FIFO lets EB run ahead instead of
+            # being dragged into PG's lockstep by the fork.
+            slack = m.submodules.pg_errors = Fifo(pixel_layout(own_out), pg_error_slack(s), family=self.family)
+            connect(m, z_split.o0, slack.i)
+            pg_errors = slack.o
         if "zerr_out" in self.signature.members:
             connect(m, z_split.outputs()[-1], flipped(self.zerr_out))
 

@@ -70,6 +70,8 @@ def slice_memories(s, samples_in_flight):
         mems += _fifo("pab", ces * ACC_BITS, max(PAB_MIN_DEPTH, math.ceil(s.pab_words / ces)))
     if s.mode == "ocp" and s.needs_eb and not s.last:
         mems += _fifo("eb_pab", c_in * ACC_BITS, max(PAB_MIN_DEPTH, s.pab_words // c_in))
+    if s.needs_eb:
+        mems += _fifo("pg_errors", own_out * WORD_BITS, pg_error_slack(s))
     if s.mode == "ocp" or s.last:
         mems += _sfu_memories(s, own_out, oh, ow, samples_in_flight)
     return mems
@@ -87,6 +89,12 @@ def _sfu_memories(s, channels, height, width, samples_in_flight):
         mems.append(Memory("sfu.band", channels * (WORD_BITS + code_bits), pw))
         mems.append(Memory("sfu.replay", channels * (WORD_BITS + mask_bits), pw))
     return mems
+
+
+def pg_error_slack(s):
+    """Conv-output error pixels PG's branch buffers so EB's line buffer can run a whole
+    window height (K rows) ahead of PG (hw/slice_unit.py)."""
+    return s.kernel * s.out_shape[2] + 1
 
 
 def sfu_samples_in_flight(s):
