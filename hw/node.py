@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from .fifo import Fifo
 from .loss import LABEL_BITS, LossUnit
+from .rounding import refuse
 from .slice_unit import SliceUnit, slice_ports
 from .update_gate import COUNT_BITS
 from mapping.memories import LABEL_FIFO_DEPTH
@@ -30,9 +31,9 @@ class Node(wiring.Component):
 
     def __init__(self, config, *, params=None, family=None):
         if not config.slices:
-            raise ValueError(f"node {config.index} has no layer slices")
+            refuse(self, f"node {config.index} has no layer slices")
         if config.chain_length < 1:
-            raise ValueError(f"node {config.index}: the NodeConfig does not say how long the chain is")
+            refuse(self, f"node {config.index}: the NodeConfig does not say how long the chain is")
         self.config, self.params, self.family = config, params, family
         self.applies_loss = config.index == config.chain_length - 1
         self.units = [SliceUnit(s, config.formats, config.training, params=params, family=family)

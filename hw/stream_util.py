@@ -10,6 +10,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping.numerics import WORD_BITS
+from .rounding import refuse
 
 
 def pixel_layout(channels, width=WORD_BITS):
@@ -30,7 +31,7 @@ class ChannelFork(wiring.Component):
     def __init__(self, channels, ranges, width=WORD_BITS):
         for lo, hi in ranges:
             if not 0 <= lo < hi <= channels:
-                raise ValueError(f"channel fork: range ({lo}, {hi}) is outside 0..{channels}")
+                refuse(self, f"channel fork: range ({lo}, {hi}) is outside 0..{channels}")
         self.channels, self.ranges, self.width = channels, tuple(ranges), width
         members = {"i": In(stream.Signature(pixel_layout(channels, width)))}
         for n, (lo, hi) in enumerate(self.ranges):

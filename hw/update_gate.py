@@ -25,6 +25,8 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .rounding import refuse
+
 COUNT_BITS = 32
 
 
@@ -46,7 +48,7 @@ class UpdateGate(wiring.Component):
 
     def __init__(self, *, batch, fp_stale, needs_eb=True):
         if batch < 1 or fp_stale < 0:
-            raise ValueError(f"update gate: batch = {batch} must be >= 1 and fp_stale = {fp_stale} >= 0")
+            refuse(self, f"update gate: batch = {batch} must be >= 1 and fp_stale = {fp_stale} >= 0")
         self.batch, self.fp_stale, self.needs_eb = batch, fp_stale, needs_eb
         super().__init__()
 
@@ -89,7 +91,7 @@ class SampleGate(wiring.Component):
 
     def __init__(self, layout, beats):
         if beats < 1:
-            raise ValueError(f"sample gate: beats = {beats} must be at least 1")
+            refuse(self, f"sample gate: beats = {beats} must be at least 1")
         self.beats = beats
         super().__init__({"i": In(stream.Signature(layout)), "o": Out(stream.Signature(layout)),
                           "allow": In(1), "start": Out(1), "done": Out(1)})
