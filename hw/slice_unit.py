@@ -23,7 +23,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import PAB_MIN_DEPTH, pg_error_slack, sfu_samples_in_flight
+from mapping.memories import PAB_MIN_DEPTH, activation_slack, pg_error_slack, sfu_samples_in_flight
 from .act_ram import ActRam
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
@@ -182,6 +182,11 @@ class SliceUnit(wiring.Component):
             connect(m, act_in, flat.i)
             act_in = flat.o
         arriving = c_in - (s.in_range[0] if s.mode == "icp" else 0)
+        # The producer (a pooling SFU, or the previous node) delivers in bursts while the
+        # line buffer takes a pixel per window: two input rows of slack keep both busy.
+        slack = m.submodules.act_slack = Fifo(pixel_layout(arriving), activation_slack(s), family=self.family)
+        connect(m, act_in, slack.i)
+        act_in = slack.o
         local = (0, own_in)
         ranges = [local, local]
         bypass = not s.last and "act_out" in self.signature.members

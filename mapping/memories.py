@@ -54,7 +54,9 @@ def slice_memories(s, samples_in_flight):
     c_in, _, width = s.in_shape
     oc, oh, ow = s.out_shape
     words = own_in * kernel * kernel
-    mems = _fifo("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in)
+    arriving = c_in - s.in_range[0] if s.mode == "icp" else c_in
+    mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s))
+    mems += _fifo("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in)
     if kernel > 1:
         for role in ("fp_lb", "pg_lb"):
             mems += [Memory(f"{role}.row{j}", own_in * WORD_BITS, width) for j in range(kernel - 1)]
@@ -89,6 +91,11 @@ def _sfu_memories(s, channels, height, width, samples_in_flight):
         mems.append(Memory("sfu.band", channels * (WORD_BITS + code_bits), pw))
         mems.append(Memory("sfu.replay", channels * (WORD_BITS + mask_bits), pw))
     return mems
+
+
+def activation_slack(s):
+    """Input pixels buffered ahead of a slice's line buffer: two rows (hw/slice_unit.py)."""
+    return max(PAB_MIN_DEPTH, 2 * s.in_shape[2])
 
 
 def pg_error_slack(s):
