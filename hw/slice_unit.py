@@ -23,7 +23,8 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import PAB_MIN_DEPTH, activation_slack, pg_error_slack, sfu_samples_in_flight
+from mapping.memories import (PAB_MIN_DEPTH, activation_slack, pg_error_slack, sfu_samples_in_flight,
+                              window_slack)
 from .act_ram import ActRam
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
@@ -202,7 +203,7 @@ class SliceUnit(wiring.Component):
             connect(m, split.o2, flipped(self.act_out))
 
         fp_gate = m.submodules.fp_gate = SampleGate(fp_lb.o.payload.shape(), oh * ow)
-        connect(m, fp_lb.o, fp_gate.i)
+        connect(m, self._window_slack(m, "fp", fp_lb.o), fp_gate.i)
         fp = m.submodules.fp = ConvEngine(channels=own_in, kernel=s.kernel, ces=ces,
                                           out_channels=own_out, family=self.family)
         connect(m, fp_gate.o, fp.windows)
@@ -263,7 +264,7 @@ class SliceUnit(wiring.Component):
         pg_lb = m.submodules.pg_lb = LineBuffer.from_slice(s, "pg", family=self.family)
         connect(m, act_ram.o, pg_lb.i)
         pg_gate = m.submodules.pg_gate = SampleGate(pg_lb.o.payload.shape(), oh * ow)
-        connect(m, pg_lb.o, pg_gate.i)
+        connect(m, self._window_slack(m, "pg", pg_lb.o), pg_gate.i)
         pg = m.submodules.pg = GradientEngine(in_channels=own_in, out_channels=own_out, kernel=s.kernel,
                                               ces=ces, bias=owns_bias, family=self.family)
         connect(m, pg_gate.o, pg.windows)
@@ -281,7 +282,7 @@ class SliceUnit(wiring.Component):
             eb_lb = m.submodules.eb_lb = LineBuffer.from_slice(s, "eb", family=self.family)
             connect(m, z_split.o1, eb_lb.i)
             eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
-            connect(m, eb_lb.o, eb_gate.i)
+            connect(m, self._window_slack(m, "eb", eb_lb.o), eb_gate.i)
             eb = m.submodules.eb = ErrorEngine(in_channels=own_in, out_channels=own_out, kernel=s.kernel,
                                                ces=ces, family=self.family)
             connect(m, eb_gate.o, eb.windows)
@@ -298,6 +299,14 @@ class SliceUnit(wiring.Component):
             else:
                 self._ocp_input_errors(m, eb_end.o)
         return m
+
+    def _window_slack(self, m, role, windows):
+        """Windows buffered after a line buffer, so that it takes in the first rows of the
+        next sample while the engine still works on the previous sample's last windows."""
+        slack = m.submodules[f"{role}_windows"] = Fifo(windows.payload.shape(),
+                                                        window_slack(self.slice, role), family=self.family)
+        connect(m, windows, slack.i)
+        return slack.o
 
     def _round_errors(self, m, sums, channels, channel_base):
         """EB rounding point: ``requantize(sum, eb_shift, EB_OUT)`` over (C, H, W) indices."""

@@ -57,6 +57,10 @@ def slice_memories(s, samples_in_flight):
     arriving = c_in - s.in_range[0] if s.mode == "icp" else c_in
     mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s))
     mems += _fifo("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in)
+    for role in ("fp", "pg"):
+        mems += _fifo(f"{role}_windows", words * WORD_BITS, window_slack(s, role))
+    if s.needs_eb:
+        mems += _fifo("eb_windows", own_out * kernel * kernel * WORD_BITS, window_slack(s, "eb"))
     if kernel > 1:
         for role in ("fp_lb", "pg_lb"):
             mems += [Memory(f"{role}.row{j}", own_in * WORD_BITS, width) for j in range(kernel - 1)]
@@ -96,6 +100,16 @@ def _sfu_memories(s, channels, height, width, samples_in_flight):
 def activation_slack(s):
     """Input pixels buffered ahead of a slice's line buffer: two rows (hw/slice_unit.py)."""
     return max(PAB_MIN_DEPTH, 2 * s.in_shape[2])
+
+
+def window_slack(s, role):
+    """Windows buffered between a line buffer and its engine: enough for the engine to keep
+    working while the line buffer takes the rows a sample needs before its first window
+    ((K-1-p) input rows, one window per G engine cycles)."""
+    groups = math.ceil(s.out_channels / s.fp.ces)
+    width = s.out_shape[2] if role == "eb" else s.in_shape[2]
+    startup = max(0, s.kernel - 1 - s.padding) * width + s.kernel
+    return max(PAB_MIN_DEPTH, math.ceil(startup / groups) + 2)
 
 
 def pg_error_slack(s):
