@@ -64,6 +64,9 @@ def main(argv=None):
         gbps = args.link_gbps or min(cluster.link_gbps, default=cluster.devices[0].link_gbps)
         points = report.sweep(network, cluster, sizes, gbps, network_name=args.network,
                               **options)
+        for point in points:
+            if "error" in point:  # refused sizes stay in scaling.json and out of the plot
+                print(f"{point['devices']} devices: refused: {point['error']}")
         limit = report.linear_limit(points, gbps)
         print(f"linear scaling up to {limit} devices at {gbps:g} Gb/s per link" if limit else
               f"no size in the sweep keeps the busiest link under {gbps:g} Gb/s")

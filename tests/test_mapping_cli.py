@@ -22,6 +22,15 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_sweep_reports_the_sizes_it_refused(tmp_path, capsys):
+    main(["--network", "vgg16", "--cluster", "vc709:50@150", "--out", str(tmp_path), "--sizes", "10:50:40"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("10 devices: refused: network 'vgg16' on cluster 'xc7vx690t:10@150' does "
+                               "not fit even with weight balancing") for line in lines)
+    points = json.loads((tmp_path / "scaling.json").read_text())
+    assert [("error" in p) for p in points] == [True, False]
+
+
 def test_cli_link_override_changes_the_bound(tmp_path, capsys):
     main(["--network", "tiny", "--cluster", "ecp5-85:4", "--out", str(tmp_path), "--link-gbps", "100"])
     assert "(compute bound)" in capsys.readouterr().out
