@@ -63,8 +63,24 @@ class WeightBlock:
     words: int
 
 
+class ChannelRanges:
+    """Channel counts of anything with ``in_range``, ``out_range`` and ``kernel``."""
+
+    @property
+    def in_channels(self):
+        return self.in_range[1] - self.in_range[0]
+
+    @property
+    def out_channels(self):
+        return self.out_range[1] - self.out_range[0]
+
+    @property
+    def weight_words(self):
+        return self.in_channels * self.out_channels * self.kernel * self.kernel
+
+
 @dataclass(frozen=True)
-class LayerSlice:
+class LayerSlice(ChannelRanges):
     layer: str
     position: int          # index of the layer in the network (tensor ids use it)
     kind: str              # "conv" or "fc"
@@ -95,17 +111,6 @@ class LayerSlice:
     fp_stale: int = 0
     cycles_per_sample: int = 0
 
-    @property
-    def in_channels(self):
-        return self.in_range[1] - self.in_range[0]
-
-    @property
-    def out_channels(self):
-        return self.out_range[1] - self.out_range[0]
-
-    @property
-    def weight_words(self):
-        return self.in_channels * self.out_channels * self.kernel * self.kernel
 
     @property
     def owns_biases(self):

@@ -73,7 +73,7 @@ import numpy as np
 from . import balance
 from . import resources
 from .errors import SpecError
-from .nodeconfig import Pool
+from .nodeconfig import ChannelRanges, Pool
 from .devices import BRAM_BLOCK_BITS
 from .numerics import WORD_BITS
 from .resources import is_lutram, onchip_blocks, tile_multipliers
@@ -238,7 +238,7 @@ class Shape:
 
 
 @dataclass
-class Slice:
+class Slice(ChannelRanges):
     """One layer slice on one node, as the partitioner sizes it."""
 
     plan: LayerPlan
@@ -265,16 +265,8 @@ class Slice:
         return (0, self.plan.out_shape[0]) if self.plan.mode == "icp" else (self.lo, self.hi)
 
     @property
-    def in_channels(self):
-        return self.in_range[1] - self.in_range[0]
-
-    @property
-    def out_channels(self):
-        return self.out_range[1] - self.out_range[0]
-
-    @property
-    def weight_words(self):
-        return self.in_channels * self.out_channels * self.plan.kernel ** 2
+    def kernel(self):
+        return self.plan.kernel
 
     @property
     def row_words(self):

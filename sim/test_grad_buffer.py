@@ -20,7 +20,7 @@ from mapping.network import Layer, infer
 from mapping.nodeconfig import Training
 from sim.test_fifo import memories
 from sim.test_param_ram import banked, layer_slice, random_words
-from sim.testbench import as_ints, put, simulate
+from sim.testbench import read_param_rows, put, simulate
 
 FORMATS = numerics.Formats()
 ACC_MAX = (1 << (numerics.ACC_BITS - 1)) - 1
@@ -112,14 +112,7 @@ def run_batches(pair, batches, rng, stall):
             _, _, done, busy, ready = await ctx.tick().sample(gb.done, gb.busy, gb.i.ready)
             assert not done and not busy and ready  # done pulses once; accumulation resumes
             durations.append(cycles)
-            rows = []
-            for addr in range(ram.rows):
-                ctx.set(ram.a.weight_addr, addr)
-                ctx.set(ram.a.weight_en, 1)
-                await ctx.tick()
-                rows.append([as_ints(row) for row in ctx.get(ram.a.weight_data)])
-            ctx.set(ram.a.weight_en, 0)
-            contents.append(np.array(rows))
+            contents.append(await read_param_rows(ctx, ram))
 
     async def watch(ctx):
         async for _, _, valid, ready in ctx.tick().sample(gb.i.valid, gb.i.ready):

@@ -17,7 +17,7 @@ from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.test_eb_engine import eb_slice
 from sim.test_grad_buffer import FORMATS, full_index, sgd
 from sim.test_param_ram import banked, layer_slice
-from sim.testbench import as_ints, get, put, simulate
+from sim.testbench import read_param_rows, as_ints, get, put, simulate
 
 
 def random_problem(rng, *, in_channels, out_channels, kernel, size, stride, padding, samples, low=WORD_MIN,
@@ -224,14 +224,7 @@ def test_engine_feeds_the_gradient_buffers_of_weights_and_biases(ces, stall):
         while any(ctx.get(gb.busy) for gb in gbs):
             await ctx.tick()
         for ram in rams:
-            contents = []
-            for addr in range(ram.rows):
-                ctx.set(ram.a.weight_addr, addr)
-                ctx.set(ram.a.weight_en, 1)
-                await ctx.tick()
-                contents.append([as_ints(row) for row in ctx.get(ram.a.weight_data)])
-            ctx.set(ram.a.weight_en, 0)
-            got.append(np.array(contents))
+            got.append(await read_param_rows(ctx, ram))
 
     simulate(dut, windows_in, errors_in, control, deadline=4000)
 

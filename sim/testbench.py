@@ -6,6 +6,7 @@ the probability that a producer holds valid low (or a consumer holds ready
 low) on a given cycle.
 """
 
+import numpy as np
 from amaranth.hdl import ClockDomain, Module
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -104,3 +105,15 @@ class EngineWithWeights(wiring.Component):
         wiring.connect(m, wiring.flipped(getattr(self, inp)), getattr(engine, inp))
         wiring.connect(m, getattr(engine, out), wiring.flipped(getattr(self, out)))
         return m
+
+
+async def read_param_rows(ctx, ram):
+    """Every address of a ParamRam read through its port A, as an array (rows, banks, words)."""
+    rows = []
+    for addr in range(ram.rows):
+        ctx.set(ram.a.weight_addr, addr)
+        ctx.set(ram.a.weight_en, 1)
+        await ctx.tick()
+        rows.append([as_ints(row) for row in ctx.get(ram.a.weight_data)])
+    ctx.set(ram.a.weight_en, 0)
+    return np.array(rows)
