@@ -57,6 +57,8 @@ def resource_table(config, device, result):
     for name, used, available, est in rows:
         ratio = f"{used / est:.2f}" if est else "-"
         lines.append(f"{name:<20}{used:>10}{available:>12}{used / available:>8.1%}{est:>10}{ratio:>10}")
+    lines.append("(multiplier and block RAM estimates list what the generator builds; LUT and FF "
+                 "estimates are a rough per-multiplier model, mapping/resources.py logic_estimate)")
     return "\n".join(lines)
 
 
