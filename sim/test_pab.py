@@ -7,7 +7,7 @@ from hw.pab import PartialActivationBuffer
 from mapping.nodeconfig import Engine
 from sim.test_fifo import memories
 from sim.test_sfu import conv_slice
-from sim.testbench import as_ints, get, put, simulate
+from sim.testbench import as_ints, get, put, simulate, take
 
 # Partial sums that can be added without leaving 48 bits, as the mapping guarantees.
 SPAN = 1 << 46
@@ -83,15 +83,7 @@ def test_full_rate_when_both_inputs_are_ahead():
         await put(ctx, pab.upstream, payloads(upstream))
 
     async def consumer(ctx):
-        cycles = 0
-        for _ in range(count):
-            ctx.set(pab.o.ready, 1)
-            while not ctx.get(pab.o.valid):
-                await ctx.tick()
-                cycles += 1
-            await ctx.tick()
-            cycles += 1
-        done["cycles"] = cycles
+        done["cycles"] = await take(ctx, pab.o, count)
 
     simulate(pab, local_producer, upstream_producer, consumer, deadline=count + 50)
     assert done["cycles"] <= count + 3

@@ -15,7 +15,7 @@ from mapping import numerics, tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice, Pool
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.test_fifo import memories
-from sim.testbench import as_ints, get, put, simulate
+from sim.testbench import as_ints, get, put, simulate, take
 
 FORMATS = numerics.Formats()
 BIAS_SHIFT = FORMATS.act_frac + FORMATS.weight_frac - FORMATS.bias_frac
@@ -173,15 +173,7 @@ def test_full_rate_without_stalls():
         await put(ctx, sfu.fp_in, beats)
 
     async def consumer(ctx):
-        count = 0
-        ctx.set(sfu.fp_out.ready, 1)
-        for _ in range(2 * 16):
-            while not ctx.get(sfu.fp_out.valid):
-                await ctx.tick()
-                count += 1
-            await ctx.tick()
-            count += 1
-        cycles["n"] = count
+        cycles["n"] = await take(ctx, sfu.fp_out, 2 * 16)
 
     simulate(sfu, producer, consumer, deadline=400)
     assert cycles["n"] <= len(beats) + 12

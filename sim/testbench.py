@@ -39,6 +39,19 @@ async def get(ctx, stream, count, rng=None, stall=0.0, decode=None):
     return items
 
 
+async def take(ctx, stream, count):
+    """Take ``count`` beats with ready held high; returns the cycles that took (rate tests)."""
+    ctx.set(stream.ready, 1)
+    cycles = 0
+    for _ in range(count):
+        while not ctx.get(stream.valid):
+            await ctx.tick()
+            cycles += 1
+        await ctx.tick()
+        cycles += 1
+    return cycles
+
+
 def as_ints(payload):
     """A sampled array payload as a list of Python ints (signedness from the layout)."""
     return [int(element) for element in payload]
