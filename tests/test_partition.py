@@ -37,8 +37,6 @@ def test_tiny_engines_cycles_and_idle_are_exact(tiny4):
     for node in tiny4.nodes:
         for s in node.slices:
             assert s.fp.kernel == s.kernel
-            assert s.multipliers + update_multipliers(s.owns_biases) == node.estimate.dsp \
-                if len(node.slices) == 1 else True
             assert s.cycles_per_sample == 64  # conv1 reads its 8x8 raster, everything keeps pace
             assert s.fp_stale >= 1
         # engines plus the weight (and bias) update's multipliers, as hw/grad_buffer.py builds them
