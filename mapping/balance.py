@@ -16,8 +16,9 @@ Non-movable, sized by the partitioner:
   of every output channel; they wait at most one output row plus the link latency:
   ``OC * (OW + latency / cycles-per-pixel)`` words. OCP slices before the last hold
   the next node's 48-bit EB partial sums the same way (input channels, input row).
-- SFU masks, on the node that finishes an output channel: one ReLU bit per conv
-  output and a pooling argmax index per pooled output, for ``fp_stale`` samples.
+- SFU masks, on the node that finishes an output channel: per pooled output the
+  argmax index and one ReLU bit (the winner's: the others' never pass an error),
+  per conv output without a pool its ReLU bit, for ``fp_stale`` samples.
 - biases (16 bit) and their 48-bit gradient accumulators, on the SFU node.
 - FC slices with weights in DRAM: the input and output-error vectors of the
   mini-batch (``B * (S + O)`` words, ``b`` and ``P`` wide), from which the weight
@@ -54,6 +55,7 @@ import math
 
 from . import resources
 from .errors import SpecError
+from .memories import sfu_mask_bits
 from .nodeconfig import WeightBlock
 from .numerics import ACC_BITS, WORD_BITS
 from .resources import MemoryCost
@@ -72,13 +74,10 @@ LINK_LATENCY_CYCLES = 128
 
 
 def mask_bits(plan, out_channels):
-    """SFU mask bits of one sample for ``out_channels`` output channels."""
-    _, oh, ow = plan.out_shape
-    bits = out_channels * oh * ow if plan.relu else 0
-    if plan.pool is not None:
-        _, ph, pw = plan.sfu_shape
-        bits += out_channels * ph * pw * max(1, math.ceil(math.log2(plan.pool.kernel ** 2)))
-    return bits
+    """SFU mask bits of one sample for ``out_channels`` output channels: per pooled output
+    (conv output without a pool) the hardware's :func:`mapping.memories.sfu_mask_bits`."""
+    _, ph, pw = plan.sfu_shape
+    return out_channels * ph * pw * sfu_mask_bits(plan.pool.kernel if plan.pool else 1, plan.relu)[1]
 
 
 @dataclass(frozen=True)

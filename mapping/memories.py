@@ -83,10 +83,17 @@ def slice_memories(s, samples_in_flight):
     return mems
 
 
+def sfu_mask_bits(pool_kernel, relu):
+    """(pool code bits, mask bits) the SFU keeps per kept output and channel: the winner's
+    window position and, with ReLU, whether the winner is > 0 (hw/sfu.py); without a pool
+    (``pool_kernel`` 1) the ReLU bit of every output."""
+    code_bits = (pool_kernel * pool_kernel - 1).bit_length()
+    return code_bits, code_bits + relu
+
+
 def _sfu_memories(s, channels, height, width, samples_in_flight):
     k = s.pool.kernel if s.pool is not None else 1
-    code_bits = (k * k - 1).bit_length()
-    mask_bits = code_bits + s.relu
+    code_bits, mask_bits = sfu_mask_bits(k, s.relu)
     ph, pw = height // k, width // k
     mems = []
     if mask_bits:

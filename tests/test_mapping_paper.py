@@ -67,23 +67,23 @@ def test_vgg_does_not_fit_15_vc709(net):
         map_network(net(), parse_cluster("vc709:15@150"))
 
 
-@pytest.mark.parametrize("devices, message", [
-    # a 56x56 layer cannot shed weight rows: each would cost 3,136 partial sums
-    (25, r"node \d+ \(xc7vx690t\) needs \d+ blocks of 18 Kb but has 2646 usable, and moving weight "
-         r"rows to other nodes frees nothing: a row of layer 'conv3_3' \(input channels \d+:256, "
-         r"[\d,]+ weights\) used from another node needs 3,136 48-bit partial sums of its 56x56 outputs"),
-    # conv5_2's rows are cheap to move, but every other node is full
-    (30, r"node \d+ \(xc7vx690t\) needs \d+ blocks of 18 Kb but has 2646 usable, and no other node has "
-         r"room for one more weight row of its layer 'conv5_2' \(3,744 16-bit weights and their "
-         r"48-bit gradient sums\)"),
+@pytest.mark.parametrize("net, devices, message", [
+    # conv5_1's rows are cheap to move, but every other node is full
+    ("vgg16", 25, r"node \d+ \(xc7vx690t\) needs \d+ blocks of 18 Kb but has 2646 usable, and no other node "
+                  r"has room for one more weight row of its layer 'conv5_1' \(4,608 16-bit weights and "
+                  r"their 48-bit gradient sums\)"),
+    # one short of the smallest chain (46): the greedy fill runs out of nodes in conv4_2
+    ("vgg16", 44, r"cluster too small: its 44 nodes hold the network only up to input channel \d+ of 512 "
+                  r"of layer 'conv4_2' at any pipeline period \(xc7vx690t: 2646 usable blocks of 18 Kb, "
+                  r"3240 multipliers\)"),
     # the node finishing conv1_2 keeps ReLU/pooling masks of all 64 outputs per sample in flight
-    (46, r"layer 'conv1_2' cannot be cut finely enough: input channel 63 alone needs at least \d+ "
-         r"blocks of 18 Kb \(Act-RAM for its 224x224 input of \d+ samples in flight and, .* masks of "
-         r"64 output channels for those samples, \d+\.\d Mbit\), but xc7vx690t offers 2646 usable"),
+    ("vgg19", 55, r"layer 'conv1_2' cannot be cut finely enough: input channel 63 alone needs \d+ "
+                  r"blocks of 18 Kb \(Act-RAM for its 224x224 input of \d+ samples in flight, .* masks of "
+                  r"64 output channels for those samples, \d+\.\d Mbit\), but xc7vx690t offers 2646 usable"),
 ])
-def test_vgg16_on_too_few_vc709_names_layer_device_and_numbers(devices, message):
+def test_vgg_on_too_few_vc709_names_layer_device_and_numbers(net, devices, message):
     with pytest.raises(SpecError, match=message):
-        map_network(zoo.vgg16(), parse_cluster(f"vc709:{devices}@150"))
+        map_network(getattr(zoo, net)(), parse_cluster(f"vc709:{devices}@150"))
 
 
 def test_vgg19_on_85_vc709():
