@@ -187,3 +187,11 @@ def test_grouped_convolution_is_refused():
 def test_training_constants(tiny4):
     t = tiny4.nodes[0].training
     assert (t.batch, t.lr, t.lr_constant) == (1, 0.01, 655)
+
+
+def test_mask_bits_are_the_sfus():
+    """Per pooled output a 2-bit window index and the winner's ReLU bit (hw/sfu.py); without
+    a pool one ReLU bit per conv output."""
+    plans = {p.name: p for p in plan_layers(zoo.vgg16())}
+    assert balance.mask_bits(plans["conv1_2"], 64) == 64 * 112 * 112 * 3
+    assert balance.mask_bits(plans["conv1_1"], 64) == 64 * 224 * 224
