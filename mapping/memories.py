@@ -4,7 +4,7 @@ This mirrors hw/ memory by memory (sim/test_memories.py checks it against every
 memory of the elaborated hardware), and every hardware memory carries the
 ``ram_style`` that :func:`mapping.resources.ram_style` gives its depth, so the
 block RAM count below is what Yosys produces. It covers the slices hw/ builds:
-one tile per input channel, weights on chip (``mapper.GENERATOR_OPTIONS``).
+engines of one shape (folded or not), weights on chip (``mapper.GENERATOR_OPTIONS``).
 The partitioner plans with the coarser model of mapping/balance.py, which also
 covers folded engines and weight balancing.
 """
@@ -38,9 +38,18 @@ class Memory:
 
 def buildable(s):
     """Whether hw/ generates slice ``s`` (see hw/slice_unit.check_buildable)."""
-    return (s.fp.tiles == s.in_channels and s.pg.tiles == s.in_channels
-            and (not s.needs_eb or s.eb.ces == s.in_channels)
-            and not s.weights_offchip and not s.remote_weights)
+    return (s.pg == s.fp and (not s.needs_eb or (s.eb.ces, s.eb.tiles) == (s.fp.tiles, s.fp.ces))
+            and s.fp.tiles <= s.in_channels and not s.weights_offchip and not s.remote_weights)
+
+
+def passes(s):
+    """Passes per window of a slice's engines: its input channels folded over its tiles."""
+    return math.ceil(s.in_channels / s.fp.tiles)
+
+
+def engine_cycles_per_window(s):
+    """Cycles an engine spends on one window: output-channel groups x passes."""
+    return math.ceil(s.out_channels / s.fp.ces) * passes(s)
 
 
 def _fifo(name, width, depth):
@@ -54,6 +63,7 @@ def slice_memories(s, samples_in_flight):
     c_in, _, width = s.in_shape
     oc, oh, ow = s.out_shape
     words = own_in * kernel * kernel
+    row_words = s.fp.tiles * kernel * kernel  # LPRAM and LGB: one pass of a group per address
     arriving = c_in - s.in_range[0] if s.mode == "icp" else c_in
     mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s))
     mems += _fifo("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in)
@@ -67,8 +77,9 @@ def slice_memories(s, samples_in_flight):
         if s.needs_eb:
             rows = math.ceil((kernel - 1) / s.stride)
             mems += [Memory(f"eb_lb.row{j}", own_out * WORD_BITS, ow) for j in range(rows)]
-    mems.append(Memory("lpram", ces * words * WORD_BITS, groups, dual_read=True, word_writes=True))
-    mems.append(Memory("lgb", ces * words * ACC_BITS, groups))
+    mems.append(Memory("lpram", ces * row_words * WORD_BITS, groups * passes(s), dual_read=True,
+                       word_writes=True))
+    mems.append(Memory("lgb", ces * row_words * ACC_BITS, groups * passes(s)))
     if s.owns_biases:
         mems.append(Memory("bias_ram", ces * WORD_BITS, groups, dual_read=True, word_writes=True))
         mems.append(Memory("bias_lgb", ces * ACC_BITS, groups))
@@ -112,11 +123,10 @@ def activation_slack(s):
 def window_slack(s, role):
     """Windows buffered between a line buffer and its engine: enough for the engine to keep
     working while the line buffer takes the rows a sample needs before its first window
-    ((K-1-p) input rows, one window per G engine cycles)."""
-    groups = math.ceil(s.out_channels / s.fp.ces)
+    ((K-1-p) input rows, one window per G x passes engine cycles)."""
     width = s.out_shape[2] if role == "eb" else s.in_shape[2]
     startup = max(0, s.kernel - 1 - s.padding) * width + s.kernel
-    return max(PAB_MIN_DEPTH, math.ceil(startup / groups) + 2)
+    return max(PAB_MIN_DEPTH, math.ceil(startup / engine_cycles_per_window(s)) + 2)
 
 
 def pg_error_slack(s):
