@@ -43,3 +43,15 @@ def test_a_mapping_with_folded_engines_is_refused_in_one_line(tmp_path):
         "error: layer 'fc' (icp slice, input channels 0..31): its FP engine of 5 x 1 tiles folds input "
         "channels, but the generator builds 5 x 32 tiles; map with mapper.GENERATOR_OPTIONS "
         "(python -m mapping --for-hardware)")
+
+
+def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(tmp_path):
+    mapped = subprocess.run([sys.executable, "-m", "mapping", "--network", "tiny", "--cluster", "vc709:2",
+                             "--out", str(tmp_path / "map")], capture_output=True, text=True)
+    assert mapped.returncode == 0, mapped.stderr
+    result = subprocess.run([sys.executable, "-m", "hw.build", "--mapping", str(tmp_path / "map" / "mapping.json"),
+                             "--node", "1", "--out", str(tmp_path), "--no-synth"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: layer 'fc': the slice keeps weights in DRAM, which the generator does not build yet; "
+        "map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
