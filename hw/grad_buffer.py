@@ -117,7 +117,8 @@ class GradientBuffer(wiring.Component):
             refuse(self, f"gradient buffer: weight index {last_index} exceeds {INDEX_BITS} bits")
         layout = self.layout
         self.out_channels, self.banks, self.bias, self.family = out_channels, banks, bias, family
-        self.tiles, self.passes, self.rows, self.words = layout.tiles, layout.passes, layout.rows, layout.words
+        self.tiles, self.passes = layout.tiles, layout.passes
+        self.rows, self.words = layout.rows, layout.words
         kk = kernel * kernel
         self.index_base = (out_offset * in_total + in_offset) * kk
         self.index_stride = in_total * kk  # from one output channel to the next
@@ -152,7 +153,7 @@ class GradientBuffer(wiring.Component):
 
     @classmethod
     def from_slice(cls, layer_slice, formats, training, *, bias=False, family=None):
-        """The LGB of a slice's weights, or (``bias=True``) of its biases."""
+        """The LGB of a slice's weights (P and b of its FP engine), or (``bias=True``) of its biases."""
         s = layer_slice
         common = dict(out_channels=s.out_channels, banks=s.fp.ces, seed=formats.seed,
                       out_offset=s.out_range[0], family=family)

@@ -343,6 +343,6 @@ def test_memory_shape_and_ram_style():
     assert memories(lgb)["mem"] == (2 * 3 * 9 * numerics.ACC_BITS, 17, "block")
     bias = GradientBuffer.from_slice(s, FORMATS, training, bias=True, family="xc7")
     assert memories(bias)["mem"] == (2 * numerics.ACC_BITS, 17, "distributed")
-    folded_lgb = GradientBuffer.from_slice(layer_slice(in_channels=(0, 5), out_channels=(0, 34), ces=2, tiles=2),
-                                           FORMATS, training, family="ecp5")
+    folded_slice = layer_slice(in_channels=(0, 5), out_channels=(0, 34), ces=2, tiles=2)
+    folded_lgb = GradientBuffer.from_slice(folded_slice, FORMATS, training, family="ecp5")
     assert memories(folded_lgb)["mem"] == (2 * 2 * 9 * numerics.ACC_BITS, 17 * 3, "block")

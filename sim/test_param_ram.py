@@ -24,8 +24,8 @@ def layer_slice(*, in_channels=(0, 3), out_channels=(0, 5), kernel=3, ces=2, til
         in_shape=(in_total or in_channels[1], 8, 8), out_shape=(out_total or out_channels[1], 8, 8),
         kernel=kernel, stride=1, padding=kernel // 2, bias=bias, relu=True, pool=None,
         in_range=in_channels, out_range=out_channels, first=True, last=last, needs_eb=True,
-        fp=engine, eb=Engine(ces=tiles, tiles=ces, kernel=kernel), pg=engine, act_ram_words=act_ram_words, line_buffer_words=0,
-        pab_words=0, lgb_words=0, weights_offchip=False)
+        fp=engine, eb=Engine(ces=tiles, tiles=ces, kernel=kernel), pg=engine, act_ram_words=act_ram_words,
+        line_buffer_words=0, pab_words=0, lgb_words=0, weights_offchip=False)
 
 
 def random_words(rng, shape):
@@ -252,8 +252,8 @@ def test_layout_folds_as_the_contract_says_and_unfolds_back(out_channels, in_cha
 
 def test_layout_refusals():
     for tiles in (0, 4):
-        with pytest.raises(ValueError, match=f"^param ram: tiles = {tiles} is not between 1 and the slice's 3 "
-                                             f"input channels$"):
+        with pytest.raises(ValueError, match=f"^param ram: tiles = {tiles} is not between 1 and the "
+                                             f"slice's 3 input channels$"):
             ParamRam.from_slice(layer_slice(in_channels=(2, 5), tiles=tiles))
     with pytest.raises(ValueError, match=r"^param ram: initial weights of shape \(5, 2, 3, 3\) are not 5 "
                                          r"output x 3 input channels of 3x3$"):

@@ -132,7 +132,8 @@ def test_folded_lpram(tmp_path):
 
 def test_folded_gradient_buffer(tmp_path):
     training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=900)
-    result = synthesize(GradientBuffer.from_slice(FOLDED, Formats(), training, family="ecp5"), "ecp5", tmp_path)
+    lgb = GradientBuffer.from_slice(FOLDED, Formats(), training, family="ecp5")
+    result = synthesize(lgb, "ecp5", tmp_path)
     # 36 sums of 48 bits, one read and one write port: 512 x 36 shapes (unfolded: 120 blocks).
     assert result.bram == predicted_blocks("ecp5", 2 * 18 * 48, 96, False) == 48
     assert bram_cells(result) == {"DP16KD": 48}
