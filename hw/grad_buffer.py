@@ -3,26 +3,28 @@
 Accumulation
 ------------
 ``i`` takes the PG engine's beats as they are (``hw.pg_engine.grads_layout``): ``row``
-is a group g and ``values`` the P rows of ``words = S*K*K`` exact products of output
-channels gP .. gP+P-1, each flattened (S, K, K) like a ParamRam row. The sums live in
-a block RAM banked like the ParamRam: ``ceil(out_channels / P)`` addresses of P*words
-48-bit accumulators (bank-major), and a beat is added into its address, one beat per
-cycle:
+is an LPRAM address a = g*v + i (``hw.param_ram.WeightLayout``: output-channel group g,
+pass i of v = ceil(S / b) over b input channels) and ``values`` the P rows of ``words =
+b*K*K`` exact products of output channels gP .. gP+P-1 and input channels ib .. ib+b-1,
+each flattened (b, K, K) like a ParamRam row. The sums live in a block RAM banked like
+the ParamRam: G*v addresses (G = ceil(out_channels / P)) of P*words 48-bit
+accumulators (bank-major), and a beat is added into its address, one beat per cycle:
 
 - cycle 0: the beat is accepted and its address is read;
 - cycle 1: old sums + the products (sign-extended to 48 bits) are written back.
 
 A beat for the address written in the very cycle its read happens would read stale
 sums (and in the block RAM a collision), so the sums just written are kept in a
-register and forwarded instead; back-to-back beats of one group (one group per pixel
-when O <= P) therefore run at full rate. As in the golden model the sums are exact:
-the mapping guarantees they fit 48 bits (ACC_BITS). Rows past ``out_channels`` in
-the last group (zeros from the PG engine) are summed like the others but never read
-by the update, and cleared with their address, so whatever they carry changes nothing.
+register and forwarded instead; back-to-back beats of one address (one address per
+pixel when O <= P and v = 1) therefore run at full rate. As in the golden model the
+sums are exact: the mapping guarantees they fit 48 bits (ACC_BITS). Padded words -
+rows past ``out_channels`` in the last group, input channels past S in the last pass
+(zeros from the PG engine) - are summed like the others but never read by the
+update, and cleared with their address, so whatever they carry changes nothing.
 
-Memory: (P*words*48 bits, ``ceil(out_channels / P)``), one read port (the write
-enables of all lanes are driven together, so the 48-bit accumulators pack without
-byte columns); words = S*K*K, or 1 for biases.
+Memory: (P*words*48 bits, G*v), one read port (the write enables of all lanes are
+driven together, so the 48-bit accumulators pack without byte columns); words =
+b*K*K, or 1 for biases.
 
 Update
 ------
@@ -32,12 +34,18 @@ number, the noise's sample number) starts the SGD update of every weight word:
     w_new = saturate(w - requantize(gsum * lr, shift, seed, tensor, batch, index))
 
 with ``index`` the word's row-major position in the whole layer tensor (OC, IC, K, K)
-in global channel numbers: ``((out_offset + r) * in_total + in_offset) * K*K + j``
-for word j of local row r. Biases are the same with IC = K = 1 (index = global
-output channel): a second GradientBuffer with ``bias=True, in_channels=1, kernel=1,
+in global channel numbers: word (c, ky, kx) of bank p at address g*v + i is weight
+(o, s) = (g*P + p, i*b + c) of the slice, index ``((out_offset + o) * in_total +
+in_offset + s) * K*K + ky*K + kx``. The walk goes address by address, bank by bank,
+word by word, so the index is stepped with adders: +1 per word, +in_total*K*K per
+bank (less the words visited), and per address from a pass base that steps +b*K*K
+per pass and (P*in_total - (v-1)*b)*K*K from a group's last pass to the next group.
+Padded words are skipped: banks past ``out_channels`` in the last group and channels
+past S in the last pass. Biases are the same with IC = K = 1 (index = global output
+channel): a second GradientBuffer with ``bias=True, in_channels=1, kernel=1,
 in_total=1`` and the bias shift / constant / tensor id (``from_slice(..., bias=True)``)
-takes the PG engine's ``bias_grads`` beats (the P errors of a group, one word per row)
-and writes a one-word-per-row ParamRam.
+takes the PG engine's ``bias_grads`` beats (the P errors of a group, one word per row;
+``row`` = g, zero errors on passes i > 0) and writes a one-word-per-row ParamRam.
 
 One word per cycle goes through a single lane: the word is selected from the held
 accumulator address and ParamRam address, ``gsum * lr`` is formed by three 18x17
@@ -46,10 +54,9 @@ multipliers (hw.mult, 48-bit gsum split 17 + 17 + 14 bits; 3 MULT18X18D on ECP5,
 StochasticRounder (lanes=1, 64-bit accumulator), and the rounded step is subtracted
 and saturated on the way into the ParamRam's word write. An accumulator address is
 cleared once read. From the strobe to ``done`` (which pulses once, with the last word
-written) the update takes ``out_channels * words + ceil(out_channels / banks) + 3 +
-rounder latency`` cycles (11 + 8 for shift > 0): one word per cycle, one cycle per
-address (both memories are read in it). Meanwhile ``i`` is not ready and ``busy`` is
-high.
+written) the update takes ``O*S*K*K + G*v + 3 + rounder latency`` cycles (latency 11
++ 8 for shift > 0): one cycle per real weight, one per address (both memories are
+read in it). Meanwhile ``i`` is not ready and ``busy`` is high.
 
 Port B of the ParamRam (``upd``) belongs to the update while ``busy``: EB must be idle,
 as hw.update_gate arranges (asserted inside ParamRam).
@@ -60,7 +67,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.mult import Multiplier
-from hw.param_ram import NO_RW_CHECK, ram_attrs, read_register, update_port_signature
+from hw.param_ram import NO_RW_CHECK, WeightLayout, ram_attrs, read_register, update_port_signature
 from hw.pg_engine import bias_grads_layout, grads_layout
 from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, refuse, saturate
 from mapping import numerics
@@ -71,10 +78,11 @@ CHUNK_BITS = 17  # gsum is split so every multiplier operand fits 18 signed bits
 
 
 class GradientBuffer(wiring.Component):
-    """Gradient sums of ``out_channels`` rows of ``in_channels * kernel**2`` words, and their update.
+    """Gradient sums of ``out_channels`` x ``in_channels`` x ``kernel**2`` weights, and their update.
 
-    ``banks``: the PG engine's CEs and the ParamRam's banks P (local row r is bank r % P,
-    address r // P, in both memories).
+    ``banks``, ``tiles``: the PG engine's CEs P and tiles per CE b (None: b =
+    ``in_channels``, unfolded), laid out in both memories by ``hw.param_ram.WeightLayout``
+    (``layout``; ``rows`` = G*v addresses of ``words`` = b*K*K words per bank, ``passes`` = v).
     ``bias``: ``i`` takes ``bias_grads`` beats (one error per row; ``in_channels`` and
     ``kernel`` must be 1) instead of ``grads`` beats.
     ``out_offset``, ``in_offset``, ``in_total``: the slice's first global output and input
@@ -84,13 +92,17 @@ class GradientBuffer(wiring.Component):
     ``ram_style`` (``mapping.resources.ram_style``); None simulates.
     """
 
-    def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor,
+    def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor, tiles=None,
                  out_offset=0, in_offset=0, in_total=None, bias=False, family=None):
         in_total = in_offset + in_channels if in_total is None else in_total
         for name, value in (("out_channels", out_channels), ("in_channels", in_channels),
                             ("kernel", kernel), ("banks", banks)):
             if value < 1:
                 refuse(self, f"gradient buffer: {name} = {value} must be at least 1")
+        try:
+            self.layout = WeightLayout(out_channels, in_channels, kernel, banks, tiles)
+        except ValueError as error:
+            refuse(self, f"gradient buffer: {error}")
         if bias and (in_channels, kernel) != (1, 1):
             refuse(self, f"gradient buffer: a bias buffer has one word per row, not in_channels = "
                          f"{in_channels} x kernel = {kernel}x{kernel}")
@@ -103,12 +115,18 @@ class GradientBuffer(wiring.Component):
         last_index = ((out_offset + out_channels) * in_total) * kernel * kernel - 1
         if last_index >= 1 << INDEX_BITS:
             refuse(self, f"gradient buffer: weight index {last_index} exceeds {INDEX_BITS} bits")
-        self.out_channels, self.words, self.banks = out_channels, in_channels * kernel * kernel, banks
-        self.bias = bias
-        self.rows = -(-out_channels // banks)  # groups = addresses of both memories
-        self.index_base = (out_offset * in_total + in_offset) * kernel * kernel
-        self.index_stride = in_total * kernel * kernel
-        self.family = family
+        layout = self.layout
+        self.out_channels, self.banks, self.bias, self.family = out_channels, banks, bias, family
+        self.tiles, self.passes = layout.tiles, layout.passes
+        self.rows, self.words = layout.rows, layout.words
+        kk = kernel * kernel
+        self.index_base = (out_offset * in_total + in_offset) * kk
+        self.index_stride = in_total * kk  # from one output channel to the next
+        # From a group's last pass base to the next group's first (one pass steps b*K*K).
+        self.group_step = (banks * in_total - (self.passes - 1) * self.tiles) * kk
+        # The last pass's real words and the last group's real banks: the update skips the rest.
+        self.last_words = (in_channels - (self.passes - 1) * self.tiles) * kk
+        self.last_banks = out_channels - (layout.groups - 1) * banks
         self.rounder = StochasticRounder(lanes=1, shift=shift, seed=seed, tensor=tensor,
                                          acc_width=PRODUCT_BITS, extra=self._extra_layout())
         self.lr = lr
@@ -135,12 +153,12 @@ class GradientBuffer(wiring.Component):
 
     @classmethod
     def from_slice(cls, layer_slice, formats, training, *, bias=False, family=None):
-        """The LGB of a slice's weights, or (``bias=True``) of its biases."""
+        """The LGB of a slice's weights (P and b of its FP engine), or (``bias=True``) of its biases."""
         s = layer_slice
         common = dict(out_channels=s.out_channels, banks=s.fp.ces, seed=formats.seed,
                       out_offset=s.out_range[0], family=family)
         if not bias:
-            return cls(in_channels=s.in_channels, kernel=s.kernel, in_offset=s.in_range[0],
+            return cls(in_channels=s.in_channels, kernel=s.kernel, tiles=s.fp.tiles, in_offset=s.in_range[0],
                        in_total=s.in_shape[0], shift=formats.weight_update_shift,
                        lr=training.lr_constant,
                        tensor=numerics.tensor_id(s.position, numerics.WEIGHT_UPDATE), **common)
@@ -154,7 +172,7 @@ class GradientBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.rounder = rounder = self.rounder
-        words, lanes, last_row = self.words, self.banks * self.words, self.out_channels - 1
+        words, lanes = self.words, self.banks * self.words
         sum_layout = data.ArrayLayout(signed(numerics.ACC_BITS), lanes)
         m.submodules.mem = mem = memory.Memory(shape=sum_layout, depth=self.rows, init=[],
                                                attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
@@ -163,10 +181,11 @@ class GradientBuffer(wiring.Component):
         # Python expression per data bit, which Python cannot compile beyond ~2500 bits.
         write = mem.write_port(granularity=1)
 
-        # Update state: local row r (bank p, address g), word j, lane = p*words + j.
-        r, g = Signal(range(self.out_channels)), Signal(range(self.rows))
+        # Update state: address a = g*v + i (``g`` holds a), pass i, bank p, word j, lane =
+        # p*words + j; ``pass_base`` is the index of word 0 of bank 0 at the address.
+        g, i = Signal(range(self.rows)), Signal(range(self.passes))
         p, j = Signal(range(self.banks)), Signal(range(words))
-        lane, index = Signal(range(lanes)), Signal(INDEX_BITS)
+        lane, index, pass_base = Signal(range(lanes)), Signal(INDEX_BITS), Signal(INDEX_BITS)
         batch = Signal(SAMPLE_BITS)
         loading, feeding, clearing = Signal(), Signal(), Signal()
         advance = rounder.i.ready  # the whole update pipeline moves together
@@ -195,16 +214,22 @@ class GradientBuffer(wiring.Component):
         m.d.sync += [  # checked at clock edges
             Assert(~(s1_valid & clearing), "gradient buffer: accumulation during the update"),
             Assert(~(accept & (self.i.payload.row > self.rows - 1)),
-                   "gradient buffer: gradient group beyond the slice's output channels"),
+                   "gradient buffer: gradient row beyond the slice's addresses"),
         ]
 
-        # Update sequencer: one word per advancing cycle, rows in order. Each address is
-        # read once in both memories (LOAD) and its words are taken from the held reads.
+        # Update sequencer: one real word per advancing cycle, addresses in order. Each
+        # address is read once in both memories (LOAD) and its words are taken from the
+        # held reads; padded words (past S in the last pass, past O in the last group)
+        # are skipped.
+        last_pass = i == self.passes - 1
+        row_end = j == Mux(last_pass, self.last_words, words) - 1
+        address_end = row_end & (p == Mux(g >= self.rows - self.passes, self.last_banks, self.banks) - 1)
+        last_word = address_end & (g == self.rows - 1)
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.update):
-                    m.d.sync += [batch.eq(self.batch), r.eq(0), g.eq(0), p.eq(0), j.eq(0),
-                                 lane.eq(0), index.eq(self.index_base)]
+                    m.d.sync += [batch.eq(self.batch), g.eq(0), i.eq(0), p.eq(0), j.eq(0),
+                                 lane.eq(0), index.eq(self.index_base), pass_base.eq(self.index_base)]
                     m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.comb += [loading.eq(1), self.upd.read.eq(1)]
@@ -213,16 +238,20 @@ class GradientBuffer(wiring.Component):
                 m.d.comb += [feeding.eq(1), clearing.eq(lane == 0)]
                 with m.If(advance):
                     m.d.sync += [j.eq(j + 1), lane.eq(lane + 1), index.eq(index + 1)]
-                    with m.If(j == words - 1):
-                        m.d.sync += [j.eq(0), r.eq(r + 1),
-                                     index.eq(index + (self.index_stride - words + 1))]
-                        with m.If(r == last_row):
-                            m.next = "FLUSH"
-                        with m.Elif(p == self.banks - 1):
-                            m.d.sync += [p.eq(0), g.eq(g + 1), lane.eq(0)]
-                            m.next = "LOAD"
-                        with m.Else():
-                            m.d.sync += p.eq(p + 1)
+                    with m.If(last_word):
+                        m.next = "FLUSH"
+                    with m.Elif(address_end):
+                        next_base = pass_base + Mux(last_pass, self.group_step, words)
+                        m.d.sync += [g.eq(g + 1), i.eq(Mux(last_pass, 0, i + 1)), p.eq(0), j.eq(0),
+                                     lane.eq(0), index.eq(next_base), pass_base.eq(next_base)]
+                        m.next = "LOAD"
+                    with m.Elif(row_end):
+                        m.d.sync += [
+                            p.eq(p + 1), j.eq(0),
+                            lane.eq(lane + Mux(last_pass, words - self.last_words + 1, 1)),
+                            index.eq(index + Mux(last_pass, self.index_stride - self.last_words + 1,
+                                                 self.index_stride - words + 1)),
+                        ]
             with m.State("FLUSH"):
                 with m.If(self.done):
                     m.next = "IDLE"
@@ -245,7 +274,7 @@ class GradientBuffer(wiring.Component):
         side = Signal(side_layout)
         m.d.comb += [side.valid.eq(feeding), side.index.eq(index), side.extra.w.eq(w),
                      side.extra.addr.eq(g), side.extra.lane.eq(lane),
-                     side.extra.last.eq((r == last_row) & (j == words - 1))]
+                     side.extra.last.eq(last_word)]
         for _ in range(Multiplier.latency):
             delayed = Signal(side_layout)
             with m.If(advance):

@@ -1,13 +1,18 @@
-"""LPRAM and BPRAM: a slice's weights, one wide row per output channel (paper 5.2.2).
+"""LPRAM and BPRAM: a slice's weights, wide rows read one address per cycle (paper 5.2.2).
 
 Organisation
 ------------
 ``banks`` (P, the number of CEs) banks of ``rows`` rows; a row is ``words`` 16-bit
-words, one output channel's weights for the slice's input channels flattened
-(S, K, K) row-major, so ``words = S*K*K``. Row g of bank p is output channel
-g*P + p (local numbering); all P banks share the address, so one read returns the
-rows of output channels g*P .. g*P+P-1. Physically it is one memory of ``rows``
-entries of P*words words.
+words, and all P banks share the address, so one read returns P rows. Physically it
+is one memory of ``rows`` entries of P*words words.
+
+An LPRAM holds a slice of O output and S input channels whose engines have b tiles
+per CE (:class:`WeightLayout`): each output channel's weights are cut into v =
+ceil(S / b) passes of b input channels, ``words = b*K*K``, ``rows = G*v`` with G =
+ceil(O / P). Address g*v + i (group-major, pass-minor) of bank p holds output
+channel o = g*P + p for input channels i*b .. i*b+b-1, flattened (b, K, K)
+row-major; zero where o >= O or the channel >= S. Unfolded (b = S, v = 1) a row is
+one output channel's whole (S, K, K) weights and address g is group g.
 
 Ports
 -----
@@ -30,8 +35,8 @@ The read ports follow the engine-side convention: synchronous read, data valid t
 cycle after ``weight_en``, held while ``weight_en`` is low.
 
 Memory: (P*words*18 bits, ``rows``), read by two ports (A and B): each 16-bit word
-takes an 18-bit column because of the word writes. LPRAM: P*S*K*K*18 x G, G =
-ceil(OC/P); bias RAM: P*18 x G; BPRAM: words*18 x the block's output channels.
+takes an 18-bit column because of the word writes. LPRAM: P*b*K*K*18 x G*v; bias
+RAM: P*18 x G; BPRAM: words*18 x the block's output channels.
 ``family``: the device family (``ram_style`` by ``mapping.resources.ram_style``); None
 simulates.
 
@@ -54,6 +59,8 @@ finishes, so an update can be placed between two passes; as a pass's first row i
 fetched when the previous pass's last beat is taken, raise ``pause`` before that beat
 to stop after it. ``rows_busy`` is high while a pass is in progress.
 """
+
+from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
@@ -129,22 +136,96 @@ def update_port_signature(rows, banks, words):
     })
 
 
+def checked_words(weights):
+    """``weights`` as an int64 array, refused if a word is outside the 16-bit range."""
+    w = np.asarray(weights, dtype=np.int64)
+    if w.size and (w.min() < WORD_MIN or w.max() > WORD_MAX):
+        raise ValueError(f"param ram: initial weight {w.min() if w.min() < WORD_MIN else w.max()} "
+                         f"is outside the {WORD_BITS}-bit word range")
+    return w
+
+
 def bank_rows(weights, banks, rows, words):
     """Memory contents from a slice's weight words, (out_channels, S, K, K) or (out_channels, words).
 
     Returns ``rows`` lists of ``banks * words`` ints; channels past the slice's are zero.
     """
-    w = np.asarray(weights)
+    w = checked_words(weights)
     if w.ndim < 2 or not 0 < w.shape[0] <= banks * rows or w[0].size != words:
         raise ValueError(f"param ram: initial weights of shape {w.shape} do not fit {rows} rows x "
                          f"{banks} banks of {words} words")
-    w = w.reshape(w.shape[0], words).astype(np.int64)
-    if w.min() < WORD_MIN or w.max() > WORD_MAX:
-        raise ValueError(f"param ram: initial weight {w.min() if w.min() < WORD_MIN else w.max()} "
-                         f"is outside the {WORD_BITS}-bit word range")
     padded = np.zeros((rows * banks, words), dtype=np.int64)
-    padded[:w.shape[0]] = w
+    padded[:w.shape[0]] = w.reshape(w.shape[0], words)
     return padded.reshape(rows, banks * words).tolist()
+
+
+@dataclass(frozen=True)
+class WeightLayout:
+    """Where a slice's weights (O, S, K, K) lie in an LPRAM, or their sums in an LGB (module docstring).
+
+    ``tiles``: b, the input channels of one pass (the engines' tiles per CE); None is S.
+    Refused (ValueError, for the owner to prefix with its name) outside 1..S.
+    """
+
+    out_channels: int
+    in_channels: int
+    kernel: int
+    banks: int
+    tiles: int | None = None
+
+    def __post_init__(self):
+        if self.tiles is None:
+            object.__setattr__(self, "tiles", self.in_channels)
+        if not 1 <= self.tiles <= self.in_channels:
+            raise ValueError(f"tiles = {self.tiles} is not between 1 and the slice's "
+                             f"{self.in_channels} input channels")
+
+    @classmethod
+    def from_slice(cls, layer_slice):
+        """The LPRAM layout of a ``mapping.nodeconfig.LayerSlice``: P and b of its FP engine."""
+        return cls(layer_slice.out_channels, layer_slice.in_channels, layer_slice.kernel,
+                   layer_slice.fp.ces, layer_slice.fp.tiles)
+
+    @property
+    def passes(self):
+        """v: addresses per output-channel group."""
+        return -(-self.in_channels // self.tiles)
+
+    @property
+    def groups(self):
+        return -(-self.out_channels // self.banks)
+
+    @property
+    def rows(self):
+        return self.groups * self.passes
+
+    @property
+    def words(self):
+        return self.tiles * self.kernel ** 2
+
+    def _padded_shape(self):
+        """(G, P, v, b*K*K): the weights padded to whole groups and passes, output-channel-major."""
+        return self.groups, self.banks, self.passes, self.words
+
+    def fold(self, weights):
+        """The memory rows (rows, banks, words) holding ``weights``, (O, S, K, K) or (O, S*K*K)."""
+        w = checked_words(weights)
+        o, s, kk = self.out_channels, self.in_channels, self.kernel ** 2
+        if w.ndim < 2 or w.shape[0] != o or w[0].size != s * kk:
+            raise ValueError(f"param ram: initial weights of shape {w.shape} are not {o} output x "
+                             f"{s} input channels of {self.kernel}x{self.kernel}")
+        padded = np.zeros((self.groups * self.banks, self.passes * self.tiles, kk), dtype=np.int64)
+        padded[:o, :s] = w.reshape(o, s, kk)
+        return padded.reshape(self._padded_shape()).transpose(0, 2, 1, 3).reshape(
+            self.rows, self.banks, self.words)
+
+    def unfold(self, rows):
+        """The weights (O, S, K, K) in memory contents ``rows`` (any shape of rows*banks*words
+        words, address-major then bank-major), padding dropped."""
+        g, p, v, words = self._padded_shape()
+        k = self.kernel
+        w = np.asarray(rows).reshape(g, v, p, words).transpose(0, 2, 1, 3)
+        return w.reshape(g * p, v * self.tiles, k, k)[:self.out_channels, :self.in_channels]
 
 
 class ParamRam(wiring.Component):
@@ -153,6 +234,9 @@ class ParamRam(wiring.Component):
     ``init``: the slice's initial weight words, (out_channels, S, K, K) or
     (out_channels, words), out_channels <= banks * rows; default all zero.
     ``stream_rows``: BPRAM, port A replaced by the ``rows_out`` stream.
+
+    Attribute ``layout``: the slice's :class:`WeightLayout` when built by ``from_slice``
+    (testbenches read the weights back through ``layout.unfold``), else None.
     """
 
     def __init__(self, *, banks, rows, words, init=None, stream_rows=False, family=None):
@@ -161,6 +245,7 @@ class ParamRam(wiring.Component):
                 refuse(self, f"param ram: {name} = {value} must be at least 1")
         self.banks, self.rows, self.words = banks, rows, words
         self.stream_rows, self.family = stream_rows, family
+        self.layout = None
         try:
             self.init = bank_rows(init, banks, rows, words) if init is not None else []
         except ValueError as error:
@@ -178,11 +263,18 @@ class ParamRam(wiring.Component):
 
     @classmethod
     def from_slice(cls, layer_slice, init=None, family=None):
-        """The LPRAM of a ``mapping.nodeconfig.LayerSlice``: P = its FP engine's CEs."""
-        banks = layer_slice.fp.ces
-        rows = -(-layer_slice.out_channels // banks)
-        return cls(banks=banks, rows=rows, words=layer_slice.in_channels * layer_slice.kernel ** 2,
-                   init=init, family=family)
+        """The LPRAM of a ``mapping.nodeconfig.LayerSlice`` (:meth:`WeightLayout.from_slice`).
+
+        ``init``: the slice's weights, (O, S, K, K) or (O, S*K*K); they are folded.
+        """
+        try:
+            layout = WeightLayout.from_slice(layer_slice)
+        except ValueError as error:
+            raise ValueError(f"param ram: {error}") from None
+        ram = cls(banks=layout.banks, rows=layout.rows, words=layout.words, family=family,
+                  init=None if init is None else layout.fold(init).reshape(-1, layout.words))
+        ram.layout = layout
+        return ram
 
     @classmethod
     def from_block(cls, block, init=None, family=None):

@@ -19,7 +19,7 @@ from mapping import golden, numerics
 from mapping.network import Layer, infer
 from mapping.nodeconfig import Training
 from sim.test_fifo import memories
-from sim.test_param_ram import banked, layer_slice, random_words
+from sim.test_param_ram import banked, folded, layer_slice, random_words
 from sim.testbench import read_param_rows, put, simulate
 
 FORMATS = numerics.Formats()
@@ -40,15 +40,17 @@ class Pair(wiring.Component):
         return m
 
 
-def gradient_beats(rng, out_channels, banks, words, count, big_rows=(), magnitude=1 << 23, big=1 << 30):
-    """Random (group, (P, words) terms) beats with runs of one group (back-to-back hits on one address).
+def gradient_beats(rng, rows, banks, words, count, big_rows=(), magnitude=1 << 23, big=1 << 30):
+    """Random (address, (P, words) terms) beats for ceil(``rows`` / P) addresses, with runs of
+    one address (back-to-back hits); row r is bank r % P of address r // P.
 
     Sums of a dozen +-2**23 terms (``magnitude``) give steps well inside the word range
     at lr ~ 3000 and shift 24, so the rounding noise decides the last bit; rows in
-    ``big_rows`` also get two beats of about +-``big``, so their steps saturate. Rows
-    past ``out_channels`` carry junk.
+    ``big_rows`` also get two beats of about +-``big``, so their steps saturate. Padded
+    words (rows past the slice's output channels, channels past its input channels)
+    carry junk.
     """
-    groups = -(-out_channels // banks)
+    groups = -(-rows // banks)
     beats, group = [], 0
     for _ in range(count):
         if rng.random() > 0.5:
@@ -63,12 +65,17 @@ def gradient_beats(rng, out_channels, banks, words, count, big_rows=(), magnitud
     return beats
 
 
-def summed(beats, out_channels, banks, words):
-    groups = -(-out_channels // banks)
-    gsum = np.zeros((groups * banks, words), dtype=np.int64)
-    for group, values in beats:
-        gsum[group * banks:(group + 1) * banks] += values
-    gsum = gsum[:out_channels]
+def summed(beats, layout):
+    """The beats' sums per weight, (O, S*K*K), as the layout contract places them: word
+    (c, ky, kx) of bank p at address g*v + i is weight (g*P + p, i*b + c, ky, kx); padding
+    dropped."""
+    o, s, kk, banks, tiles = (layout.out_channels, layout.in_channels, layout.kernel ** 2,
+                              layout.banks, layout.tiles)
+    gsum = np.zeros((layout.groups * banks, layout.passes * tiles, kk), dtype=np.int64)
+    for address, values in beats:
+        g, i = divmod(address, layout.passes)
+        gsum[g * banks:(g + 1) * banks, i * tiles:(i + 1) * tiles] += values.reshape(banks, tiles, kk)
+    gsum = gsum[:o, :s].reshape(o, s * kk)
     assert np.abs(gsum).max() <= ACC_MAX
     return gsum
 
@@ -173,7 +180,7 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
     index = full_index(out_total, in_total, kernel, out_range, in_range)
     w = weights
     for (number, beats), got in zip(batches, contents):
-        gsum = summed(beats, out_channels, banks, words)
+        gsum = summed(beats, gb.layout)
         want = sgd(w, gsum, lr, FORMATS.weight_update_shift, tensor, number, index)
         np.testing.assert_array_equal(got, banked(want, banks, ram.rows))
         np.testing.assert_array_equal(
@@ -187,6 +194,49 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
     assert durations == [out_channels * words + ram.rows + 1 + 2 + gb.rounder.latency] * 2
 
 
+@pytest.mark.parametrize("out_channels, in_channels, kernel, banks, tiles, stall", [
+    (5, 5, 3, 2, 2, 0.3),  # 3 groups x 3 passes: the last group and the last pass half padded
+    (3, 4, 1, 2, 2, 0.0),  # 2 groups x 2 full passes, the last group half padded
+    (4, 7, 1, 4, 3, 0.5),  # 1 group, passes of 3, 3 and 1 channels
+])
+def test_folded_weight_update_matches_numpy_over_two_batches(out_channels, in_channels, kernel, banks,
+                                                             tiles, stall):
+    """Sums of (g*v + i)-addressed beats, updated with the whole layer's noise index; padding stays zero."""
+    rng = np.random.default_rng(out_channels * 100 + in_channels * 10 + tiles)
+    out_range, in_range = (4, 4 + out_channels), (3, 3 + in_channels)
+    out_total, in_total, lr = 12, 11, 3000
+    s = layer_slice(in_channels=in_range, out_channels=out_range, kernel=kernel, ces=banks, tiles=tiles,
+                    in_total=in_total, out_total=out_total, position=0)
+    weights = random_words(rng, (out_channels, in_channels, kernel, kernel))
+    training = Training(batch=4, lr=0.1, lr_constant=lr, bias_lr_constant=lr)
+    gb = GradientBuffer.from_slice(s, FORMATS, training)
+    ram = ParamRam.from_slice(s, init=weights)
+    layout = ram.layout
+    assert gb.layout == layout and (gb.tiles, gb.passes) == (tiles, -(-in_channels // tiles))
+    rows, words = layout.rows * banks, layout.words
+    # Row 0 (address 0, bank 0) and row P (address 1, bank 0) hold real weights that saturate.
+    batches = [(7, gradient_beats(rng, rows, banks, words, 60, big_rows=(0, banks))),
+               (8, gradient_beats(rng, rows, banks, words, 40))]
+    contents, durations, refused = run_batches(Pair(gb, ram), batches, rng, stall)
+
+    tensor = numerics.tensor_id(0, numerics.WEIGHT_UPDATE)
+    index = full_index(out_total, in_total, kernel, out_range, in_range).reshape(weights.shape)
+    w = weights
+    for (number, beats), got in zip(batches, contents):
+        gsum = summed(beats, layout).reshape(weights.shape)
+        want = sgd(w, gsum, lr, FORMATS.weight_update_shift, tensor, number, index)
+        np.testing.assert_array_equal(got, folded(want, banks, tiles))  # padded words zero
+        np.testing.assert_array_equal(
+            golden_layer_update(w, gsum, lr, number, out_total, in_total, kernel, out_range, in_range), want)
+        if number == 7:
+            assert (want == numerics.WORD_MIN).any() and (want == numerics.WORD_MAX).any()
+        w = want
+    assert refused == 0
+    # One cycle per real weight (padded words are skipped), plus one per address, the strobe
+    # and the pipeline.
+    assert durations == [out_channels * in_channels * kernel ** 2 + layout.rows + 3 + gb.rounder.latency] * 2
+
+
 @pytest.mark.parametrize("shift", [0, -3])
 def test_update_with_exact_shifts(shift):
     """shift <= 0: no noise, a one-stage rounder; the update is still exact and complete."""
@@ -198,7 +248,7 @@ def test_update_with_exact_shifts(shift):
     ram = ParamRam(banks=banks, rows=gb.rows, words=words, init=weights)
     beats = gradient_beats(rng, out_channels, banks, words, 20, magnitude=1 << 9)
     contents, durations, _ = run_batches(Pair(gb, ram), [(1, beats)], rng, 0.3)
-    want = sgd(weights, summed(beats, out_channels, banks, words), lr, shift, 9, 1,
+    want = sgd(weights, summed(beats, gb.layout), lr, shift, 9, 1,
                np.arange(out_channels * words, dtype=np.uint64).reshape(out_channels, words))
     np.testing.assert_array_equal(contents[0], banked(want, banks, ram.rows))
     assert durations == [out_channels * words + gb.rows + 3 + 1]
@@ -223,11 +273,11 @@ def test_bias_update_of_the_last_icp_slice():
     tensor, shift = numerics.tensor_id(3, numerics.BIAS_UPDATE), FORMATS.bias_update_shift
     b = biases
     for (number, part), got in zip([(5, beats), (6, beats[:9])], contents):
-        gsum = summed(part, out_channels, banks, 1)
+        gsum = summed(part, gb.layout)
         want = sgd(b, gsum, lr, shift, tensor, number, index)
         np.testing.assert_array_equal(got, banked(want, banks, ram.rows))
         b = want
-    steps = numerics.requantize(summed(beats, out_channels, banks, 1) * lr, shift, FORMATS.seed, tensor, 5,
+    steps = numerics.requantize(summed(beats, gb.layout) * lr, shift, FORMATS.seed, tensor, 5,
                                 index)
     assert (np.abs(steps) < numerics.WORD_MAX).sum() >= 3 and (np.abs(steps) > numerics.WORD_MAX).any()
     assert refused == 0
@@ -246,6 +296,14 @@ def test_bias_buffer_refuses_more_than_one_word_per_row():
                                          r"in_channels = 2 x kernel = 3x3"):
         GradientBuffer(out_channels=4, in_channels=2, kernel=3, banks=2, shift=4, lr=1, seed=0, tensor=0,
                        bias=True)
+
+
+@pytest.mark.parametrize("tiles", [0, 3])
+def test_refuses_tiles_outside_the_input_channels(tiles):
+    with pytest.raises(ValueError, match=f"^gradient buffer: tiles = {tiles} is not between 1 and the "
+                                         f"slice's 2 input channels$"):
+        GradientBuffer(out_channels=4, in_channels=2, kernel=3, banks=2, tiles=tiles, shift=4, lr=1, seed=0,
+                       tensor=0)
 
 
 def test_update_strobe_while_updating_fails_the_simulation():
@@ -273,16 +331,18 @@ def test_group_past_the_slice_fails_the_simulation():
         for _ in range(2):
             await ctx.tick()
 
-    with pytest.raises(AssertionError, match="gradient buffer: gradient group beyond the slice's output "
-                                             "channels"):
+    with pytest.raises(AssertionError, match="gradient buffer: gradient row beyond the slice's addresses"):
         simulate(pair, bench, deadline=10)
 
 
 def test_memory_shape_and_ram_style():
-    """Sums: G = ceil(OC/P) addresses of P*S*K*K 48-bit words; biases one word per row."""
+    """Sums: G*v addresses (G = ceil(OC/P)) of P*b*K*K 48-bit words; biases one word per row."""
     s = layer_slice(in_channels=(0, 3), out_channels=(0, 34), ces=2, last=True)
     training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=900)
     lgb = GradientBuffer.from_slice(s, FORMATS, training, family="ecp5")
     assert memories(lgb)["mem"] == (2 * 3 * 9 * numerics.ACC_BITS, 17, "block")
     bias = GradientBuffer.from_slice(s, FORMATS, training, bias=True, family="xc7")
     assert memories(bias)["mem"] == (2 * numerics.ACC_BITS, 17, "distributed")
+    folded_slice = layer_slice(in_channels=(0, 5), out_channels=(0, 34), ces=2, tiles=2)
+    folded_lgb = GradientBuffer.from_slice(folded_slice, FORMATS, training, family="ecp5")
+    assert memories(folded_lgb)["mem"] == (2 * 2 * 9 * numerics.ACC_BITS, 17 * 3, "block")

@@ -3,24 +3,29 @@
 import numpy as np
 import pytest
 
-from hw.param_ram import ParamRam
+from hw.param_ram import ParamRam, WeightLayout
 from mapping.nodeconfig import Engine, LayerSlice, WeightBlock
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.test_fifo import memories
 from sim.testbench import as_ints, get, simulate
 
 
-def layer_slice(*, in_channels=(0, 3), out_channels=(0, 5), kernel=3, ces=2, in_total=None,
+def layer_slice(*, in_channels=(0, 3), out_channels=(0, 5), kernel=3, ces=2, tiles=None, in_total=None,
                 out_total=None, position=1, mode="icp", last=True, bias=True, act_ram_words=0):
-    """A LayerSlice with the geometry the memory blocks read (the rest is filler)."""
-    engine = Engine(ces=ces, tiles=1, kernel=kernel)
+    """A LayerSlice with the geometry the memory blocks read (the rest is filler).
+
+    Its engines are the mapping's: P = ``ces`` x b = ``tiles`` (None: S, unfolded) for FP
+    and PG, b x P for EB.
+    """
+    tiles = in_channels[1] - in_channels[0] if tiles is None else tiles
+    engine = Engine(ces=ces, tiles=tiles, kernel=kernel)
     return LayerSlice(
         layer="conv", position=position, kind="conv", mode=mode,
         in_shape=(in_total or in_channels[1], 8, 8), out_shape=(out_total or out_channels[1], 8, 8),
         kernel=kernel, stride=1, padding=kernel // 2, bias=bias, relu=True, pool=None,
         in_range=in_channels, out_range=out_channels, first=True, last=last, needs_eb=True,
-        fp=engine, eb=engine, pg=engine, act_ram_words=act_ram_words, line_buffer_words=0,
-        pab_words=0, lgb_words=0, weights_offchip=False)
+        fp=engine, eb=Engine(ces=tiles, tiles=ces, kernel=kernel), pg=engine, act_ram_words=act_ram_words,
+        line_buffer_words=0, pab_words=0, lgb_words=0, weights_offchip=False)
 
 
 def random_words(rng, shape):
@@ -37,21 +42,39 @@ def banked(weights, banks, rows):
     return padded.reshape(rows, banks, -1)
 
 
+def folded(weights, banks, tiles):
+    """Model of a folded LPRAM, (G*v, P, b*K*K), written out from the layout contract word by word."""
+    out_channels, in_channels, kernel, _ = weights.shape
+    groups, passes = -(-out_channels // banks), -(-in_channels // tiles)
+    rows = np.zeros((groups * passes, banks, tiles, kernel, kernel), dtype=np.int64)
+    for g in range(groups):
+        for i in range(passes):
+            for p in range(banks):
+                for c in range(tiles):
+                    o, channel = g * banks + p, i * tiles + c
+                    if o < out_channels and channel < in_channels:
+                        rows[g * passes + i, p, c] = weights[o, channel]
+    return rows.reshape(groups * passes, banks, -1)
+
+
 def as_rows(payload):
     return [as_ints(row) for row in payload]
 
 
-@pytest.mark.parametrize("banks, out_channels, in_channels, kernel", [
-    (2, 5, 3, 3),   # channels that do not fill the last address
-    (3, 3, 1, 1),   # 1x1 kernel, one address
-    (1, 4, 2, 3),
+@pytest.mark.parametrize("banks, out_channels, in_channels, kernel, tiles", [
+    (2, 5, 3, 3, None),  # channels that do not fill the last address
+    (3, 3, 1, 1, None),  # 1x1 kernel, one address
+    (1, 4, 2, 3, None),
+    (2, 5, 5, 3, 2),     # folded: 3 passes, the last one half zero
+    (3, 4, 4, 1, 2),     # folded: 2 full passes
 ])
-def test_read_after_init_both_ports_hold_data(banks, out_channels, in_channels, kernel):
-    rng = np.random.default_rng(banks * 10 + out_channels)
+def test_read_after_init_both_ports_hold_data(banks, out_channels, in_channels, kernel, tiles):
+    rng = np.random.default_rng(banks * 10 + out_channels + in_channels)
     weights = random_words(rng, (out_channels, in_channels, kernel, kernel))
     ram = ParamRam.from_slice(layer_slice(in_channels=(0, in_channels), out_channels=(0, out_channels),
-                                          kernel=kernel, ces=banks), init=weights)
-    model = banked(weights, ram.banks, ram.rows)
+                                          kernel=kernel, ces=banks, tiles=tiles), init=weights)
+    model = folded(weights, banks, tiles or in_channels)
+    assert (ram.rows, ram.words) == (len(model), model.shape[2])
     cycles = 200
 
     async def bench(ctx):
@@ -205,6 +228,40 @@ def test_pause_lets_the_pass_in_progress_finish():
     assert taken == [[[0], [1]], [[2], [3]], [[4], [5]]] * 2
 
 
+@pytest.mark.parametrize("out_channels, in_channels, kernel, banks, tiles", [
+    (5, 5, 3, 2, 2),
+    (4, 4, 1, 2, 2),
+    (7, 10, 3, 3, 4),
+    (3, 6, 1, 4, 1),
+    (5, 3, 3, 2, None),
+])
+def test_layout_folds_as_the_contract_says_and_unfolds_back(out_channels, in_channels, kernel, banks, tiles):
+    rng = np.random.default_rng(out_channels * in_channels)
+    weights = random_words(rng, (out_channels, in_channels, kernel, kernel))
+    layout = WeightLayout(out_channels, in_channels, kernel, banks, tiles)
+    rows = layout.fold(weights)
+    np.testing.assert_array_equal(rows, folded(weights, banks, layout.tiles))
+    assert layout.passes == -(-in_channels // layout.tiles)
+    assert (layout.rows, layout.banks, layout.words) == rows.shape
+    np.testing.assert_array_equal(layout.unfold(rows), weights)
+    np.testing.assert_array_equal(layout.unfold(rows.reshape(-1, layout.words)), weights)
+    np.testing.assert_array_equal(layout.fold(weights.reshape(out_channels, -1)), rows)
+    if tiles is None:  # unfolded: today's layout, one output channel per row
+        np.testing.assert_array_equal(rows, banked(weights, banks, layout.groups))
+
+
+def test_layout_refusals():
+    for tiles in (0, 4):
+        with pytest.raises(ValueError, match=f"^param ram: tiles = {tiles} is not between 1 and the "
+                                             f"slice's 3 input channels$"):
+            ParamRam.from_slice(layer_slice(in_channels=(2, 5), tiles=tiles))
+    with pytest.raises(ValueError, match=r"^param ram: initial weights of shape \(5, 2, 3, 3\) are not 5 "
+                                         r"output x 3 input channels of 3x3$"):
+        ParamRam.from_slice(layer_slice(in_channels=(2, 5), tiles=2), init=np.zeros((5, 2, 3, 3)))
+    with pytest.raises(ValueError, match="^param ram: initial weight -32769 is outside the 16-bit"):
+        WeightLayout(1, 2, 1, 1, 1).fold([[3, -32769]])
+
+
 def test_refuses_initial_weights_that_do_not_fit():
     with pytest.raises(ValueError, match=r"param ram: initial weights of shape \(7, 9\) do not fit "
                                          r"3 rows x 2 banks of 9 words"):
@@ -214,9 +271,12 @@ def test_refuses_initial_weights_that_do_not_fit():
 
 
 def test_memory_shape_and_ram_style():
-    """One memory of G = ceil(OC/P) rows of P*S*K*K words, block RAM only past the LUT-RAM depth."""
+    """One memory of G*v rows (G = ceil(OC/P)) of P*b*K*K words, block RAM only past the LUT-RAM depth."""
     lpram = ParamRam.from_slice(layer_slice(in_channels=(0, 3), out_channels=(0, 5), ces=2), family="ecp5")
     assert memories(lpram) == {"mem": (2 * 3 * 9 * 16, 3, "distributed")}
+    # Folded (b = 2 of S = 5): G*v = 3*3 addresses of P*b*K*K words.
+    lpram = ParamRam.from_slice(layer_slice(in_channels=(0, 5), out_channels=(0, 5), ces=2, tiles=2))
+    assert memories(lpram) == {"mem": (2 * 2 * 9 * 16, 9, None)}
     block = WeightBlock(owner=2, host=1, layer="conv", in_range=(0, 2), out_range=(0, 65), words=65 * 18)
     assert memories(ParamRam.from_block(block, family="xc7")) == {"mem": (18 * 16, 65, "block")}
     assert memories(ParamRam(banks=1, rows=64, words=1, family="xc7")) == {"mem": (16, 64, "distributed")}

@@ -22,7 +22,10 @@ from hw.fifo import Fifo
 from hw.grad_buffer import GradientBuffer
 from hw.param_ram import ParamRam
 from hw.synth import synthesize_rtlil
+from mapping.nodeconfig import Training
+from mapping.numerics import Formats
 from mapping.resources import LUTRAM_MAX_DEPTH
+from sim.test_param_ram import layer_slice
 
 # (width, depth, 18 Kb units, simple-dual-port only)
 SHAPES = {
@@ -111,6 +114,30 @@ def test_gradient_buffer_accumulator_and_update_multipliers(family, out_channels
     # gsum (48 bits) x lr: three 18 x 17 multipliers.
     assert result.dsp == 3
     assert result.cells.get("MULT18X18D" if family == "ecp5" else "DSP48E1") == 3
+
+
+# S = 5 input channels folded into v = 3 passes of b = 2, O = 64 on P = 2 CEs: both
+# memories have rows of P*b*K*K = 36 words, G*v = 96 deep.
+FOLDED = layer_slice(in_channels=(0, 5), out_channels=(0, 64), kernel=3, ces=2, tiles=2)
+
+
+def test_folded_lpram(tmp_path):
+    lpram = ParamRam.from_slice(FOLDED, family="ecp5")
+    assert (lpram.rows, lpram.words) == (32 * 3, 2 * 9)
+    result = synthesize(lpram, "ecp5", tmp_path)
+    # 36 words of 18 bits: 36 DP16KD (unfolded, 2 x 45 words 32 deep: 90).
+    assert result.bram == predicted_blocks("ecp5", 2 * 18 * 18, 96, True) == 36
+    assert bram_cells(result) == {"DP16KD": 36}
+
+
+def test_folded_gradient_buffer(tmp_path):
+    training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=900)
+    lgb = GradientBuffer.from_slice(FOLDED, Formats(), training, family="ecp5")
+    result = synthesize(lgb, "ecp5", tmp_path)
+    # 36 sums of 48 bits, one read and one write port: 512 x 36 shapes (unfolded: 120 blocks).
+    assert result.bram == predicted_blocks("ecp5", 2 * 18 * 48, 96, False) == 48
+    assert bram_cells(result) == {"DP16KD": 48}
+    assert result.cells.get("MULT18X18D") == result.dsp == 3
 
 
 @pytest.mark.parametrize("family, depth, cells", [
