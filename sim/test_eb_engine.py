@@ -16,7 +16,7 @@ from hw.stream_util import pixel_layout
 from mapping import tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_conv_engine import weight_rows
+from sim.test_conv_engine import lpram_rows
 from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
 
 
@@ -60,7 +60,7 @@ def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, paddin
     weights, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                                    size=size, stride=stride, padding=padding, samples=samples)
     engine = ErrorEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces)
-    dut = EngineWithWeights(engine, weight_rows(weights, ces, rng), ("windows", "errors"))
+    dut = EngineWithWeights(engine, lpram_rows(weights, ces, in_channels, rng).tolist(), ("windows", "errors"))
     windows = [w for e in errs for w in error_windows(e, kernel, stride, padding, (size, size))]
     want = expected(errs, weights, (in_channels, size, size), stride, padding)
     assert len(windows) == len(want)
@@ -181,7 +181,7 @@ def test_from_slice_reads_the_eb_engine():
     mults = [name for _, name, _ in Fragment.get(engine, None).subfragments if name.startswith("mult_")]
     assert len(mults) == engine.multipliers == eb_slice().eb.multipliers == 3 * 4 * 9
     with pytest.raises(ValueError, match=r"EB engine of 3 CEs of 2 tiles of 3x3, but its slice needs 3 CEs "
-                                         r"\(one per input channel\) of 4 tiles \(one per LPRAM bank\)"):
+                                         r"\(one per FP tile\) of 4 tiles \(one per LPRAM bank\)"):
         ErrorEngine.from_slice(eb_slice(eb=Engine(ces=3, tiles=2, kernel=3)))
     with pytest.raises(ValueError, match="error engine: layer conv2 is the network's first weighted layer"):
         ErrorEngine.from_slice(eb_slice(needs_eb=False, eb=Engine(0, 0, 3)))

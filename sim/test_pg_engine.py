@@ -260,10 +260,10 @@ def test_from_slice_reads_the_pg_engine_and_bias_ownership():
     before_last = GradientEngine.from_slice(eb_slice(last=False))
     assert "bias_grads" not in before_last.signature.members and multipliers(before_last) == 4 * 3 * 9
     ocp = GradientEngine.from_slice(eb_slice(mode="ocp", in_range=(0, 8), out_range=(2, 5),
-                                             pg=Engine(ces=2, tiles=8, kernel=3)))
+                                             fp=Engine(ces=2, tiles=8, kernel=3), pg=Engine(ces=2, tiles=8, kernel=3)))
     assert "bias_grads" in ocp.signature.members and multipliers(ocp) == 2 * 8 * 9
     with pytest.raises(ValueError, match=r"gradient engine: layer conv2 has a PG engine of 4 CEs of 2 tiles "
-                                         r"of 3x3, but its slice needs 3 tiles \(one per input channel\)"):
+                                         r"of 3x3, but its slice needs 3 tiles \(as its FP engine"):
         GradientEngine.from_slice(eb_slice(pg=Engine(ces=4, tiles=2, kernel=3)))
 
 
