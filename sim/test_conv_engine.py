@@ -141,6 +141,7 @@ def fp_slice(**changes):
 
 
 def mults(engine):
+    """The engine's multiplier instances, counted in its elaborated hierarchy."""
     return sum(name.startswith("mult_") for _, name, _ in Fragment.get(engine, None).subfragments)
 
 
