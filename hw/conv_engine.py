@@ -1,41 +1,51 @@
-"""Convolution engine: P CEs of S x K x K multipliers, one partial sum per CE per cycle.
+"""Convolution engine: P CEs of b x K x K multipliers, one partial sum per CE per group.
 
 Paper section 5.3: a window of ``S*K*K`` words (the slice's S input channels, K x K
-taps each) is broadcast to P convolution engines (CEs); CE ``p`` holds ``S`` tiles of
-``K*K`` multiply-accumulate units and produces, per cycle, the partial sum of one
-output channel over the slice's input channels. The engine visits the output
-channels in groups of P: for each window it reads weight rows ``g = 0 .. G-1``
-(``G = ceil(OC / P)``; row ``g`` of bank ``p`` is output channel ``g*P + p``) and
-emits ``G`` partial-sum beats, lanes past OC in the last group being zero. The
-window is accepted when its last group is issued, so with continuous input and a
-ready output every multiplier is busy every cycle.
+taps each) is broadcast to P convolution engines (CEs); CE ``p`` holds ``b`` tiles of
+``K*K`` multiply-accumulate units and produces the partial sum of one output channel
+over the slice's input channels. The engine visits the output channels in groups of P
+(``G = ceil(OC / P)``) and, with b < S tiles (folding), the input channels in passes of
+b (``v = ceil(S / b)``; channels past S in the last pass read as zero). Per window it
+walks the steps g-major, i-minor, reading LPRAM address ``g*v + i`` (bank p: output
+channel ``g*P + p``, input channels ``i*b .. i*b+b-1``), so that a CE's accumulator sums
+the consecutive passes of a group; it emits ``G`` partial-sum beats, lanes past OC in
+the last group being zero: G*v cycles per window. The window is accepted when its
+last step is issued, so with continuous input and a ready output every multiplier is
+busy every cycle. With b = S (the default, ``v = 1``) there is no accumulator.
 
-Pipeline, from the cycle a group is issued (weight read enabled):
+Pipeline, from the cycle a step is issued (weight read enabled):
 
 ====================  ===============================================================
-issue                 ``weight_en``, ``weight_addr = g``; the window is registered
-+1                    weight row and window presented to the multipliers
+issue                 ``weight_en``, ``weight_addr = g*v + i``; pass i's b*K*K words
+                      are selected from the window (a v:1 mux) and registered
++1                    weight row and window words presented to the multipliers
 +1 + LATENCY          products (``hw.mult.Multiplier``, registered in and out)
-+1 + LATENCY + L      pipelined adder tree, one register per level, ``L = ceil(log2(S*K*K))``
++1 + LATENCY + L      pipelined adder tree, one register per level, ``L = ceil(log2(b*K*K))``
                       (at least one); the last level widens to ACC_BITS and zeroes the
                       lanes past OC
++2 + LATENCY + L      (v > 1 only) accumulator: pass 0 loads, later passes add; it is
+                      also the output register, valid after the last pass
 ====================  ===============================================================
+
+The pass select sits in front of the operand register the engine has anyway (the
+window must wait a cycle for the weight read), so it costs no cycle and registers
+b*K*K words instead of S*K*K.
 
 Flow control: every register of the pipeline (multipliers included) advances on one
 enable, ``advance = ~psums.valid | psums.ready``; a stall holds the whole pipeline,
 and the weight memory holds its output while ``weight_en`` is low, so nothing is lost
 or duplicated and no skid buffer is needed. Sums are exact: the adder tree grows one
 bit per level and the mapping guarantees the full sum fits ACC_BITS. The pipeline,
-adder tree and group counter are ``hw.engine_common``'s, shared with the EB and PG engines.
+adder tree, accumulators and step counter are ``hw.engine_common``'s, shared with the
+EB and PG engines.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.engine_common import GroupIssue, Pipeline, multiply, tree_levels
+from hw.engine_common import Issue, Pipeline, fold, multiply, positive, select_words, tree_levels
 from hw.mult import LATENCY
-from hw.rounding import refuse
 from mapping.numerics import ACC_BITS, WORD_BITS
 
 
@@ -49,44 +59,44 @@ def psum_layout(lanes):
 
 
 class ConvEngine(wiring.Component):
-    """``ces`` CEs over windows of ``channels`` x ``kernel`` x ``kernel`` words.
+    """``ces`` CEs of ``tiles`` tiles over windows of ``channels`` x ``kernel`` x ``kernel`` words.
 
     Ports: ``windows`` (window stream in), ``weight_addr``/``weight_en``/``weight_data``
-    (synchronous weight read port, engine side), ``psums`` (partial-sum stream out).
-    ``latency``: cycles from issuing a group to its partial sums, with no stall.
+    (synchronous weight read port, engine side: ``rows`` = G*v addresses of P rows of
+    b*K*K words), ``psums`` (partial-sum stream out).
+    ``tiles``: b, None for one per input channel; ``passes``: v.
+    ``latency``: cycles from issuing a group's last pass to its partial sums, with no stall.
     """
 
-    def __init__(self, *, channels, kernel, ces, out_channels, family=None):
-        for name, value in (("channels", channels), ("kernel", kernel), ("ces", ces),
-                            ("out_channels", out_channels)):
-            if value < 1:
-                refuse(self, f"conv engine: {name} = {value} must be at least 1")
+    def __init__(self, *, channels, kernel, ces, out_channels, tiles=None, family=None):
+        positive(self, "conv engine", channels=channels, kernel=kernel, ces=ces, out_channels=out_channels)
         self.channels, self.kernel, self.ces = channels, kernel, ces
         self.out_channels, self.family = out_channels, family
-        self.taps = channels * kernel * kernel
+        self.tiles, self.passes = fold(self, "conv engine", channels, tiles)
+        self.taps = self.tiles * kernel * kernel
         self.groups = -(-out_channels // ces)
+        self.rows = self.groups * self.passes
         self.levels = tree_levels(self.taps)
-        self.latency = 1 + LATENCY + self.levels
-        window = window_layout(channels, kernel)
+        self.latency = 1 + LATENCY + self.levels + (self.passes > 1)
         super().__init__({
-            "windows": In(stream.Signature(window)),
-            "weight_addr": Out(range(self.groups)),
+            "windows": In(stream.Signature(window_layout(channels, kernel))),
+            "weight_addr": Out(range(self.rows)),
             "weight_en": Out(1),
-            "weight_data": In(data.ArrayLayout(window, ces)),
+            "weight_data": In(data.ArrayLayout(window_layout(self.tiles, kernel), ces)),
             "psums": Out(stream.Signature(psum_layout(ces))),
         })
 
     @classmethod
     def from_slice(cls, layer_slice, family=None):
-        """The FP engine of a ``mapping.nodeconfig.LayerSlice`` (one tile per input channel)."""
-        engine = layer_slice.fp
-        if engine.tiles != layer_slice.in_channels or engine.kernel != layer_slice.kernel:
+        """The FP engine of a ``mapping.nodeconfig.LayerSlice`` (b = its tiles, at most one per input channel)."""
+        engine, s = layer_slice.fp, layer_slice
+        if engine.kernel != s.kernel or engine.tiles > s.in_channels:
             raise ValueError(
-                f"conv engine: layer {layer_slice.layer} has an FP engine of {engine.tiles} tiles of "
-                f"{engine.kernel}x{engine.kernel}, but its slice needs {layer_slice.in_channels} tiles "
-                f"of {layer_slice.kernel}x{layer_slice.kernel} (one per input channel)")
-        return cls(channels=layer_slice.in_channels, kernel=layer_slice.kernel, ces=engine.ces,
-                   out_channels=layer_slice.out_channels, family=family)
+                f"conv engine: layer {s.layer} has an FP engine of {engine.tiles} tiles of "
+                f"{engine.kernel}x{engine.kernel}, but its slice needs at most {s.in_channels} tiles "
+                f"(one per input channel) of {s.kernel}x{s.kernel}")
+        return cls(channels=s.in_channels, kernel=s.kernel, ces=engine.ces, out_channels=s.out_channels,
+                   tiles=engine.tiles, family=family)
 
     @property
     def multipliers(self):
@@ -98,24 +108,29 @@ class ConvEngine(wiring.Component):
         advance = Signal()
         m.d.comb += advance.eq(~self.psums.valid | self.psums.ready)
 
-        # Issue: one weight row (group of P output channels) per cycle for the current window.
-        issue = GroupIssue(m, self.groups, self.windows.valid, advance)
-        m.d.comb += [self.weight_en.eq(issue.issue), self.weight_addr.eq(issue.group),
+        # Issue: one weight row (group of P output channels, pass of b input channels) per cycle.
+        issue = Issue(m, self.groups, self.passes, self.windows.valid, advance, group_major=True)
+        m.d.comb += [self.weight_en.eq(issue.issue), self.weight_addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
 
-        window = window_layout(self.channels, self.kernel)(pipe.stage(self.windows.payload.as_value()))
-        valid, last = pipe.stage(self.windows.valid), pipe.stage(issue.last)
+        window = window_layout(self.tiles, self.kernel)(
+            pipe.stage(select_words(self.windows.payload, issue.pass_, self.passes, self.taps)))
+        valid, first, last_pass, last_group = (
+            pipe.stage(flag) for flag in (self.windows.valid, issue.first_pass, issue.last_pass, issue.last_group))
         products = [[multiply(m, f"mult_{p}_{j}", window[j], self.weight_data[p][j], advance, self.family)
                      for j in range(self.taps)] for p in range(self.ces)]
 
         # Lanes past OC exist only in the last group; their weight rows are not read as zero,
-        # so the tree's last level zeroes them (``last`` aligned with that level's input).
+        # so the tree's last level zeroes them (``last_group`` aligned with that level's input).
         live_in_last = self.out_channels - (self.groups - 1) * self.ces
-        last = pipe.delay(last, LATENCY + self.levels - 1)
+        last_group = pipe.delay(last_group, LATENCY + self.levels - 1)
         sums = [pipe.adder_tree(products[p], signed(ACC_BITS),
-                                (lambda total: Mux(last, 0, total)) if p >= live_in_last else None)
+                                (lambda total: Mux(last_group, 0, total)) if p >= live_in_last else None)
                 for p in range(self.ces)]
-        valid = pipe.delay(valid, LATENCY + self.levels)
+        valid, first, last_pass = (pipe.delay(flag, LATENCY + self.levels) for flag in (valid, first, last_pass))
+        if self.passes > 1:
+            sums = pipe.accumulate(sums, first, valid, signed(ACC_BITS))
+            valid = pipe.stage(valid & last_pass)
 
         m.d.comb += [self.psums.valid.eq(valid), self.psums.payload.values.eq(Cat(*sums))]
         pipe.attach(m, advance)

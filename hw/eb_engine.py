@@ -1,36 +1,41 @@
-"""Error engine (EB): S CEs of P tiles, the errors of the slice's input channels (paper 5.4).
+"""Error engine (EB): b CEs of P tiles, the errors of the slice's input channels (paper 5.4).
 
-EB is the transposed convolution of the layer: the error of input pixel (i, y, x) is
-``sum over o, ky, kx of E[o][ky][kx] * W[o][i][K-1-ky][K-1-kx]`` where E is the K x K
+EB is the transposed convolution of the layer: the error of input pixel (c, y, x) is
+``sum over o, ky, kx of E[o][ky][kx] * W[o][c][K-1-ky][K-1-kx]`` where E is the K x K
 window at (y, x) of the zero-dilated, padded error map of the O output channels
 (``tensor_ops.dilate_pad_errors``; :meth:`hw.line_buffer.LineBuffer.for_errors` emits
 these windows, one per input pixel, in raster order). It reads the *same* LPRAM rows as
-the FP engine (docs/node_dataflow.md): in cycle g, row g holds output channels
-``gP .. gP+P-1`` for the slice's S input channels, and CE i multiplies the P channels'
-K x K error taps with the word ``(i, K-1-ky, K-1-kx)`` of bank p, so the transposition
-and the kernel flip are wiring. Each CE adds its P*K*K products in an adder tree and
-accumulates the G groups; after the last group the engine emits the S sums (exact, not
+the FP engine (docs/node_dataflow.md): address ``g*v + i`` holds output channels
+``gP .. gP+P-1`` for input channels ``i*b .. i*b+b-1`` (b tiles per FP CE, v = ceil(S/b)
+passes; b = S, v = 1 unless the mapping folds), and CE c multiplies the P channels'
+K x K error taps with the word ``(c, K-1-ky, K-1-kx)`` of bank p, so the transposition
+and the kernel flip are wiring. Per window the engine walks the steps i-major, g-minor,
+so that each CE's accumulator sums the consecutive groups of a pass: after group G-1
+of pass i, CE c holds the error sum of input channel ``i*b + c``. The sums of passes
+0 .. v-2 are kept in a register of (v-1)*b lanes until the last pass completes; then the
+engine emits one beat of the S sums (lanes past S of the last pass dropped; exact, not
 rounded: ICP slices round them in the node, OCP slices send them on as partial sums).
 
-Channels past O in the last group read as zero errors (``hw.engine_common.group_words``),
+Channels past O in the last group read as zero errors (``hw.engine_common.select_words``),
 so the garbage in the weight rows' lanes past O never contributes.
 
-Pipeline, from the cycle a group is issued (weight read enabled):
+Pipeline, from the cycle a step (group g, pass i) is issued (weight read enabled):
 
 ====================  ===============================================================
-issue                 ``weight_en``, ``weight_addr = g``; group g's P*K*K error taps
-                      are selected from the held window and registered
+issue                 ``weight_en``, ``weight_addr = g*v + i``; group g's P*K*K error
+                      taps are selected from the held window and registered
 +1                    weight row and error taps presented to the multipliers
 +1 + LATENCY          products (``hw.mult.Multiplier``, registered in and out)
 +1 + LATENCY + L      adder tree per CE, ``L = ceil(log2(P*K*K))`` levels (at least one)
-+2 + LATENCY + L      accumulator (ACC_BITS): group 0 loads, later groups add; it is
-                      also the output register, valid after the last group
++2 + LATENCY + L      accumulator (ACC_BITS): group 0 loads, later groups add; after the
+                      last group it holds pass i's sums, copied into the held lanes
+                      (i < v-1) or output (i = v-1, with the held lanes) in this cycle
 ====================  ===============================================================
 
-One window is accepted per G cycles and, with continuous input and a ready output,
+One window is accepted per G*v cycles and, with continuous input and a ready output,
 every multiplier is busy every cycle. Flow control as in hw.conv_engine: one enable,
-``advance = ~errors.valid | errors.ready``, holds every register (the accumulators
-included) and the weight memory holds its output while ``weight_en`` is low.
+``advance = ~errors.valid | errors.ready``, holds every register (the accumulators and
+held lanes included) and the weight memory holds its output while ``weight_en`` is low.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
@@ -38,96 +43,105 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.conv_engine import psum_layout, window_layout
-from hw.engine_common import GroupIssue, Pipeline, group_words, multiply, tree_levels
+from hw.engine_common import Issue, Pipeline, fold, multiply, positive, select_words, tree_levels
 from hw.mult import LATENCY
-from hw.rounding import refuse
 from mapping.numerics import ACC_BITS, WORD_BITS
 
 
 class ErrorEngine(wiring.Component):
-    """``ces`` (P) tiles per CE, one CE per input channel (``in_channels`` = S).
+    """``tiles`` (b) CEs of ``ces`` (P) tiles over ``in_channels`` (S) input channels.
 
     Ports: ``windows`` (error windows of the ``out_channels`` = O output channels, one per
     input pixel), ``weight_addr``/``weight_en``/``weight_data`` (the LPRAM read port, engine
-    side, as ConvEngine's), ``errors`` (``psum_layout(S)``, one beat per window).
-    ``latency``: cycles from issuing a window's last group to its errors, with no stall.
+    side, as ConvEngine's: ``rows`` = G*v addresses of P rows of b*K*K words), ``errors``
+    (``psum_layout(S)``, one beat per window). ``tiles``: b, None for one CE per input
+    channel; ``passes``: v.
+    ``latency``: cycles from issuing a window's last step to its errors, with no stall.
     """
 
-    def __init__(self, *, in_channels, out_channels, kernel, ces, family=None):
-        for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
-                            ("kernel", kernel), ("ces", ces)):
-            if value < 1:
-                refuse(self, f"error engine: {name} = {value} must be at least 1")
+    def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, family=None):
+        positive(self, "error engine", in_channels=in_channels, out_channels=out_channels, kernel=kernel,
+                 ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.family = kernel, ces, family
+        self.tiles, self.passes = fold(self, "error engine", in_channels, tiles)
         self.groups = -(-out_channels // ces)
-        self.taps = ces * kernel * kernel  # products per CE and group
+        self.rows = self.groups * self.passes
+        self.taps = ces * kernel * kernel  # products per CE and step
         self.levels = tree_levels(self.taps)
         self.latency = 2 + LATENCY + self.levels
         super().__init__({
             "windows": In(stream.Signature(window_layout(out_channels, kernel))),
-            "weight_addr": Out(range(self.groups)),
+            "weight_addr": Out(range(self.rows)),
             "weight_en": Out(1),
-            "weight_data": In(data.ArrayLayout(window_layout(in_channels, kernel), ces)),
+            "weight_data": In(data.ArrayLayout(window_layout(self.tiles, kernel), ces)),
             "errors": Out(stream.Signature(psum_layout(in_channels))),
         })
 
     @classmethod
     def from_slice(cls, layer_slice, family=None):
-        """The EB engine of a ``mapping.nodeconfig.LayerSlice``: S CEs of P tiles, P = the LPRAM's banks."""
+        """The EB engine of a ``mapping.nodeconfig.LayerSlice``: b CEs (its FP engine's tiles) of P tiles
+        (the LPRAM's banks)."""
         s = layer_slice
         if not s.needs_eb:
             raise ValueError(f"error engine: layer {s.layer} is the network's first weighted layer "
                              f"and has no EB")
         e, k = s.eb, s.kernel
-        if (e.ces, e.tiles, e.kernel) != (s.in_channels, s.fp.ces, k):
+        if (e.ces, e.tiles, e.kernel) != (s.fp.tiles, s.fp.ces, k):
             raise ValueError(
                 f"error engine: layer {s.layer} has an EB engine of {e.ces} CEs of {e.tiles} tiles of "
-                f"{e.kernel}x{e.kernel}, but its slice needs {s.in_channels} CEs (one per input "
-                f"channel) of {s.fp.ces} tiles (one per LPRAM bank) of {k}x{k}")
-        return cls(in_channels=s.in_channels, out_channels=s.out_channels, kernel=k, ces=e.tiles,
+                f"{e.kernel}x{e.kernel}, but its slice needs {s.fp.tiles} CEs (one per FP tile) "
+                f"of {s.fp.ces} tiles (one per LPRAM bank) of {k}x{k}")
+        return cls(in_channels=s.in_channels, out_channels=s.out_channels, kernel=k, ces=e.tiles, tiles=e.ces,
                    family=family)
 
     @property
     def multipliers(self):
-        return self.in_channels * self.taps
+        return self.tiles * self.taps
 
     def elaborate(self, platform):
         m = Module()
         pipe = Pipeline()
-        k, kk = self.kernel, self.kernel * self.kernel
+        k, kk, b = self.kernel, self.kernel * self.kernel, self.tiles
 
         advance = Signal()
         m.d.comb += advance.eq(~self.errors.valid | self.errors.ready)
 
-        issue = GroupIssue(m, self.groups, self.windows.valid, advance)
-        m.d.comb += [self.weight_en.eq(issue.issue), self.weight_addr.eq(issue.group),
+        issue = Issue(m, self.groups, self.passes, self.windows.valid, advance, group_major=False)
+        m.d.comb += [self.weight_en.eq(issue.issue), self.weight_addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
 
         # Group g's error taps, (p, ky, kx) row-major, zero for channels past O.
         taps = data.ArrayLayout(signed(WORD_BITS), self.taps)(
-            pipe.stage(group_words(self.windows.payload, issue.group, self.groups, self.taps)))
-        valid, first, last = (pipe.stage(flag) for flag in (self.windows.valid, issue.first, issue.last))
+            pipe.stage(select_words(self.windows.payload, issue.group, self.groups, self.taps)))
+        flags = (self.windows.valid, issue.first_group, issue.last_group, issue.pass_)
+        valid, first, last, pass_ = (pipe.stage(flag) for flag in flags)
 
-        # CE i: tap (p, ky, kx) meets word (i, K-1-ky, K-1-kx) of bank p (transposed, flipped).
+        # CE c: tap (p, ky, kx) meets word (c, K-1-ky, K-1-kx) of bank p (transposed, flipped).
         sums = []
-        for i in range(self.in_channels):
+        for c in range(b):
             products = []
             for p in range(self.ces):
                 for ky in range(k):
                     for kx in range(k):
-                        weight = self.weight_data[p][i * kk + (k - 1 - ky) * k + (k - 1 - kx)]
-                        products.append(multiply(m, f"mult_{i}_{p}_{ky}_{kx}", taps[(p * k + ky) * k + kx],
+                        weight = self.weight_data[p][c * kk + (k - 1 - ky) * k + (k - 1 - kx)]
+                        products.append(multiply(m, f"mult_{c}_{p}_{ky}_{kx}", taps[(p * k + ky) * k + kx],
                                                  weight, advance, self.family))
             sums.append(products)
         sums = [pipe.adder_tree(products) for products in sums]
-        valid, first, last = (pipe.delay(flag, LATENCY + self.levels) for flag in (valid, first, last))
+        valid, first, last, pass_ = (pipe.delay(flag, LATENCY + self.levels) for flag in (valid, first, last, pass_))
 
-        # Accumulate over the groups; the accumulators are the output register.
-        accs = [Signal(signed(ACC_BITS), name=f"acc_{i}") for i in range(self.in_channels)]
-        with pipe.module.If(valid):
-            pipe.module.d.sync += [acc.eq(Mux(first, 0, acc) + total) for acc, total in zip(accs, sums)]
-        m.d.comb += [self.errors.valid.eq(pipe.stage(valid & last)),
-                     self.errors.payload.values.eq(Cat(*accs))]
+        # Accumulate over the groups; after a pass's last group the accumulators hold its sums.
+        accs = pipe.accumulate(sums, first, valid, signed(ACC_BITS))
+        done, done_pass = pipe.stage(valid & last), pipe.stage(pass_)
+        held = []
+        for i in range(self.passes - 1):
+            lanes = [Signal(signed(ACC_BITS), name=f"held_{i}_{c}") for c in range(b)]
+            with pipe.module.If(done & (done_pass == i)):
+                pipe.module.d.sync += [lane.eq(acc) for lane, acc in zip(lanes, accs)]
+            held += lanes
+        live = self.in_channels - (self.passes - 1) * b  # lanes of the last pass within S
+        m.d.comb += [self.errors.valid.eq(done & (done_pass == self.passes - 1)),
+                     self.errors.payload.values.eq(Cat(*held, *accs[:live]))]
         pipe.attach(m, advance)
         return m

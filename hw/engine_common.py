@@ -1,15 +1,17 @@
 """Pieces shared by the FP, EB and PG engines: the stalling pipeline, the adder tree,
-the group issue counter and the operand selection of a channel group.
+the accumulators, the step counter and the operand selection of a channel group or pass.
 
-All three engines walk the output channels in ``G = ceil(O / P)`` groups of P (one per
-cycle, weight row ``g`` of the LPRAM in cycle ``g``) and hold their whole datapath
-on one enable, ``advance``, so a stall at the output freezes every register and no
-skid buffer is needed.
+All three engines walk the output channels in ``G = ceil(O / P)`` groups of P and the
+S input channels in ``v = ceil(S / b)`` passes of b (b tiles per CE; b = S, one pass,
+unless the mapping folds), one step (group, pass) per cycle reading LPRAM address
+``g*v + i``, and hold their whole datapath on one enable, ``advance``, so a stall at
+the output freezes every register and no skid buffer is needed.
 """
 
 from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal
 
 from hw.mult import Multiplier
+from hw.rounding import refuse
 from mapping.numerics import WORD_BITS
 
 
@@ -49,6 +51,17 @@ class Pipeline:
                 return self.stage(total, shape)
             values = [self.stage(pair) for pair in pairs]
 
+    def accumulate(self, values, first, enable, shape):
+        """Registers of ``shape`` summing ``values`` over the cycles ``enable`` is high.
+
+        ``first`` loads instead of adding; between enabled cycles they hold, so a bubble
+        in the pipeline adds nothing.
+        """
+        accs = [Signal(shape, name=f"acc_{n}") for n in range(len(values))]
+        with self.module.If(enable):
+            self.module.d.sync += [acc.eq(Mux(first, 0, acc) + value) for acc, value in zip(accs, values)]
+        return accs
+
     def attach(self, m, advance):
         m.submodules.pipe = EnableInserter(advance)(self.module)
 
@@ -60,37 +73,73 @@ def multiply(m, name, a, b, advance, family):
     return mult.p
 
 
-class GroupIssue:
-    """The group counter: issues groups 0 .. G-1 of the input beat held valid, one per cycle.
+class Issue:
+    """The step counter: walks the ``G*v`` steps (group g, pass i) of the input beat held valid.
 
-    ``issue`` is high in each cycle a group enters the pipeline (input valid and the
-    pipeline advancing); ``accept`` (= input ready) in the cycle the last group does, so
-    the input beat is taken once its G groups are issued and the next beat's group 0
-    can follow in the next cycle.
+    One step per cycle; step (g, i) reads weight address ``addr = g*v + i`` (group-major,
+    pass-minor LPRAM layout). ``group_major`` walks the v passes of a group consecutively
+    (FP, PG: a CE's accumulator sums consecutive passes), otherwise the G groups of a pass
+    (EB: its accumulator sums consecutive groups). ``issue`` is high in each cycle a step
+    enters the pipeline (input valid and the pipeline advancing); ``accept`` (= input
+    ready) in the cycle the last step does, so the input beat is taken once its G*v steps
+    are issued and the next beat's first step can follow in the next cycle.
     """
 
-    def __init__(self, m, groups, valid, advance):
-        self.group = Signal(range(groups))
-        self.first, self.last = Signal(), Signal()
+    def __init__(self, m, groups, passes, valid, advance, *, group_major):
+        self.group, self.pass_ = Signal(range(groups)), Signal(range(passes))
+        self.first_group, self.last_group = Signal(), Signal()
+        self.first_pass, self.last_pass = Signal(), Signal()
         self.issue, self.accept = Signal(), Signal()
+        last = self.last_group & self.last_pass
         m.d.comb += [
-            self.first.eq(self.group == 0),
-            self.last.eq(self.group == groups - 1),
+            self.first_group.eq(self.group == 0),
+            self.last_group.eq(self.group == groups - 1),
+            self.first_pass.eq(self.pass_ == 0),
+            self.last_pass.eq(self.pass_ == passes - 1),
             self.issue.eq(valid & advance),
-            self.accept.eq(advance & self.last),
+            self.accept.eq(advance & last),
         ]
+        inner, inner_last, outer, outer_last = (
+            (self.pass_, self.last_pass, self.group, self.last_group) if group_major else
+            (self.group, self.last_group, self.pass_, self.last_pass))
         with m.If(self.issue):
-            m.d.sync += self.group.eq(Mux(self.last, 0, self.group + 1))
+            m.d.sync += inner.eq(Mux(inner_last, 0, inner + 1))
+            with m.If(inner_last):
+                m.d.sync += outer.eq(Mux(outer_last, 0, outer + 1))
+        if passes == 1:
+            self.addr = self.group  # one pass: the address is the group
+            return
+        # A register rather than g*v + i: no multiplier for Yosys to map to a DSP.
+        self.addr = Signal(range(groups * passes))
+        step = self.addr + 1 if group_major else Mux(self.last_group, self.pass_ + 1, self.addr + passes)
+        with m.If(self.issue):
+            m.d.sync += self.addr.eq(Mux(last, 0, step))
 
 
-def group_words(payload, group, groups, words):
-    """Words ``group*words .. group*words+words-1`` of an array payload, zero past its end.
+def select_words(payload, index, count, words):
+    """Words ``index*words .. index*words+words-1`` of an array payload, zero past its end.
 
-    The EB and PG engines take the P output channels of a group from a beat holding all
-    O of them; channels past O in the last group read as zero, so every product with
-    them is zero whatever the weight row's lanes past O hold.
+    The engines take the P output channels of a group from a beat holding all O of them
+    (EB, PG errors) and the b input channels of a pass from a window of all S (FP, PG);
+    channels past O in the last group and past S in the last pass read as zero, so every
+    product with them is zero whatever the weight row holds there.
     """
     value = payload.as_value()
     width = words * WORD_BITS
-    padded = Cat(value, Const(0, groups * width - len(value)))
-    return padded.word_select(group, width)
+    padded = Cat(value, Const(0, count * width - len(value)))
+    return padded.word_select(index, width)
+
+
+def positive(component, engine, **values):
+    """Refuse any of ``values`` (an engine's sizes) below 1."""
+    for name, value in values.items():
+        if value < 1:
+            refuse(component, f"{engine}: {name} = {value} must be at least 1")
+
+
+def fold(component, engine, channels, tiles):
+    """``(b, v)``: tiles per CE (``tiles``; None: one per input channel) and the passes over ``channels``."""
+    b = channels if tiles is None else tiles
+    if not 1 <= b <= channels:
+        refuse(component, f"{engine}: tiles = {b} must be between 1 and the {channels} input channels")
+    return b, -(-channels // b)

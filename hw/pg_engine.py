@@ -1,60 +1,65 @@
-"""Gradient engine (PG): S x P tiles of K x K multipliers, the weight-gradient terms (paper 5.5).
+"""Gradient engine (PG): P CEs of b tiles of K x K multipliers, the weight-gradient terms (paper 5.5).
 
-The weight gradient ``dW[o][i][ky][kx] = sum over output pixels of err[o] * window[i][ky][kx]``
+The weight gradient ``dW[o][c][ky][kx] = sum over output pixels of err[o] * window[c][ky][kx]``
 is, per the paper, cut into K x K pieces: for each output pixel the engine multiplies
-the error of P output channels with the K x K window of each of the S input channels
-(the activations replayed from the Act-RAM through the FP line buffer). Group g of a
-pixel covers output channels ``gP .. gP+P-1`` and is one beat of ``grads``: ``row = g``
-and ``values[p][(i, ky, kx)] = err[gP+p] * window[i][ky][kx]``, laid out like LPRAM row
-g (bank p, words (S, K, K) row-major), so the gradient buffer adds the beat into its
-row g; the sums over pixels and samples live there (``hw.grad_buffer``). Channels past O
-in the last group read as zero errors, so their products are zero.
+the error of P output channels with the K x K windows of b input channels (the
+activations replayed from the Act-RAM through the FP line buffer). Per pixel it walks
+the steps (group g, pass i) g-major, i-minor like the FP engine (G = ceil(O / P) groups,
+v = ceil(S / b) passes; b = S, v = 1 unless the mapping folds); step (g, i) is one beat
+of ``grads``: ``row = g*v + i`` and
+``values[p][(c, ky, kx)] = err[gP+p] * window[i*b+c][ky][kx]``, laid out like LPRAM
+address ``g*v + i`` (bank p, words (b, K, K) row-major), so the gradient buffer adds the
+beat into its row g*v + i; the sums over pixels and samples live there
+(``hw.grad_buffer``). Channels past O in the last group read as zero errors and
+channels past S in the last pass as zero activations, so their products are zero.
 
 Biases (``bias=True``): their gradient is the sum of the errors over the pixels, so a
 second output ``bias_grads`` carries, in the same beat as each ``grads`` beat, ``row = g``
-and ``values[p] = err[gP+p]`` (zero past O): the same beat shape as the weights' with one
-word per row, for a bias gradient buffer to sum like the weights'. (Summing the pixels
-of a sample here instead would need O accumulators, a read-modify-write RAM like the
-gradient buffer's, for no fewer beats on fully connected layers.)
+and ``values[p] = err[gP+p]`` (zero past O) on the beat of pass 0 and zeros on the
+beats of later passes, so a bias buffer of G rows sums each error once: the same beat
+shape as the weights' with one word per row. (Summing the pixels of a sample here
+instead would need O accumulators, a read-modify-write RAM like the gradient buffer's,
+for no fewer beats on fully connected layers.)
 
-Pipeline, from the cycle a group is issued:
+Pipeline, from the cycle a step is issued:
 
 ====================  ===============================================================
-issue                 group g's P errors selected from the held error pixel; they and
-                      the window go straight into the multipliers' input registers
+issue                 group g's P errors and pass i's b*K*K activations selected from
+                      the held error pixel and window (a G:1 and a v:1 mux); they go
+                      straight into the multipliers' input registers
 +LATENCY              products (``hw.mult.Multiplier``), whose output registers are the
                       ``grads`` payload; the errors, delayed alike, the ``bias_grads`` payload
 ====================  ===============================================================
 
 No weight read has to be waited for, so unlike the FP and EB engines there is no
-operand register in front of the multipliers (it would cost S*K*K + P words of
-flip-flops and only repeat the multipliers' own input registers).
+operand register in front of the multipliers (it would cost b*K*K + P words of
+flip-flops and only repeat the multipliers' own input registers); the two selects
+are the only logic in front of those registers.
 
 Inputs: ``windows`` and ``errors`` are consumed in lockstep, one of each per output pixel,
-both taken when the pixel's last group issues; one pixel per G cycles and every
+both taken when the pixel's last step issues; one pixel per G*v cycles and every
 multiplier busy every cycle when both inputs flow and the outputs are ready.
 Flow control: one enable, ``advance``, holds every register; it rises when every output
 has taken the beat on display (an output that takes it early waits, flagged as
 taken, for the others), so a beat is never lost or duplicated on either output.
 """
 
-from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.conv_engine import window_layout
-from hw.engine_common import GroupIssue, Pipeline, group_words, multiply
+from hw.engine_common import Issue, Pipeline, fold, multiply, positive, select_words
 from hw.mult import LATENCY
-from hw.rounding import refuse
 from hw.stream_util import pixel_layout
 from mapping.numerics import WORD_BITS
 
 PRODUCT_BITS = 2 * WORD_BITS
 
 
-def grads_layout(groups, ces, words):
-    """One ``grads`` beat: group ``row`` and P rows of ``words`` exact products."""
-    return data.StructLayout({"row": range(groups),
+def grads_layout(rows, ces, words):
+    """One ``grads`` beat: LPRAM address ``row`` and P rows of ``words`` exact products."""
+    return data.StructLayout({"row": range(rows),
                               "values": data.ArrayLayout(data.ArrayLayout(signed(PRODUCT_BITS), words), ces)})
 
 
@@ -64,28 +69,30 @@ def bias_grads_layout(groups, ces):
 
 
 class GradientEngine(wiring.Component):
-    """``ces`` (P) CEs of ``in_channels`` (S) tiles of ``kernel`` x ``kernel``, over O = ``out_channels``.
+    """``ces`` (P) CEs of ``tiles`` (b) tiles of ``kernel`` x ``kernel``, over S = ``in_channels`` and
+    O = ``out_channels``.
 
     Ports: ``windows`` (activation windows of the S input channels, one per output pixel),
     ``errors`` (the O output-channel errors of that pixel), ``grads`` and, with ``bias``,
-    ``bias_grads`` (one beat per pixel and group each).
-    ``latency``: cycles from issuing a group to its beat, with no stall.
+    ``bias_grads`` (one beat per pixel and step each: ``rows`` = G*v per pixel).
+    ``tiles``: b, None for one per input channel; ``passes``: v.
+    ``latency``: cycles from issuing a step to its beat, with no stall.
     """
 
-    def __init__(self, *, in_channels, out_channels, kernel, ces, bias=False, family=None):
-        for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
-                            ("kernel", kernel), ("ces", ces)):
-            if value < 1:
-                refuse(self, f"gradient engine: {name} = {value} must be at least 1")
+    def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, bias=False, family=None):
+        positive(self, "gradient engine", in_channels=in_channels, out_channels=out_channels, kernel=kernel,
+                 ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.bias, self.family = kernel, ces, bias, family
+        self.tiles, self.passes = fold(self, "gradient engine", in_channels, tiles)
         self.groups = -(-out_channels // ces)
-        self.words = in_channels * kernel * kernel
+        self.rows = self.groups * self.passes
+        self.words = self.tiles * kernel * kernel
         self.latency = LATENCY
         members = {
             "windows": In(stream.Signature(window_layout(in_channels, kernel))),
             "errors": In(stream.Signature(pixel_layout(out_channels))),
-            "grads": Out(stream.Signature(grads_layout(self.groups, ces, self.words))),
+            "grads": Out(stream.Signature(grads_layout(self.rows, ces, self.words))),
         }
         if bias:
             members["bias_grads"] = Out(stream.Signature(bias_grads_layout(self.groups, ces)))
@@ -93,19 +100,20 @@ class GradientEngine(wiring.Component):
 
     @classmethod
     def from_slice(cls, layer_slice, family=None):
-        """The PG engine of a ``mapping.nodeconfig.LayerSlice``: P CEs of S tiles.
+        """The PG engine of a ``mapping.nodeconfig.LayerSlice``: P CEs of b tiles, b = its FP engine's
+        (the gradient rows are laid out like the LPRAM's).
 
         ``bias`` is set on the slice that owns the layer's biases (the last node of an ICP
         layer, every OCP node), as in ``hw.grad_buffer.GradientBuffer.from_slice``.
         """
         s = layer_slice
         e, k = s.pg, s.kernel
-        if (e.tiles, e.kernel) != (s.in_channels, k):
+        if (e.tiles, e.kernel) != (s.fp.tiles, k):
             raise ValueError(
                 f"gradient engine: layer {s.layer} has a PG engine of {e.ces} CEs of {e.tiles} tiles of "
-                f"{e.kernel}x{e.kernel}, but its slice needs {s.in_channels} tiles (one per input "
-                f"channel) of {k}x{k}")
-        return cls(in_channels=s.in_channels, out_channels=s.out_channels, kernel=k, ces=e.ces,
+                f"{e.kernel}x{e.kernel}, but its slice needs {s.fp.tiles} tiles (as its FP engine, whose "
+                f"LPRAM rows the gradients follow) of {k}x{k}")
+        return cls(in_channels=s.in_channels, out_channels=s.out_channels, kernel=k, ces=e.ces, tiles=e.tiles,
                    bias=s.bias and (s.mode == "ocp" or s.last), family=family)
 
     @property
@@ -132,20 +140,23 @@ class GradientEngine(wiring.Component):
             m.d.sync += taken.eq(done)
 
         both = self.windows.valid & self.errors.valid
-        issue = GroupIssue(m, self.groups, both, advance)
+        issue = Issue(m, self.groups, self.passes, both, advance, group_major=True)
         m.d.comb += [self.windows.ready.eq(issue.accept & self.errors.valid),
                      self.errors.ready.eq(issue.accept & self.windows.valid)]
 
-        window = self.windows.payload
-        errors = pixel_layout(self.ces)(group_words(self.errors.payload, issue.group, self.groups, self.ces))
+        window = window_layout(self.tiles, self.kernel)(
+            select_words(self.windows.payload, issue.pass_, self.passes, self.words))
+        errors = pixel_layout(self.ces)(select_words(self.errors.payload, issue.group, self.groups, self.ces))
         for p in range(self.ces):
             for j in range(self.words):
                 product = multiply(m, f"mult_{p}_{j}", errors[p], window[j], advance, self.family)
                 m.d.comb += self.grads.payload.values[p][j].eq(product)
-        row = pipe.delay(issue.group, LATENCY)
-        m.d.comb += [valid.eq(pipe.delay(both, LATENCY)), self.grads.payload.row.eq(row)]
+        m.d.comb += [valid.eq(pipe.delay(both, LATENCY)),
+                     self.grads.payload.row.eq(pipe.delay(issue.addr, LATENCY))]
         if self.bias:
-            m.d.comb += [self.bias_grads.payload.row.eq(row),
-                         self.bias_grads.payload.values.eq(pipe.delay(errors.as_value(), LATENCY))]
+            # Each error once per pixel: on pass 0's beat, zeros on the later passes'.
+            once = Mux(issue.first_pass, errors.as_value(), 0)
+            m.d.comb += [self.bias_grads.payload.row.eq(pipe.delay(issue.group, LATENCY)),
+                         self.bias_grads.payload.values.eq(pipe.delay(once, LATENCY))]
         pipe.attach(m, advance)
         return m

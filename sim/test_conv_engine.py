@@ -8,18 +8,26 @@ from amaranth.hdl import Fragment
 
 from hw.conv_engine import ConvEngine
 from mapping import tensor_ops
+from mapping.nodeconfig import Engine, LayerSlice
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
 
 
-def weight_rows(weights, ces, rng):
-    """ROM rows: row g, bank p = output channel g*P + p flattened (S, K, K); rows past OC are junk."""
-    oc = weights.shape[0]
-    taps = weights[0].size
-    groups = -(-oc // ces)
-    junk = rng.integers(WORD_MIN, WORD_MAX + 1, (groups * ces, taps))
-    flat = np.concatenate([weights.reshape(oc, taps), junk[oc:]])
-    return [[[int(v) for v in flat[g * ces + p]] for p in range(ces)] for g in range(groups)]
+def lpram_rows(weights, ces, tiles, rng=None):
+    """The folded LPRAM layout of weights (O, S, K, K): (G*v, P, b*K*K) rows.
+
+    Address g*v + i, bank p holds output channel g*P + p for input channels i*b .. i*b+b-1,
+    flattened (b, K, K); padded words (channel >= O or >= S) are zero, or random junk from
+    ``rng`` (the engines must not depend on them).
+    """
+    o, s, k, _ = weights.shape
+    groups, passes = -(-o // ces), -(-s // tiles)
+    full = np.zeros((groups * ces, passes * tiles, k, k), dtype=np.int64)
+    if rng is not None:
+        full[:] = rng.integers(WORD_MIN, WORD_MAX + 1, full.shape)
+    full[:o, :s] = weights
+    return (full.reshape(groups, ces, passes, tiles * k * k).transpose(0, 2, 1, 3)
+            .reshape(groups * passes, ces, -1))
 
 
 def expected_beats(out, ces):
@@ -38,10 +46,10 @@ class Run:
     want: np.ndarray
     transfers: list  # clock edges (counted from 1) at which a partial-sum beat was taken
     simulated: int   # clock edges simulated in all
-    latency: int
+    engine: ConvEngine
 
 
-def run_engine(*, channels, kernel, ces, out_channels, size, stride=1, padding=0, rng,
+def run_engine(*, channels, kernel, ces, out_channels, size, stride=1, padding=0, tiles=None, rng,
                stall=0.0, samples=1, family=None, deadline=None):
     shape = (channels, size, size)
     xs = [rng.integers(WORD_MIN, WORD_MAX + 1, shape) for _ in range(samples)]
@@ -49,8 +57,9 @@ def run_engine(*, channels, kernel, ces, out_channels, size, stride=1, padding=0
     # Extremes on one sample: the largest products and sums the words allow.
     xs[0][:, 0, :] = WORD_MIN
     weights[0] = WORD_MIN
-    engine = ConvEngine(channels=channels, kernel=kernel, ces=ces, out_channels=out_channels, family=family)
-    dut = EngineWithWeights(engine, weight_rows(weights, ces, rng))
+    engine = ConvEngine(channels=channels, kernel=kernel, ces=ces, out_channels=out_channels, tiles=tiles,
+                        family=family)
+    dut = EngineWithWeights(engine, lpram_rows(weights, ces, engine.tiles, rng).tolist())
     windows = [[int(v) for v in win.reshape(-1)]
                for x in xs for row in tensor_ops.windows(x, kernel, stride, padding) for win in row]
     want = np.concatenate([expected_beats(tensor_ops.conv_forward(x, weights, stride, padding), ces)
@@ -70,56 +79,92 @@ def run_engine(*, channels, kernel, ces, out_channels, size, stride=1, padding=0
                 state["transfers"].append(state["now"])
 
     if deadline is None:
-        deadline = int(len(want) / (1 - stall) ** 2 * 3) + engine.latency + 20
+        deadline = int(len(want) * engine.passes / (1 - stall) ** 2 * 3) + engine.latency + 20
     simulate(dut, producer, consumer, processes=[clock], deadline=deadline)
     return Run(np.array(state["beats"], dtype=np.int64).reshape(want.shape), want, state["transfers"],
-               state["now"], engine.latency)
+               state["now"], engine)
 
 
 CORNERS = {
-    # name: (channels, kernel, ces, out_channels, size, stride, padding)
-    "3x3-pad-oc-not-multiple-of-p": (3, 3, 2, 5, 5, 1, 1),
-    "1x1-kernel": (4, 1, 3, 7, 3, 1, 0),
-    "5x5-stride-2": (2, 5, 2, 4, 7, 2, 2),
-    "one-ce": (2, 3, 1, 3, 4, 1, 1),
-    "one-pixel-map": (3, 3, 4, 6, 1, 1, 1),
-    "oc-below-p": (1, 3, 4, 3, 3, 2, 1),
+    # name: (channels S, kernel, ces P, out_channels, size, stride, padding, tiles b)
+    "3x3-pad-oc-not-multiple-of-p": (3, 3, 2, 5, 5, 1, 1, None),
+    "1x1-kernel": (4, 1, 3, 7, 3, 1, 0, None),
+    "5x5-stride-2": (2, 5, 2, 4, 7, 2, 2, None),
+    "one-ce": (2, 3, 1, 3, 4, 1, 1, None),
+    "one-pixel-map": (3, 3, 4, 6, 1, 1, 1, None),
+    "oc-below-p": (1, 3, 4, 3, 3, 2, 1, None),
+    "fold-3x3-s5-b2-padded-pass": (5, 3, 2, 5, 4, 1, 1, 2),
+    "fold-1x1-s5-b2-padded-pass": (5, 1, 2, 5, 3, 1, 0, 2),
+    "fold-3x3-s4-b2-exact-passes": (4, 3, 2, 5, 4, 2, 1, 2),
+    "fold-1x1-s4-b2-exact-passes": (4, 1, 3, 7, 3, 1, 0, 2),
+    "fold-b-equals-s": (3, 3, 2, 5, 4, 1, 1, 3),
+    "fold-one-tile-one-ce": (3, 3, 1, 2, 3, 1, 1, 1),
 }
 
 
 @pytest.mark.parametrize("name", CORNERS)
 def test_matches_conv_forward_with_stalls(name):
-    channels, kernel, ces, out_channels, size, stride, padding = CORNERS[name]
+    channels, kernel, ces, out_channels, size, stride, padding, tiles = CORNERS[name]
     run = run_engine(channels=channels, kernel=kernel, ces=ces, out_channels=out_channels, size=size,
-                     stride=stride, padding=padding, rng=np.random.default_rng(len(name)), stall=0.3)
+                     stride=stride, padding=padding, tiles=tiles, rng=np.random.default_rng(len(name)),
+                     stall=0.3)
     np.testing.assert_array_equal(run.got, run.want)
 
 
-def test_one_beat_per_cycle_with_continuous_input():
-    """Two samples back to back, no stall: a beat every cycle from the first at latency + 1."""
-    run = run_engine(channels=2, kernel=3, ces=2, out_channels=4, size=4, padding=1,
-                     rng=np.random.default_rng(5), samples=2)
+@pytest.mark.parametrize("channels, kernel, tiles, passes, latency", [
+    (2, 3, None, 1, 1 + 2 + 5),     # unfolded: adder tree of 18 products, 5 levels
+    (5, 3, 2, 3, 1 + 2 + 5 + 1),    # 3 passes, the last one half padding; + the accumulator
+    (4, 1, 2, 2, 1 + 2 + 1 + 1),    # 1x1: a tree of 2 products, 1 level
+])
+def test_g_times_v_cycles_per_window_with_continuous_input(channels, kernel, tiles, passes, latency):
+    """Two samples back to back, no stall: a beat every v cycles from the first at latency + v.
+
+    The window's first step issues in cycle 0, so the last of its W*G beats leaves on
+    edge latency + W*G*v: every multiplier busy every cycle.
+    """
+    run = run_engine(channels=channels, kernel=kernel, ces=2, out_channels=5, size=4, padding=kernel // 2,
+                     tiles=tiles, rng=np.random.default_rng(5), samples=2)
     np.testing.assert_array_equal(run.got, run.want)
-    assert run.transfers == list(range(run.latency + 1, run.latency + len(run.want) + 1))
+    assert (run.engine.passes, run.engine.latency) == (passes, latency)
+    beats = 2 * 16 * 3  # samples x pixels x groups
+    assert run.transfers == [latency + passes * n for n in range(1, beats + 1)]
 
 
-def test_from_slice_reads_the_fp_engine():
-    from mapping.nodeconfig import Engine, LayerSlice
-
+def fp_slice(**changes):
     fields = dict(layer="conv2", position=1, kind="conv", mode="icp", in_shape=(8, 6, 6),
                   out_shape=(10, 6, 6), kernel=3, stride=1, padding=1, bias=True, relu=True, pool=None,
                   in_range=(2, 5), out_range=(0, 10), first=False, last=False, needs_eb=True,
                   fp=Engine(ces=4, tiles=3, kernel=3), eb=Engine(ces=3, tiles=4, kernel=3),
                   pg=Engine(ces=1, tiles=1, kernel=3), act_ram_words=0, line_buffer_words=0,
                   pab_words=0, lgb_words=0, weights_offchip=False)
-    engine = ConvEngine.from_slice(LayerSlice(**fields))
-    assert (engine.channels, engine.kernel, engine.ces, engine.out_channels, engine.groups) == (3, 3, 4, 10, 3)
-    mults = [name for _, name, _ in Fragment.get(engine, None).subfragments if name.startswith("mult_")]
-    assert len(mults) == engine.multipliers == 4 * 3 * 9
-    with pytest.raises(ValueError, match="FP engine of 2 tiles of 3x3, but its slice needs 3 tiles"):
-        ConvEngine.from_slice(LayerSlice(**{**fields, "fp": Engine(ces=4, tiles=2, kernel=3)}))
+    return LayerSlice(**(fields | changes))
 
 
-def test_refuses_zero_ces():
+def mults(engine):
+    """The engine's multiplier instances, counted in its elaborated hierarchy."""
+    return sum(name.startswith("mult_") for _, name, _ in Fragment.get(engine, None).subfragments)
+
+
+@pytest.mark.parametrize("tiles, passes", [(3, 1), (2, 2), (1, 3)])
+def test_from_slice_reads_the_fp_engine(tiles, passes):
+    engine = ConvEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=tiles, kernel=3)))
+    assert (engine.channels, engine.kernel, engine.ces, engine.out_channels) == (3, 3, 4, 10)
+    assert (engine.tiles, engine.passes, engine.groups, engine.rows) == (tiles, passes, 3, 3 * passes)
+    assert mults(engine) == engine.multipliers == 4 * tiles * 9
+
+
+def test_from_slice_refuses_a_mismatched_fp_engine():
+    with pytest.raises(ValueError, match=r"FP engine of 4 tiles of 3x3, but its slice needs at most 3 tiles "
+                                         r"\(one per input channel\) of 3x3"):
+        ConvEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=4, kernel=3)))
+    with pytest.raises(ValueError, match="FP engine of 2 tiles of 5x5, but its slice needs at most 3 tiles"):
+        ConvEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=2, kernel=5)))
+
+
+def test_refuses_zero_ces_and_tiles_outside_the_channels():
     with pytest.raises(ValueError, match="ces = 0 must be at least 1"):
         ConvEngine(channels=1, kernel=3, ces=0, out_channels=4)
+    for tiles in (0, 4):
+        with pytest.raises(ValueError, match=f"conv engine: tiles = {tiles} must be between 1 and the 3 "
+                                             f"input channels"):
+            ConvEngine(channels=3, kernel=3, ces=2, out_channels=4, tiles=tiles)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from amaranth.hdl import Fragment, Module
+from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -16,7 +16,7 @@ from hw.stream_util import pixel_layout
 from mapping import tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_conv_engine import weight_rows
+from sim.test_conv_engine import lpram_rows, mults
 from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
 
 
@@ -51,20 +51,20 @@ class Run:
     want: np.ndarray
     transfers: list  # clock edges (counted from 1) at which an errors beat was taken
     issues: int      # cycles with weight_en high
-    groups: int
-    latency: int
+    addrs: list      # weight_addr of the first window's G*v steps
+    engine: ErrorEngine
 
 
-def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, padding=0, rng, stall=0.0,
-               samples=1):
+def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, padding=0, tiles=None, rng,
+               stall=0.0, samples=1):
     weights, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                                    size=size, stride=stride, padding=padding, samples=samples)
-    engine = ErrorEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces)
-    dut = EngineWithWeights(engine, weight_rows(weights, ces, rng), ("windows", "errors"))
+    engine = ErrorEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces, tiles=tiles)
+    dut = EngineWithWeights(engine, lpram_rows(weights, ces, engine.tiles, rng).tolist(), ("windows", "errors"))
     windows = [w for e in errs for w in error_windows(e, kernel, stride, padding, (size, size))]
     want = expected(errs, weights, (in_channels, size, size), stride, padding)
     assert len(windows) == len(want)
-    state = {"now": 0, "transfers": [], "issues": 0}
+    state = {"now": 0, "transfers": [], "issues": 0, "addrs": []}
 
     async def producer(ctx):
         await put(ctx, dut.windows, windows, rng, stall)
@@ -73,49 +73,68 @@ def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, paddin
         state["beats"] = await get(ctx, dut.errors, len(want), rng, stall, decode=lambda p: as_ints(p.values))
 
     async def clock(ctx):
-        async for _, _, valid, ready, en in ctx.tick().sample(dut.errors.valid, dut.errors.ready,
-                                                               engine.weight_en):
+        async for _, _, valid, ready, en, addr in ctx.tick().sample(dut.errors.valid, dut.errors.ready,
+                                                                     engine.weight_en, engine.weight_addr):
             state["now"] += 1
             state["issues"] += en
+            if en and len(state["addrs"]) < engine.rows:
+                state["addrs"].append(addr)
             if valid and ready:
                 state["transfers"].append(state["now"])
 
-    deadline = int(len(want) * engine.groups / (1 - stall) ** 2 * 3) + engine.latency + 20
+    deadline = int(len(want) * engine.rows / (1 - stall) ** 2 * 3) + engine.latency + 20
     simulate(dut, producer, consumer, processes=[clock], deadline=deadline)
     return Run(np.array(state["beats"], dtype=np.int64).reshape(want.shape), want, state["transfers"],
-               state["issues"], engine.groups, engine.latency)
+               state["issues"], state["addrs"], engine)
 
 
 CORNERS = {
-    # name: (in_channels S, out_channels O, kernel, ces P, size H = W, stride, padding)
-    "3x3-pad-o-not-multiple-of-p": (2, 5, 3, 2, 4, 1, 1),
-    "3x3-stride-2-pad": (3, 3, 3, 2, 5, 2, 1),
-    "1x1-one-input-channel": (1, 7, 1, 3, 3, 1, 0),
-    "1x1-stride-2": (2, 4, 1, 4, 4, 2, 0),
-    "5x5-stride-2-unpadded": (1, 3, 5, 2, 7, 2, 0),
-    "5x5-pad-one-group": (2, 2, 5, 4, 3, 1, 1),
-    "one-tile-per-ce": (3, 3, 3, 1, 3, 1, 0),
+    # name: (in_channels S, out_channels O, kernel, ces P, size H = W, stride, padding, tiles b)
+    "3x3-pad-o-not-multiple-of-p": (2, 5, 3, 2, 4, 1, 1, None),
+    "3x3-stride-2-pad": (3, 3, 3, 2, 5, 2, 1, None),
+    "1x1-one-input-channel": (1, 7, 1, 3, 3, 1, 0, None),
+    "1x1-stride-2": (2, 4, 1, 4, 4, 2, 0, None),
+    "5x5-stride-2-unpadded": (1, 3, 5, 2, 7, 2, 0, None),
+    "5x5-pad-one-group": (2, 2, 5, 4, 3, 1, 1, None),
+    "one-tile-per-ce": (3, 3, 3, 1, 3, 1, 0, None),
+    "fold-3x3-s5-b2-padded-pass": (5, 5, 3, 2, 4, 1, 1, 2),
+    "fold-1x1-s5-b2-padded-pass": (5, 5, 1, 2, 3, 1, 0, 2),
+    "fold-3x3-stride-2-s4-b2-exact-passes": (4, 5, 3, 2, 5, 2, 1, 2),
+    "fold-1x1-s4-b2-exact-passes": (4, 7, 1, 3, 3, 1, 0, 2),
+    "fold-b-equals-s": (3, 5, 3, 2, 4, 1, 1, 3),
+    "fold-one-ce-one-group": (3, 2, 3, 4, 3, 1, 1, 1),
 }
 
 
 @pytest.mark.parametrize("name", CORNERS)
 def test_matches_conv_backward_with_stalls(name):
-    s, o, kernel, ces, size, stride, padding = CORNERS[name]
+    s, o, kernel, ces, size, stride, padding, tiles = CORNERS[name]
     run = run_engine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, size=size, stride=stride,
-                     padding=padding, rng=np.random.default_rng(len(name)), stall=0.3)
+                     padding=padding, tiles=tiles, rng=np.random.default_rng(len(name)), stall=0.3)
     np.testing.assert_array_equal(run.got, run.want)
 
 
-def test_one_window_per_g_cycles_with_continuous_input():
-    """No stall, two samples: the weight port (hence every multiplier) is busy every cycle."""
-    run = run_engine(in_channels=2, out_channels=5, kernel=3, ces=2, size=3, padding=1,
-                     rng=np.random.default_rng(3), samples=2)
+@pytest.mark.parametrize("in_channels, kernel, tiles, passes, latency", [
+    (2, 3, None, 1, 2 + 2 + 5),  # adder trees of P*K*K = 18 products, 5 levels
+    (5, 3, 2, 3, 2 + 2 + 5),     # folding adds no stage: the accumulator is there anyway
+    (4, 1, 2, 2, 2 + 2 + 1),
+])
+def test_g_times_v_cycles_per_window_with_continuous_input(in_channels, kernel, tiles, passes, latency):
+    """No stall, two samples: the weight port (hence every multiplier) is busy every cycle.
+
+    The first window's last step issues in cycle G*v - 1, so its beat leaves on edge
+    G*v + latency and window n's on edge n*G*v + latency (n from 1).
+    """
+    run = run_engine(in_channels=in_channels, out_channels=5, kernel=kernel, ces=2, size=3,
+                     padding=kernel // 2, tiles=tiles, rng=np.random.default_rng(3), samples=2)
     np.testing.assert_array_equal(run.got, run.want)
-    assert run.groups == 3
-    # The producer's first window is valid on edge 1 and its last group issues G - 1 cycles later.
-    first = run.groups + run.latency
-    assert run.transfers == list(range(first, first + run.groups * len(run.want), run.groups))
-    assert run.issues == run.groups * len(run.want)
+    e = run.engine
+    assert (e.groups, e.passes, e.latency) == (3, passes, latency)
+    steps = e.groups * passes
+    assert run.transfers == [n * steps + latency for n in range(1, len(run.want) + 1)]
+    assert run.issues == steps * len(run.want)
+    # i-major, g-minor: address g*v + i.
+    assert run.addrs == [g * passes + i for i in range(passes) for g in range(e.groups)]
 
 
 class ErrorPath(wiring.Component):
@@ -178,15 +197,25 @@ def eb_slice(**changes):
 def test_from_slice_reads_the_eb_engine():
     engine = ErrorEngine.from_slice(eb_slice())
     assert (engine.in_channels, engine.out_channels, engine.kernel, engine.ces, engine.groups) == (3, 10, 3, 4, 3)
-    mults = [name for _, name, _ in Fragment.get(engine, None).subfragments if name.startswith("mult_")]
-    assert len(mults) == engine.multipliers == eb_slice().eb.multipliers == 3 * 4 * 9
+    assert (engine.tiles, engine.passes) == (3, 1)
+    assert mults(engine) == engine.multipliers == eb_slice().eb.multipliers == 3 * 4 * 9
+    folded = eb_slice(fp=Engine(ces=4, tiles=2, kernel=3), eb=Engine(ces=2, tiles=4, kernel=3))
+    engine = ErrorEngine.from_slice(folded)
+    assert (engine.tiles, engine.passes, engine.rows) == (2, 2, 6)
+    assert mults(engine) == engine.multipliers == folded.eb.multipliers == 2 * 4 * 9
     with pytest.raises(ValueError, match=r"EB engine of 3 CEs of 2 tiles of 3x3, but its slice needs 3 CEs "
-                                         r"\(one per input channel\) of 4 tiles \(one per LPRAM bank\)"):
+                                         r"\(one per FP tile\) of 4 tiles \(one per LPRAM bank\)"):
         ErrorEngine.from_slice(eb_slice(eb=Engine(ces=3, tiles=2, kernel=3)))
+    with pytest.raises(ValueError, match="EB engine of 3 CEs of 4 tiles of 3x3, but its slice needs 2 CEs"):
+        ErrorEngine.from_slice(eb_slice(fp=Engine(ces=4, tiles=2, kernel=3)))
     with pytest.raises(ValueError, match="error engine: layer conv2 is the network's first weighted layer"):
         ErrorEngine.from_slice(eb_slice(needs_eb=False, eb=Engine(0, 0, 3)))
 
 
-def test_refuses_zero_out_channels():
+def test_refuses_zero_out_channels_and_tiles_outside_the_channels():
     with pytest.raises(ValueError, match="error engine: out_channels = 0 must be at least 1"):
         ErrorEngine(in_channels=2, out_channels=0, kernel=3, ces=2)
+    for tiles in (0, 3):
+        with pytest.raises(ValueError, match=f"error engine: tiles = {tiles} must be between 1 and the 2 "
+                                             f"input channels"):
+            ErrorEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)

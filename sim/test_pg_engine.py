@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from amaranth.hdl import Fragment, Module
+from amaranth.hdl import Module
 from amaranth.lib import wiring
 
 from hw.grad_buffer import GradientBuffer
@@ -14,6 +14,7 @@ from hw.pg_engine import GradientEngine
 from mapping import numerics, tensor_ops
 from mapping.nodeconfig import Engine, Training
 from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.test_conv_engine import lpram_rows, mults
 from sim.test_eb_engine import eb_slice
 from sim.test_grad_buffer import FORMATS, full_index, sgd
 from sim.test_param_ram import banked, layer_slice
@@ -40,32 +41,35 @@ def pixel_inputs(xs, errs, kernel, stride, padding):
     return windows, pixels
 
 
-def expected_beats(xs, errs, kernel, stride, padding, ces):
-    """Per output pixel (raster order) and group g: the products err[gP+p] * window, zero past O."""
+def expected_beats(xs, errs, kernel, stride, padding, ces, tiles):
+    """Per output pixel (raster order) and step (g, i), g-major: row g*v + i and the products
+    err[gP+p] * window[i*b+c], zero past O and past S; the bias beats: row g and the errors on
+    pass 0, zeros on later passes."""
     beats, bias_beats = [], []
     for x, e in zip(xs, errs):
-        oc = e.shape[0]
-        groups = -(-oc // ces)
+        (oc, s), kk = (e.shape[0], x.shape[0]), kernel * kernel
+        groups, passes = -(-oc // ces), -(-s // tiles)
         padded = np.zeros((groups * ces,) + e.shape[1:], dtype=np.int64)
         padded[:oc] = e
-        win = tensor_ops.windows(x, kernel, stride, padding)
+        win = np.zeros((passes * tiles * kk,) + e.shape[1:], dtype=np.int64)
+        win[:s * kk] = tensor_ops.windows(x, kernel, stride, padding).reshape(e.shape[1:] + (-1,)).transpose(2, 0, 1)
         for y in range(e.shape[1]):
             for xx in range(e.shape[2]):
                 for g in range(groups):
                     errors = padded[g * ces:(g + 1) * ces, y, xx]
-                    beats.append((g, np.outer(errors, win[y, xx].reshape(-1))))
-                    bias_beats.append((g, errors))
+                    for i in range(passes):
+                        words = win[i * tiles * kk:(i + 1) * tiles * kk, y, xx]
+                        beats.append((g * passes + i, np.outer(errors, words)))
+                        bias_beats.append((g, errors if i == 0 else np.zeros_like(errors)))
     return beats, bias_beats
 
 
-def summed(beats, ces, out_channels):
-    """Sum beats into their rows: (O, ...) gradients, asserting the lanes past O stayed zero."""
-    groups = -(-out_channels // ces)
-    total = np.zeros((groups * ces,) + beats[0][1].shape[1:], dtype=np.int64)
+def by_row(beats, rows):
+    """The gradient buffer's model: the beats summed into their rows, (rows, P, words)."""
+    total = np.zeros((rows,) + beats[0][1].shape, dtype=np.int64)
     for row, values in beats:
-        total[row * ces:(row + 1) * ces] += values
-    assert not total[out_channels:].any()
-    return total[:out_channels]
+        total[row] += values
+    return total.reshape(rows, total.shape[1], -1)
 
 
 @dataclass
@@ -73,12 +77,10 @@ class Run:
     grads: list       # (row, (P, words) array) per beat
     bias_grads: list  # (row, (P,) array) per beat, or []
     transfers: list   # clock edges (counted from 1) at which a grads beat was taken
-    latency: int
-    groups: int
 
 
 def run_engine(engine, windows, pixels, rng, stall=0.0):
-    beats = len(windows) * engine.groups
+    beats = len(windows) * engine.rows
     state = {"now": 0, "transfers": [], "bias": []}
 
     def decode(payload):
@@ -106,49 +108,63 @@ def run_engine(engine, windows, pixels, rng, stall=0.0):
     benches = [windows_in, errors_in, grads_out] + ([bias_out] if engine.bias else [])
     deadline = int(beats / (1 - stall) ** 3 * 4) + engine.latency + 20
     simulate(engine, *benches, processes=[clock], deadline=deadline)
-    return Run(state["grads"], state["bias"], state["transfers"], engine.latency, engine.groups)
+    return Run(state["grads"], state["bias"], state["transfers"])
 
 
 CORNERS = {
-    # name: (in_channels S, out_channels O, kernel, ces P, size H = W, stride, padding, bias)
-    "3x3-pad-o-not-multiple-of-p": (2, 5, 3, 2, 4, 1, 1, True),
-    "3x3-stride-2-unpadded": (1, 3, 3, 2, 5, 2, 0, False),
-    "3x3-stride-2-pad": (2, 4, 3, 4, 5, 2, 1, True),
-    "1x1-stride-1": (3, 7, 1, 3, 3, 1, 0, True),
-    "1x1-stride-2-pad": (1, 2, 1, 1, 4, 2, 1, False),
+    # name: (in_channels S, out_channels O, kernel, ces P, size H = W, stride, padding, bias, tiles b)
+    "3x3-pad-o-not-multiple-of-p": (2, 5, 3, 2, 4, 1, 1, True, None),
+    "3x3-stride-2-unpadded": (1, 3, 3, 2, 5, 2, 0, False, None),
+    "3x3-stride-2-pad": (2, 4, 3, 4, 5, 2, 1, True, None),
+    "1x1-stride-1": (3, 7, 1, 3, 3, 1, 0, True, None),
+    "1x1-stride-2-pad": (1, 2, 1, 1, 4, 2, 1, False, None),
+    "fold-3x3-s5-b2-padded-pass": (5, 5, 3, 2, 4, 1, 1, True, 2),
+    "fold-1x1-s5-b2-padded-pass": (5, 5, 1, 2, 3, 1, 0, True, 2),
+    "fold-3x3-stride-2-s4-b2-exact-passes": (4, 5, 3, 2, 5, 2, 1, True, 2),
+    "fold-1x1-s4-b2-exact-passes": (4, 7, 1, 3, 3, 1, 0, False, 2),
+    "fold-b-equals-s": (3, 5, 3, 2, 4, 1, 1, True, 3),
+    "fold-one-tile-one-group": (3, 2, 3, 4, 3, 1, 1, True, 1),
 }
 
 
 @pytest.mark.parametrize("name", CORNERS)
 def test_products_sum_to_conv_weight_grad_with_stalls(name):
-    s, o, kernel, ces, size, stride, padding, bias = CORNERS[name]
+    s, o, kernel, ces, size, stride, padding, bias, tiles = CORNERS[name]
     rng = np.random.default_rng(len(name))
     xs, errs = random_problem(rng, in_channels=s, out_channels=o, kernel=kernel, size=size, stride=stride,
                               padding=padding, samples=2)
-    engine = GradientEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, bias=bias)
+    engine = GradientEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, tiles=tiles, bias=bias)
     run = run_engine(engine, *pixel_inputs(xs, errs, kernel, stride, padding), rng, stall=0.3)
 
-    want, want_bias = expected_beats(xs, errs, kernel, stride, padding, ces)
+    want, want_bias = expected_beats(xs, errs, kernel, stride, padding, ces, engine.tiles)
     assert [row for row, _ in run.grads] == [row for row, _ in want]
     for (_, got), (_, values) in zip(run.grads, want):
         np.testing.assert_array_equal(got, values)
+    # Summed by row, the gradient in the folded LPRAM layout, zero in every padded word.
     dw = sum(tensor_ops.conv_weight_grad(x, e, kernel, stride, padding) for x, e in zip(xs, errs))
-    np.testing.assert_array_equal(summed(run.grads, ces, o).reshape(dw.shape), dw)
+    np.testing.assert_array_equal(by_row(run.grads, engine.rows), lpram_rows(dw, ces, engine.tiles))
     if bias:
         assert [row for row, _ in run.bias_grads] == [row for row, _ in want_bias]
+        for (_, got), (_, values) in zip(run.bias_grads, want_bias):
+            np.testing.assert_array_equal(got, values)
+        # A buffer of G rows counts each error once, whatever v.
         db = sum(tensor_ops.bias_grad(e) for e in errs)
-        np.testing.assert_array_equal(summed(run.bias_grads, ces, o), db)
+        np.testing.assert_array_equal(by_row(run.bias_grads, engine.groups),
+                                      lpram_rows(db.reshape(o, 1, 1, 1), ces, 1))
 
 
-def test_one_beat_per_cycle_with_continuous_input():
+@pytest.mark.parametrize("in_channels, kernel, tiles, passes", [(2, 3, None, 1), (5, 3, 2, 3), (4, 1, 2, 2)])
+def test_one_beat_per_cycle_with_continuous_input(in_channels, kernel, tiles, passes):
+    """No stall, two samples: W*G*v beats, one per cycle from edge latency + 1, so the last
+    leaves on edge latency + W*G*v (G*v cycles per output pixel)."""
     rng = np.random.default_rng(4)
-    xs, errs = random_problem(rng, in_channels=2, out_channels=5, kernel=3, size=3, stride=1, padding=1,
-                              samples=2)
-    engine = GradientEngine(in_channels=2, out_channels=5, kernel=3, ces=2, bias=True)
-    run = run_engine(engine, *pixel_inputs(xs, errs, 3, 1, 1), rng)
-    beats = len(run.grads)
-    assert beats == 2 * 9 * 3
-    assert run.transfers == list(range(run.latency + 1, run.latency + 1 + beats))
+    xs, errs = random_problem(rng, in_channels=in_channels, out_channels=5, kernel=kernel, size=3, stride=1,
+                              padding=kernel // 2, samples=2)
+    engine = GradientEngine(in_channels=in_channels, out_channels=5, kernel=kernel, ces=2, tiles=tiles, bias=True)
+    run = run_engine(engine, *pixel_inputs(xs, errs, kernel, 1, kernel // 2), rng)
+    beats = 2 * 9 * 3 * passes
+    assert (engine.passes, engine.latency, len(run.grads), len(run.bias_grads)) == (passes, 2, beats, beats)
+    assert run.transfers == list(range(engine.latency + 1, engine.latency + 1 + beats))
 
 
 class EngineWithBuffers(wiring.Component):
@@ -247,26 +263,29 @@ def test_engine_feeds_the_gradient_buffers_of_weights_and_biases(ces, stall):
     assert WORD_MIN < want_w.min() and want_w.max() < WORD_MAX
 
 
-def multipliers(engine):
-    return sum(name.startswith("mult_") for _, name, _ in Fragment.get(engine, None).subfragments)
-
-
 def test_from_slice_reads_the_pg_engine_and_bias_ownership():
     engine = GradientEngine.from_slice(eb_slice(last=True))
     assert (engine.in_channels, engine.out_channels, engine.kernel, engine.ces, engine.groups) == (3, 10, 3, 4, 3)
-    assert multipliers(engine) == engine.multipliers == eb_slice().pg.multipliers == 4 * 3 * 9
+    assert mults(engine) == engine.multipliers == eb_slice().pg.multipliers == 4 * 3 * 9
     # Biases belong to the last node of an ICP layer and to every OCP node.
     assert "bias_grads" in engine.signature.members
     before_last = GradientEngine.from_slice(eb_slice(last=False))
-    assert "bias_grads" not in before_last.signature.members and multipliers(before_last) == 4 * 3 * 9
-    ocp = GradientEngine.from_slice(eb_slice(mode="ocp", in_range=(0, 8), out_range=(2, 5),
-                                             pg=Engine(ces=2, tiles=8, kernel=3)))
-    assert "bias_grads" in ocp.signature.members and multipliers(ocp) == 2 * 8 * 9
+    assert "bias_grads" not in before_last.signature.members and mults(before_last) == 4 * 3 * 9
+    wide = Engine(ces=2, tiles=8, kernel=3)
+    ocp = GradientEngine.from_slice(eb_slice(mode="ocp", in_range=(0, 8), out_range=(2, 5), fp=wide, pg=wide))
+    assert "bias_grads" in ocp.signature.members and mults(ocp) == 2 * 8 * 9
+    narrow = Engine(ces=4, tiles=2, kernel=3)
+    folded = GradientEngine.from_slice(eb_slice(fp=narrow, pg=narrow))
+    assert (folded.tiles, folded.passes, folded.rows) == (2, 2, 6) and mults(folded) == 4 * 2 * 9
     with pytest.raises(ValueError, match=r"gradient engine: layer conv2 has a PG engine of 4 CEs of 2 tiles "
-                                         r"of 3x3, but its slice needs 3 tiles \(one per input channel\)"):
+                                         r"of 3x3, but its slice needs 3 tiles \(as its FP engine"):
         GradientEngine.from_slice(eb_slice(pg=Engine(ces=4, tiles=2, kernel=3)))
 
 
-def test_refuses_zero_ces():
+def test_refuses_zero_ces_and_tiles_outside_the_channels():
     with pytest.raises(ValueError, match="gradient engine: ces = 0 must be at least 1"):
         GradientEngine(in_channels=2, out_channels=3, kernel=3, ces=0)
+    for tiles in (0, 3):
+        with pytest.raises(ValueError, match=f"gradient engine: tiles = {tiles} must be between 1 and the 2 "
+                                             f"input channels"):
+            GradientEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)

@@ -1,4 +1,5 @@
-"""What Yosys makes of the EB and PG engines: exactly one hard multiplier per multiplier of the engine.
+"""What Yosys makes of the EB and PG engines, and of all three folded: exactly one hard multiplier
+per multiplier of the engine.
 
 These counts ground the mapping's DSP estimate of a slice (``LayerSlice.multipliers``:
 FP + EB + PG, each ``S * P * K * K``). On xc7 the design is flattened and gets no I/O
@@ -8,6 +9,7 @@ internal assertion (as noted in sim/test_synthesis_arith.py and test_synthesis_d
 
 import pytest
 
+from hw.conv_engine import ConvEngine
 from hw.eb_engine import ErrorEngine
 from hw.pg_engine import GradientEngine
 from hw.synth import synthesize
@@ -35,3 +37,24 @@ def test_gradient_engine_uses_one_dsp_per_multiplier(family):
     assert result.bram == 0
     # No adders at all: the group mux of the errors and the handshake only.
     assert result.lut < 100
+
+
+FOLDED = {  # S = 5 input channels on b = 2 tiles: 3 passes, the last one half padding
+    "fp": lambda: ConvEngine(channels=5, kernel=K, ces=P, out_channels=O, tiles=2, family="ecp5"),
+    "eb": lambda: ErrorEngine(in_channels=5, out_channels=O, kernel=K, ces=P, tiles=2, family="ecp5"),
+    "pg": lambda: GradientEngine(in_channels=5, out_channels=O, kernel=K, ces=P, tiles=2, bias=True,
+                                 family="ecp5"),
+}
+
+
+@pytest.mark.parametrize("name", FOLDED)
+def test_folded_engine_uses_p_b_k_k_dsps_on_ecp5(name):
+    """Folding shrinks the array: 2*2*9 = 36 MULT18X18D, not the 2*5*9 = 90 of one tile per channel."""
+    engine = FOLDED[name]()
+    result = synthesize(engine, "ecp5")
+    assert result.dsp == engine.multipliers == P * 2 * K * K == 36
+    assert result.bram == 0
+    # The 3:1 pass select of FP and PG costs about two LUT4 per selected window bit
+    # (b*K*K*16 = 288), EB's group mux about 400; products built in LUTs would cost a few
+    # hundred each, over ten thousand here.
+    assert result.lut < 700
