@@ -55,8 +55,6 @@ pixel), stage B holds the read column, and the window register is the output
 payload; ``i.ready`` and the output advance depend combinationally on ``o.ready``.
 """
 
-from dataclasses import dataclass
-
 from amaranth.hdl import Array, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -66,90 +64,11 @@ from hw.conv_engine import window_layout
 from hw.param_ram import ram_attrs
 from hw.rounding import refuse
 from hw.stream_util import pixel_layout
+from mapping.line_walk import Axis, error_axis, row_steps, walk_cycles
 
 
 def _pair(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One dimension (rows or columns) of the virtual map."""
-
-    size: int         # input pixels
-    kernel: int
-    stride: int
-    pad_before: int
-    pad_after: int
-    dilation: int
-
-    @property
-    def virtual(self):
-        return self.pad_before + (self.size - 1) * self.dilation + 1 + self.pad_after
-
-    @property
-    def out(self):
-        return (self.virtual - self.kernel) // self.stride + 1
-
-    @property
-    def first_real(self):
-        return self.pad_before
-
-    @property
-    def last_real(self):
-        return self.pad_before + (self.size - 1) * self.dilation
-
-    @property
-    def first_end(self):
-        return self.kernel - 1
-
-    @property
-    def last_end(self):
-        return (self.out - 1) * self.stride + self.kernel - 1
-
-    @property
-    def scan_start(self):
-        """First virtual position a row step visits; everything before it is zero and ends no window."""
-        return min(self.pad_before, self.kernel - 1)
-
-    def real(self, v):
-        """Input index at virtual position ``v``, or None for a zero row/column."""
-        offset = v - self.pad_before
-        if offset < 0 or offset % self.dilation or offset // self.dilation >= self.size:
-            return None
-        return offset // self.dilation
-
-    def ends(self, v):
-        """Whether a window ends (has its last row/column) at virtual position ``v``."""
-        return self.first_end <= v <= self.last_end and (v - self.first_end) % self.stride == 0
-
-
-@dataclass(frozen=True)
-class RowStep:
-    has_in: bool      # the row is real: take its pixels
-    has_out: bool     # windows end in this row
-    real: tuple       # per window row: holds a real row (else zeros)
-    age: tuple        # per window row: rows written since it (0 = the incoming row)
-    end: int          # last virtual column visited
-
-
-def row_steps(rows, cols):
-    """The row steps of one sample (see the module docstring)."""
-    steps, written = [], 0
-    k = rows.kernel
-    for vy in range(rows.virtual):
-        has_in, has_out = rows.real(vy) is not None, rows.ends(vy)
-        if not (has_in or has_out):
-            continue
-        real, age = [], []
-        for ky in range(k):
-            r = rows.real(vy - k + 1 + ky)
-            real.append(r is not None)
-            age.append(written - r if r is not None else 0)
-        end = max(cols.last_end if has_out else 0, cols.last_real if has_in else 0)
-        steps.append(RowStep(has_in, has_out, tuple(real), tuple(age), end))
-        written += has_in
-    return steps
 
 
 class LineBuffer(wiring.Component):
@@ -193,11 +112,10 @@ class LineBuffer(wiring.Component):
 
         One window per input pixel; with the flipped kernels each gives that pixel's error.
         """
-        out_h, out_w = ((n + 2 * padding - kernel) // stride + 1 for n in (in_height, in_width))
-        return cls(channels=channels, height=out_h, width=out_w, kernel=kernel, stride=1,
-                   pad_before=kernel - 1 - padding, dilation=stride,
-                   pad_after=(in_height - 1 + padding - (out_h - 1) * stride,
-                              in_width - 1 + padding - (out_w - 1) * stride), family=family)
+        rows, cols = (error_axis(n, kernel, stride, padding) for n in (in_height, in_width))
+        return cls(channels=channels, height=rows.size, width=cols.size, kernel=kernel, stride=1,
+                   pad_before=rows.pad_before, dilation=stride,
+                   pad_after=(rows.pad_after, cols.pad_after), family=family)
 
     @classmethod
     def from_slice(cls, layer_slice, role="fp", family=None):
@@ -224,7 +142,7 @@ class LineBuffer(wiring.Component):
     @property
     def cycles_per_sample(self):
         """Cycles per sample with neither side stalling."""
-        return sum(s.end - self.cols.scan_start + 1 for s in self.steps)
+        return walk_cycles(self.steps, self.cols)
 
     def elaborate(self, platform):
         m = Module()

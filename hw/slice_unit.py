@@ -23,8 +23,8 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import (PAB_MIN_DEPTH, activation_slack, pg_error_slack, sfu_samples_in_flight,
-                              window_slack)
+from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, pg_error_slack,
+                              sfu_samples_in_flight, window_slack)
 from .act_ram import ActRam
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
@@ -109,24 +109,19 @@ def slice_weights(s, params):
 
 
 def check_buildable(s):
-    """The generator gives every input channel of a slice its own tile in all three engines
-    and keeps every weight on chip."""
+    """The generator keeps every weight on chip and builds the three engines of one shape
+    (P x b tiles, b <= the slice's input channels: folded over ceil(S / b) passes)."""
     if s.weights_offchip or s.remote_weights:
         raise SpecError(f"layer '{s.layer}': the slice keeps weights "
                         f"{'in DRAM' if s.weights_offchip else 'on other nodes (BPRAM)'}, which the "
                         f"generator does not build yet; map with mapper.GENERATOR_OPTIONS "
                         f"(python -m mapping --for-hardware)")
-    engines = {"FP": (s.fp.ces, s.fp.tiles)}
-    if s.needs_eb:
-        engines["EB"] = (s.eb.tiles, s.eb.ces)
-    engines["PG"] = (s.pg.ces, s.pg.tiles)
-    for name, (ces, tiles) in engines.items():
-        if tiles != s.in_channels or ces != s.fp.ces:
-            raise SpecError(
-                f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): "
-                f"its {name} engine of {ces} x {tiles} tiles folds input channels, but the generator "
-                f"builds {s.fp.ces} x {s.in_channels} tiles; map with mapper.GENERATOR_OPTIONS "
-                f"(python -m mapping --for-hardware)")
+    if not buildable(s):
+        raise SpecError(
+            f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): "
+            f"engines FP {s.fp.ces} x {s.fp.tiles}, EB {s.eb.ces} x {s.eb.tiles}, PG {s.pg.ces} x "
+            f"{s.pg.tiles} tiles; the generator builds FP = PG = P x b and EB = b x P with b at most "
+            f"{s.in_channels}")
 
 
 class SliceUnit(wiring.Component):
@@ -204,8 +199,7 @@ class SliceUnit(wiring.Component):
 
         fp_gate = m.submodules.fp_gate = SampleGate(fp_lb.o.payload.shape(), oh * ow)
         connect(m, self._window_slack(m, "fp", fp_lb.o), fp_gate.i)
-        fp = m.submodules.fp = ConvEngine(channels=own_in, kernel=s.kernel, ces=ces,
-                                          out_channels=own_out, family=self.family)
+        fp = m.submodules.fp = ConvEngine.from_slice(s, family=self.family)
         connect(m, fp_gate.o, fp.windows)
         _connect_weight_port(m, fp, lpram.a)
         m.d.comb += [fp_gate.allow.eq(gate.fp_allow), gate.fp_start.eq(fp_gate.start)]
@@ -265,14 +259,13 @@ class SliceUnit(wiring.Component):
         connect(m, act_ram.o, pg_lb.i)
         pg_gate = m.submodules.pg_gate = SampleGate(pg_lb.o.payload.shape(), oh * ow)
         connect(m, self._window_slack(m, "pg", pg_lb.o), pg_gate.i)
-        pg = m.submodules.pg = GradientEngine(in_channels=own_in, out_channels=own_out, kernel=s.kernel,
-                                              ces=ces, bias=owns_bias, family=self.family)
+        pg = m.submodules.pg = GradientEngine.from_slice(s, family=self.family)
         connect(m, pg_gate.o, pg.windows)
         connect(m, pg_errors, pg.errors)
         m.d.comb += [pg_gate.allow.eq(gate.pg_allow), gate.pg_start.eq(pg_gate.start)]
-        pg_done = _connect_gradients(m, pg.grads, lgb.i, oh * ow * pg.groups, "lgb")
+        pg_done = _connect_gradients(m, pg.grads, lgb.i, oh * ow * pg.rows, "lgb")
         if owns_bias:
-            bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, oh * ow * pg.groups, "bias_lgb")
+            bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, oh * ow * pg.rows, "bias_lgb")
             m.d.comb += gate.pg_done.eq(_both_done(m, pg_done, bias_done))
         else:
             m.d.comb += gate.pg_done.eq(pg_done)
@@ -283,8 +276,7 @@ class SliceUnit(wiring.Component):
             connect(m, z_split.o1, eb_lb.i)
             eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
             connect(m, self._window_slack(m, "eb", eb_lb.o), eb_gate.i)
-            eb = m.submodules.eb = ErrorEngine(in_channels=own_in, out_channels=own_out, kernel=s.kernel,
-                                               ces=ces, family=self.family)
+            eb = m.submodules.eb = ErrorEngine.from_slice(s, family=self.family)
             connect(m, eb_gate.o, eb.windows)
             _connect_weight_port(m, eb, lpram.b)
             # EB is done with the weights only when the sample's last error sum leaves the

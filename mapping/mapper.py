@@ -61,8 +61,8 @@ def check_accumulators(plans, batch):
                     f"the {ACC_BITS}-bit accumulators{hint}")
 
 
-# Options for a mapping hw/ can generate: one tile per input channel, every weight on chip.
-GENERATOR_OPTIONS = {"fold_inputs": False, "offchip_fc": False}
+# Options for a mapping hw/ can generate: every weight on chip (folded engines are built).
+GENERATOR_OPTIONS = {"offchip_fc": False}
 
 
 def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fraction=DSP_FRACTION,

@@ -19,10 +19,12 @@ channels) reading one LPRAM row per cycle (docs/node_dataflow.md); an engine
 walks ``u = ceil(O / P)`` output-channel groups times ``v = ceil(S / b)``
 input-channel groups per pixel, so per sample
 
-    FP = max(OH*OW*u*v, H*W)    PG = max(OH*OW*u*v, H*W)    EB = H*W*u*v
+    FP = max(OH*OW*u*v, R)    PG = max(OH*OW*u*v, R)    EB = max(H*W*u*v, R)
 
 (the line buffer takes one input pixel per cycle, so a strided layer pays its
-input raster; EB walks the zero-dilated error map, i.e. the input raster). The
+input raster; EB walks the zero-dilated error map, i.e. the input raster); the
+raster counts the padding columns and rows the line buffers walk over too
+(``LayerPlan.raster``, :mod:`mapping.line_walk`). The
 engine arrays are ``fp = Engine(P, b)``, ``eb = Engine(b, P)`` (S CEs of P tiles in
 the paper's words), ``pg = Engine(P, b)``; the first weighted layer has no EB.
 ``v > 1`` (fewer tiles than input channels) folds the input channels over
@@ -73,6 +75,7 @@ import numpy as np
 from . import balance
 from . import resources
 from .errors import SpecError
+from .line_walk import line_buffer_cycles
 from .nodeconfig import ChannelRanges, Pool
 from .devices import BRAM_BLOCK_BITS
 from .numerics import WORD_BITS
@@ -152,8 +155,13 @@ class LayerPlan:
 
     @cached_property
     def raster(self):
-        """Cycles the line buffer needs to take one sample's input, one pixel per cycle."""
-        return self.in_pixels
+        """Cycles the line buffers need per sample at one column per cycle: the input raster
+        plus the padding the windows walk over, and EB's walk over its error map."""
+        _, h, w = self.in_shape
+        walk = line_buffer_cycles(h, w, self.kernel, self.stride, self.padding)
+        if self.needs_eb:
+            walk = max(walk, line_buffer_cycles(h, w, self.kernel, self.stride, self.padding, errors=True))
+        return walk
 
     @cached_property
     def weights_per_unit(self):

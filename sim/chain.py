@@ -45,9 +45,8 @@ def _store_slice(ctx, unit, params):
     s = unit.slice
     (olo, ohi), (ilo, ihi) = s.out_range, s.in_range
     weights, bias = params[s.layer]
-    rows = _read_ram(ctx, unit.lpram)[:ohi - olo]
     shaped = weights.reshape(weights.shape[0], s.in_shape[0], s.kernel, s.kernel)
-    shaped[olo:ohi, ilo:ihi] = rows.reshape(ohi - olo, ihi - ilo, s.kernel, s.kernel)
+    shaped[olo:ohi, ilo:ihi] = unit.lpram.layout.unfold(_read_ram(ctx, unit.lpram))
     if unit.bias_ram is not None:
         bias[olo:ohi] = _read_ram(ctx, unit.bias_ram)[:ohi - olo, 0]
 

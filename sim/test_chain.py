@@ -29,9 +29,9 @@ def _assert_bit_exact(run, initial):
             np.testing.assert_array_equal(run.params[layer][1], bias, err_msg=f"{layer} bias")
 
 
-def _train(cluster, seed, stall=0.0):
+def _train(cluster, seed, stall=0.0, **options):
     network = zoo.tiny()
-    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS, **options)
     inputs, labels, params = _data(network, SAMPLES, seed)
     run = train_chain(network, mapping, inputs, labels, params, stall=stall,
                       rng=np.random.default_rng(seed))
@@ -48,12 +48,22 @@ def test_one_node_holding_the_whole_network_trains_bit_exact():
 
 def test_four_node_chain_trains_tiny_bit_exact():
     mapping = _train(CHAIN, seed=1)
-    layout = [[(s.layer, s.mode) for s in node.slices] for node in mapping.nodes]
-    # conv1 by OCP; node 0 holds conv1 and the start of conv2, split by ICP over two
-    # nodes; fc split by ICP over the two ECP5-45s, so flattened activations are
-    # bypassed across a link.
-    assert layout == [[("conv1", "ocp"), ("conv2", "icp")], [("conv2", "icp")],
-                      [("fc", "icp")], [("fc", "icp")]]
+    layout = [[(s.layer, s.mode, s.in_range) for s in node.slices] for node in mapping.nodes]
+    # conv1 by OCP; node 0 holds conv1 and the start of conv2, split by ICP over three
+    # nodes (so conv2's input is bypassed across two links); fc on node 3 folds its 32
+    # input channels over four tiles of one CE.
+    assert layout == [[("conv1", "ocp", (0, 1)), ("conv2", "icp", (0, 1))], [("conv2", "icp", (1, 3))],
+                      [("conv2", "icp", (3, 4))], [("fc", "icp", (0, 32))]]
+    fc = mapping.nodes[3].slices[0]
+    assert (fc.fp.ces, fc.fp.tiles) == (1, 4)  # 10 groups x 8 passes: 80 cycles per sample
+
+
+def test_folded_conv_and_fc_engines_train_bit_exact():
+    # 40 multipliers per node: conv2's 4 input channels fold over one 3x3 tile (4 passes),
+    # fc's 32 over one tile (32 passes)
+    mapping = _train("ecp5-85:3", seed=4, max_multipliers=40)
+    engines = [[(s.layer, s.in_channels, s.fp.ces, s.fp.tiles) for s in node.slices] for node in mapping.nodes]
+    assert engines == [[("conv1", 1, 1, 1)], [("conv2", 4, 1, 1)], [("fc", 32, 1, 1)]]
 
 
 @pytest.mark.slow
