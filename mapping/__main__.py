@@ -38,7 +38,7 @@ def main(argv=None):
     parser.add_argument("--link-gbps", type=float, help="override every link's bandwidth (Gb/s)")
     parser.add_argument("--max-multipliers", type=int, help="cap the multipliers used per device")
     parser.add_argument("--for-hardware", action="store_true",
-                        help="map as hw/ generates: one tile per input channel, every weight on chip")
+                        help="map as hw/ generates: every weight on chip")
     args = parser.parse_args(argv)
 
     sizes = _sizes(args.sizes) if args.sizes else None

@@ -34,7 +34,7 @@ def test_alexnet_on_15_vc709(alexnet15):
     assert s["limited_by"] == "compute"
     assert 1080 < s["samples_per_s"] < 1220        # doc: 1145
     assert 470 < s["gops_per_device"] < 540         # doc: 504; paper 1157
-    assert 45 < s["busiest_link_gbps"] < 58         # doc: 50.6; paper 18.6
+    assert 45 < s["busiest_link_gbps"] < 58         # doc: 49.5; paper 18.6
     fc_nodes = [n.index for n in alexnet15.nodes if any(sl.kind == "fc" for sl in n.slices)]
     assert fc_nodes == list(range(6, 15))            # FC weights stream from 9 DRAMs
     assert all(sl.weights_offchip for n in alexnet15.nodes for sl in n.slices if sl.kind == "fc")
