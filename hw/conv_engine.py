@@ -44,8 +44,10 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.engine_common import Issue, Pipeline, fold, multiply, positive, select_words, tree_levels
+from hw.engine_common import Issue, Pipeline, multiply, select_words, tree_levels
 from hw.mult import LATENCY
+from hw.param_ram import WeightWalk
+from hw.rounding import positive
 from mapping.numerics import ACC_BITS, WORD_BITS
 
 
@@ -58,7 +60,7 @@ def psum_layout(lanes):
     return data.StructLayout({"values": data.ArrayLayout(signed(ACC_BITS), lanes)})
 
 
-class ConvEngine(wiring.Component):
+class ConvEngine(WeightWalk, wiring.Component):
     """``ces`` CEs of ``tiles`` tiles over windows of ``channels`` x ``kernel`` x ``kernel`` words.
 
     Ports: ``windows`` (window stream in), ``weight_addr``/``weight_en``/``weight_data``
@@ -72,10 +74,9 @@ class ConvEngine(wiring.Component):
         positive(self, "conv engine", channels=channels, kernel=kernel, ces=ces, out_channels=out_channels)
         self.channels, self.kernel, self.ces = channels, kernel, ces
         self.out_channels, self.family = out_channels, family
-        self.tiles, self.passes = fold(self, "conv engine", channels, tiles)
-        self.taps = self.tiles * kernel * kernel
-        self.groups = -(-out_channels // ces)
-        self.rows = self.groups * self.passes
+        self._walk("conv engine", out_channels=out_channels, in_channels=channels, kernel=kernel,
+                   banks=ces, tiles=tiles)
+        self.taps = self.words
         self.levels = tree_levels(self.taps)
         self.latency = 1 + LATENCY + self.levels + (self.passes > 1)
         super().__init__({

@@ -38,17 +38,19 @@ every multiplier is busy every cycle. Flow control as in hw.conv_engine: one ena
 held lanes included) and the weight memory holds its output while ``weight_en`` is low.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.conv_engine import psum_layout, window_layout
-from hw.engine_common import Issue, Pipeline, fold, multiply, positive, select_words, tree_levels
+from hw.engine_common import Issue, Pipeline, multiply, select_words, tree_levels
 from hw.mult import LATENCY
+from hw.param_ram import WeightWalk
+from hw.rounding import positive
 from mapping.numerics import ACC_BITS, WORD_BITS
 
 
-class ErrorEngine(wiring.Component):
+class ErrorEngine(WeightWalk, wiring.Component):
     """``tiles`` (b) CEs of ``ces`` (P) tiles over ``in_channels`` (S) input channels.
 
     Ports: ``windows`` (error windows of the ``out_channels`` = O output channels, one per
@@ -64,9 +66,8 @@ class ErrorEngine(wiring.Component):
                  ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.family = kernel, ces, family
-        self.tiles, self.passes = fold(self, "error engine", in_channels, tiles)
-        self.groups = -(-out_channels // ces)
-        self.rows = self.groups * self.passes
+        self._walk("error engine", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
+                   banks=ces, tiles=tiles)
         self.taps = ces * kernel * kernel  # products per CE and step
         self.levels = tree_levels(self.taps)
         self.latency = 2 + LATENCY + self.levels

@@ -11,7 +11,6 @@ the output freezes every register and no skid buffer is needed.
 from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal
 
 from hw.mult import Multiplier
-from hw.rounding import refuse
 from mapping.numerics import WORD_BITS
 
 
@@ -129,17 +128,3 @@ def select_words(payload, index, count, words):
     padded = Cat(value, Const(0, count * width - len(value)))
     return padded.word_select(index, width)
 
-
-def positive(component, engine, **values):
-    """Refuse any of ``values`` (an engine's sizes) below 1."""
-    for name, value in values.items():
-        if value < 1:
-            refuse(component, f"{engine}: {name} = {value} must be at least 1")
-
-
-def fold(component, engine, channels, tiles):
-    """``(b, v)``: tiles per CE (``tiles``; None: one per input channel) and the passes over ``channels``."""
-    b = channels if tiles is None else tiles
-    if not 1 <= b <= channels:
-        refuse(component, f"{engine}: tiles = {b} must be between 1 and the {channels} input channels")
-    return b, -(-channels // b)

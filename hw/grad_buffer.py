@@ -67,9 +67,9 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.mult import Multiplier
-from hw.param_ram import NO_RW_CHECK, WeightLayout, ram_attrs, read_register, update_port_signature
+from hw.param_ram import NO_RW_CHECK, WeightWalk, ram_attrs, read_register, update_port_signature
 from hw.pg_engine import bias_grads_layout, grads_layout
-from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, refuse, saturate
+from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, positive, refuse, saturate
 from mapping import numerics
 
 PRODUCT_BITS = 64  # |gsum| < 2**47 and lr < 2**16: the product fits a signed 64-bit value
@@ -77,7 +77,7 @@ LR_BITS = numerics.WORD_BITS + 1  # the unsigned 16-bit constant as a signed ope
 CHUNK_BITS = 17  # gsum is split so every multiplier operand fits 18 signed bits
 
 
-class GradientBuffer(wiring.Component):
+class GradientBuffer(WeightWalk, wiring.Component):
     """Gradient sums of ``out_channels`` x ``in_channels`` x ``kernel**2`` weights, and their update.
 
     ``banks``, ``tiles``: the PG engine's CEs P and tiles per CE b (None: b =
@@ -95,14 +95,10 @@ class GradientBuffer(wiring.Component):
     def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor, tiles=None,
                  out_offset=0, in_offset=0, in_total=None, bias=False, family=None):
         in_total = in_offset + in_channels if in_total is None else in_total
-        for name, value in (("out_channels", out_channels), ("in_channels", in_channels),
-                            ("kernel", kernel), ("banks", banks)):
-            if value < 1:
-                refuse(self, f"gradient buffer: {name} = {value} must be at least 1")
-        try:
-            self.layout = WeightLayout(out_channels, in_channels, kernel, banks, tiles)
-        except ValueError as error:
-            refuse(self, f"gradient buffer: {error}")
+        positive(self, "gradient buffer", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
+                 banks=banks)
+        self._walk("gradient buffer", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
+                   banks=banks, tiles=tiles)
         if bias and (in_channels, kernel) != (1, 1):
             refuse(self, f"gradient buffer: a bias buffer has one word per row, not in_channels = "
                          f"{in_channels} x kernel = {kernel}x{kernel}")
@@ -115,10 +111,7 @@ class GradientBuffer(wiring.Component):
         last_index = ((out_offset + out_channels) * in_total) * kernel * kernel - 1
         if last_index >= 1 << INDEX_BITS:
             refuse(self, f"gradient buffer: weight index {last_index} exceeds {INDEX_BITS} bits")
-        layout = self.layout
         self.out_channels, self.banks, self.bias, self.family = out_channels, banks, bias, family
-        self.tiles, self.passes = layout.tiles, layout.passes
-        self.rows, self.words = layout.rows, layout.words
         kk = kernel * kernel
         self.index_base = (out_offset * in_total + in_offset) * kk
         self.index_stride = in_total * kk  # from one output channel to the next
@@ -126,7 +119,7 @@ class GradientBuffer(wiring.Component):
         self.group_step = (banks * in_total - (self.passes - 1) * self.tiles) * kk
         # The last pass's real words and the last group's real banks: the update skips the rest.
         self.last_words = (in_channels - (self.passes - 1) * self.tiles) * kk
-        self.last_banks = out_channels - (layout.groups - 1) * banks
+        self.last_banks = out_channels - (self.groups - 1) * banks
         self.rounder = StochasticRounder(lanes=1, shift=shift, seed=seed, tensor=tensor,
                                          acc_width=PRODUCT_BITS, extra=self._extra_layout())
         self.lr = lr

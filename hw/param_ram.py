@@ -67,7 +67,7 @@ from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.rounding import refuse
+from hw.rounding import positive, refuse
 from mapping.numerics import WORD_BITS, WORD_MAX, WORD_MIN
 from mapping.resources import ram_style
 
@@ -228,6 +228,39 @@ class WeightLayout:
         return w.reshape(g * p, v * self.tiles, k, k)[:self.out_channels, :self.in_channels]
 
 
+class WeightWalk:
+    """Mixin of the components that walk a :class:`WeightLayout` (the engines, the gradient
+    buffer): ``self.layout`` and its tiles b per CE, passes v, output-channel groups G, G*v
+    addresses and words per row."""
+
+    def _walk(self, block, *, out_channels, in_channels, kernel, banks, tiles):
+        """Set ``self.layout``, or refuse in one line naming ``block``."""
+        try:
+            self.layout = WeightLayout(out_channels, in_channels, kernel, banks, tiles)
+        except ValueError as error:
+            refuse(self, f"{block}: {error}")
+
+    @property
+    def tiles(self):
+        return self.layout.tiles
+
+    @property
+    def passes(self):
+        return self.layout.passes
+
+    @property
+    def groups(self):
+        return self.layout.groups
+
+    @property
+    def rows(self):
+        return self.layout.rows
+
+    @property
+    def words(self):
+        return self.layout.words
+
+
 class ParamRam(wiring.Component):
     """Weight memory of ``banks`` x ``rows`` rows of ``words`` words (see the module docstring).
 
@@ -240,9 +273,7 @@ class ParamRam(wiring.Component):
     """
 
     def __init__(self, *, banks, rows, words, init=None, stream_rows=False, family=None):
-        for name, value in (("banks", banks), ("rows", rows), ("words", words)):
-            if value < 1:
-                refuse(self, f"param ram: {name} = {value} must be at least 1")
+        positive(self, "param ram", banks=banks, rows=rows, words=words)
         self.banks, self.rows, self.words = banks, rows, words
         self.stream_rows, self.family = stream_rows, family
         self.layout = None

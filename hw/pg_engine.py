@@ -49,8 +49,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.conv_engine import window_layout
-from hw.engine_common import Issue, Pipeline, fold, multiply, positive, select_words
+from hw.engine_common import Issue, Pipeline, multiply, select_words
 from hw.mult import LATENCY
+from hw.param_ram import WeightWalk
+from hw.rounding import positive
 from hw.stream_util import pixel_layout
 from mapping.numerics import WORD_BITS
 
@@ -68,7 +70,7 @@ def bias_grads_layout(groups, ces):
     return data.StructLayout({"row": range(groups), "values": data.ArrayLayout(signed(WORD_BITS), ces)})
 
 
-class GradientEngine(wiring.Component):
+class GradientEngine(WeightWalk, wiring.Component):
     """``ces`` (P) CEs of ``tiles`` (b) tiles of ``kernel`` x ``kernel``, over S = ``in_channels`` and
     O = ``out_channels``.
 
@@ -84,10 +86,8 @@ class GradientEngine(wiring.Component):
                  ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.bias, self.family = kernel, ces, bias, family
-        self.tiles, self.passes = fold(self, "gradient engine", in_channels, tiles)
-        self.groups = -(-out_channels // ces)
-        self.rows = self.groups * self.passes
-        self.words = self.tiles * kernel * kernel
+        self._walk("gradient engine", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
+                   banks=ces, tiles=tiles)
         self.latency = LATENCY
         members = {
             "windows": In(stream.Signature(window_layout(in_channels, kernel))),

@@ -42,6 +42,13 @@ def refuse(component, message):
     raise ValueError(message)
 
 
+def positive(component, block, **sizes):
+    """Refuse any of ``sizes`` (a block's constructor parameters) below 1."""
+    for name, value in sizes.items():
+        if value < 1:
+            refuse(component, f"{block}: {name} = {value} must be at least 1")
+
+
 def mix_round(x, xorshift, a, b):
     """One round of ``numerics.mix32`` on a 32-bit value: xorshift, then ``x * (1 + 2**a + 2**b)``."""
     x = x ^ (x >> xorshift)

@@ -58,7 +58,7 @@ from amaranth.lib.wiring import In, Out
 from hw.conv_engine import psum_layout
 from hw.fifo import Fifo
 from hw.param_ram import ram_attrs, weight_port_signature
-from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, refuse
+from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, positive, refuse
 from hw.stream_util import pixel_layout
 from mapping import numerics
 
@@ -106,10 +106,8 @@ class SFU(wiring.Component):
 
     def __init__(self, *, out_channels, height, width, lanes, position, formats=numerics.Formats(),
                  bias=True, relu=True, pool=None, channel_base=0, samples_in_flight=1, family=None):
-        for name, value in (("out_channels", out_channels), ("height", height), ("width", width),
-                            ("lanes", lanes), ("samples_in_flight", samples_in_flight)):
-            if value < 1:
-                refuse(self, f"SFU: {name} = {value} must be at least 1")
+        positive(self, "SFU", out_channels=out_channels, height=height, width=width, lanes=lanes,
+                 samples_in_flight=samples_in_flight)
         if pool is not None:
             if pool.stride != pool.kernel or pool.padding != 0:
                 refuse(self, f"SFU: max-pool kernel {pool.kernel}, stride {pool.stride}, padding "
