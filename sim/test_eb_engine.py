@@ -216,6 +216,6 @@ def test_refuses_zero_out_channels_and_tiles_outside_the_channels():
     with pytest.raises(ValueError, match="error engine: out_channels = 0 must be at least 1"):
         ErrorEngine(in_channels=2, out_channels=0, kernel=3, ces=2)
     for tiles in (0, 3):
-        with pytest.raises(ValueError, match=f"error engine: tiles = {tiles} is not between 1 and the slice's 2 "
-                                             f"input channels"):
+        with pytest.raises(ValueError, match=f"error engine: tiles = {tiles} is not between 1 and "
+                                             f"the slice\'s 2 input channels"):
             ErrorEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)
