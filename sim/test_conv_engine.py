@@ -166,5 +166,5 @@ def test_refuses_zero_ces_and_tiles_outside_the_channels():
         ConvEngine(channels=1, kernel=3, ces=0, out_channels=4)
     for tiles in (0, 4):
         with pytest.raises(ValueError, match=f"conv engine: tiles = {tiles} is not between 1 and "
-                                             f"the slice\'s 3 input channels"):
+                                             f"the slice's 3 input channels"):
             ConvEngine(channels=3, kernel=3, ces=2, out_channels=4, tiles=tiles)

@@ -217,5 +217,5 @@ def test_refuses_zero_out_channels_and_tiles_outside_the_channels():
         ErrorEngine(in_channels=2, out_channels=0, kernel=3, ces=2)
     for tiles in (0, 3):
         with pytest.raises(ValueError, match=f"error engine: tiles = {tiles} is not between 1 and "
-                                             f"the slice\'s 2 input channels"):
+                                             f"the slice's 2 input channels"):
             ErrorEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)

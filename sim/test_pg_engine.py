@@ -287,5 +287,5 @@ def test_refuses_zero_ces_and_tiles_outside_the_channels():
         GradientEngine(in_channels=2, out_channels=3, kernel=3, ces=0)
     for tiles in (0, 3):
         with pytest.raises(ValueError, match=f"gradient engine: tiles = {tiles} is not between 1 and "
-                                             f"the slice\'s 2 input channels"):
+                                             f"the slice's 2 input channels"):
             GradientEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)
