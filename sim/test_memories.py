@@ -2,16 +2,21 @@
 its block-RAM count assumes; synthesis then agrees with the mapping's estimate."""
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from amaranth.hdl import Fragment, Shape
 from amaranth.hdl._mem import MemoryInstance
 
 from hw.node import Node
+from hw.slice_unit import check_buildable
 from mapping import memories, zoo
 from mapping.cluster import parse_cluster
+from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.nodeconfig import Engine
 from mapping.resources import ram_style
+from sim.test_param_ram import layer_slice
 
 
 def built_memories(fragment):
@@ -37,3 +42,12 @@ def test_inventory_lists_every_memory_the_generator_builds(network, cluster):
         listed = Counter((m.width, m.depth, ram_style(m.depth, config.family))
                          for m in memories.node_memories(config))
         assert built == listed, f"node {config.index}: built {built - listed}, listed {listed - built}"
+
+
+def test_slice_unit_refuses_engines_of_different_shapes_in_one_line():
+    s = replace(layer_slice(ces=2, tiles=2), pg=Engine(ces=1, tiles=2, kernel=3))
+    with pytest.raises(SpecError) as refusal:
+        check_buildable(s)
+    assert str(refusal.value) == (
+        "layer 'conv' (icp slice, input channels 0..2): engines FP 2 x 2, EB 2 x 2, PG 1 x 2 tiles; "
+        "the generator builds FP = PG = P x b and EB = b x P with b at most 3")
