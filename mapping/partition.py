@@ -61,7 +61,8 @@ Phases
    on integers. Among the partitions that reach it, the node boundaries are the
    coarse phase's boundaries rounded to whole channels and moved only as far as
    feasibility requires, so work spreads over every node in proportion to its
-   capacity.
+   capacity; every node gets at least one unit (a chain with more nodes than the
+   network has units is refused: the generator builds no pass-through node).
 """
 
 from bisect import bisect_right
@@ -680,9 +681,27 @@ class Partitioner:
             start = cuts[-1]
             upper = self.fill(choices, node, start, period)
             lower = max(earliest[node + 1], start)
+            # Every node gets at least one unit and leaves one to each later node, where
+            # feasibility allows: an empty node would only pass the streams through.
+            lower = max(lower, min(start + 1, upper))
+            upper = max(lower, min(upper, self.total - (n - 1 - node)))
             cuts.append(min(max(target[node + 1], lower), upper))
         cuts.append(self.total)
+        self._check_no_empty_node(cuts)
         return cuts
+
+    def _check_no_empty_node(self, cuts):
+        empty = [node for node in range(len(self.nodes)) if cuts[node] == cuts[node + 1]]
+        if not empty:
+            return
+        node, n = empty[0], len(self.nodes)
+        if self.total < n:
+            why = (f"the network has only {self.total} channel units to spread (input channels of "
+                   f"ICP layers, output channels of OCP layers), fewer than the {n} nodes")
+        else:
+            why = "the nodes before it must take every unit they hold to keep the rest feasible"
+        raise SpecError(f"{self.describe()}: node {node} ({self.nodes[node].device.name}) would get no "
+                        f"layer slice: {why}; use a shorter chain")
 
     def proportional_cuts(self):
         caps = np.array([b.capacity for b in self.nodes], dtype=float)

@@ -5,7 +5,7 @@ import pytest
 from mapping import balance, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
-from mapping.mapper import map_network
+from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import Mapping
 from mapping.partition import Partitioner, Shape, budgets, coarse, dram_bytes, plan_layers
 from mapping.resources import update_multipliers
@@ -108,6 +108,24 @@ def test_heterogeneous_chain_covers_every_channel_once():
     for layer, ranges in covered.items():
         ends = [b for a, b in ranges][:-1]
         assert [a for a, b in ranges][1:] == ends and ranges[0][0] == 0
+
+
+@pytest.mark.parametrize("spec, slices", [("ecp5-85:2+vc709:1", [1, 1, 3]),
+                                          ("ecp5-45:8", [1] * 8), ("ecp5-45:40", [1] * 40)])
+def test_every_node_gets_a_slice(spec, slices):
+    # The proportional cuts used to leave node 0 of the first chain and node 3 of the
+    # second empty; 40 nodes give each of tiny's 40 channel units a node.
+    m = map_network(zoo.tiny(), parse_cluster(spec), **GENERATOR_OPTIONS)
+    assert [len(n.slices) for n in m.nodes] == slices
+
+
+def test_more_nodes_than_channel_units_is_refused():
+    with pytest.raises(SpecError) as error:
+        map_network(zoo.tiny(), parse_cluster("ecp5-45:41"))
+    assert str(error.value) == (
+        "network 'tiny' on cluster 'ecp5-45:41': node 40 (lfe5um5g-45f) would get no layer slice: "
+        "the network has only 40 channel units to spread (input channels of ICP layers, output "
+        "channels of OCP layers), fewer than the 41 nodes; use a shorter chain")
 
 
 def test_max_multipliers_caps_every_node():
