@@ -32,10 +32,10 @@ from .fifo import Fifo
 from .flatten import Flatten, Unflatten
 from .grad_buffer import GradientBuffer
 from .line_buffer import LineBuffer
+from .map_rounder import MapRounder
 from .pab import PartialActivationBuffer
 from .param_ram import ParamRam
 from .pg_engine import GradientEngine
-from .rounding import SAMPLE_BITS, StochasticRounder
 from .sfu import SFU
 from .stream_util import ChannelConcat, ChannelFork, pixel_layout
 from .update_gate import COUNT_BITS, SampleGate, UpdateGate
@@ -287,9 +287,9 @@ class SliceUnit(wiring.Component):
             m.d.comb += [eb_gate.allow.eq(gate.eb_allow), gate.eb_start.eq(eb_gate.start),
                          eb_end.allow.eq(1), gate.eb_done.eq(eb_end.done)]
             if s.mode == "icp":
-                self._icp_input_errors(m, eb_end.o)
+                self._icp_input_errors(m, eb_end.o, eb.groups * eb.passes)
             else:
-                self._ocp_input_errors(m, eb_end.o)
+                self._ocp_input_errors(m, eb_end.o, eb.groups * eb.passes)
         return m
 
     def _window_slack(self, m, role, windows):
@@ -300,28 +300,16 @@ class SliceUnit(wiring.Component):
         connect(m, windows, slack.i)
         return slack.o
 
-    def _round_errors(self, m, sums, channels, channel_base):
-        """EB rounding point: ``requantize(sum, eb_shift, EB_OUT)`` over (C, H, W) indices."""
+    def _round_errors(self, m, sums, channels, channel_base, steps):
+        """EB rounding point: ``requantize(sum, eb_shift, EB_OUT)`` over (C, H, W) indices,
+        as many channels per cycle as keep up with one pixel per ``steps`` cycles."""
         s, f = self.slice, self.formats
         _, h, w = s.in_shape
-        rounder = m.submodules.eb_round = StochasticRounder(
-            lanes=channels, shift=f.eb_shift, seed=f.seed,
-            tensor=numerics.tensor_id(s.position, numerics.EB_OUT))
-        pixel, sample = Signal(range(h * w)), Signal(SAMPLE_BITS)
-        for lane in range(channels):
-            m.d.comb += [rounder.i.payload.acc[lane].eq(sums.payload.values[lane]),
-                         rounder.i.payload.index[lane].eq((channel_base + lane) * h * w + pixel)]
-        m.d.comb += [rounder.i.payload.sample.eq(sample), rounder.i.valid.eq(sums.valid),
-                     sums.ready.eq(rounder.i.ready)]
-        with m.If(sums.valid & sums.ready):
-            with m.If(pixel == h * w - 1):
-                m.d.sync += [pixel.eq(0), sample.eq(sample + 1)]
-            with m.Else():
-                m.d.sync += pixel.eq(pixel + 1)
-        words = stream.Signature(pixel_layout(channels)).create()
-        m.d.comb += [words.valid.eq(rounder.o.valid), words.payload.eq(rounder.o.payload.value),
-                     rounder.o.ready.eq(words.ready)]
-        return words
+        rounder = m.submodules.eb_round = MapRounder(
+            channels=channels, lanes=-(-channels // steps), pixels=h * w, shift=f.eb_shift, seed=f.seed,
+            tensor=numerics.tensor_id(s.position, numerics.EB_OUT), channel_base=channel_base)
+        connect(m, sums, rounder.i)
+        return rounder.o
 
     def _err_out(self, m):
         """The err_out port, behind an Unflatten on the first node of a flattening FC layer."""
@@ -333,9 +321,9 @@ class SliceUnit(wiring.Component):
             return unflat.i
         return port
 
-    def _icp_input_errors(self, m, sums):
+    def _icp_input_errors(self, m, sums, steps):
         s = self.slice
-        own = self._round_errors(m, sums, s.in_channels, s.in_range[0])
+        own = self._round_errors(m, sums, s.in_channels, s.in_range[0], steps)
         if s.last:
             connect(m, own, self._err_out(m))
             return
@@ -344,7 +332,7 @@ class SliceUnit(wiring.Component):
         connect(m, flipped(self.err_in), join.i1)
         connect(m, join.o, self._err_out(m))
 
-    def _ocp_input_errors(self, m, sums):
+    def _ocp_input_errors(self, m, sums, steps):
         s = self.slice
         c_in = s.in_shape[0]
         reduce = m.submodules.eb_pab = PartialActivationBuffer(
@@ -353,7 +341,7 @@ class SliceUnit(wiring.Component):
         if not s.last:
             connect(m, flipped(self.epsum_in), reduce.upstream)
         if s.first:
-            connect(m, self._round_errors(m, reduce.o, c_in, 0), self._err_out(m))
+            connect(m, self._round_errors(m, reduce.o, c_in, 0, steps), self._err_out(m))
         else:
             connect(m, reduce.o, flipped(self.epsum_out))
 

@@ -1,0 +1,85 @@
+"""Rounding of a feature map's exact sums, a few channels per cycle.
+
+The EB engine emits the 48-bit error sums of all C input channels of a pixel in one
+beat, but only one beat per ``G * v`` cycles (its groups times passes). A
+:class:`hw.rounding.StochasticRounder` of C lanes would idle most of the time and costs
+about 300 LUTs and 500 FFs per lane (a 32-bit noise hash per lane), so this unit rounds
+``lanes`` channels per cycle over ``ceil(C / lanes)`` cycles and gathers the words into
+one C-channel pixel again. With ``lanes = ceil(C / (G * v))`` it keeps the engine's
+rate; with ``lanes = C`` it is the plain rounder.
+
+The noise index of channel c at pixel p of a sample is ``(channel_base + c) * pixels +
+p`` (the (C, H, W) row-major position, ``requantize`` over the layer's input tensor).
+The products by ``pixels`` are elaboration-time constants plus a chunk offset stepped by
+an adder, so no multiplier is inferred.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .conv_engine import psum_layout
+from .rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, positive, refuse
+from .stream_util import pixel_layout
+from mapping.numerics import ACC_BITS, WORD_BITS
+
+
+class MapRounder(wiring.Component):
+    """``i``: ``psum_layout(channels)`` beats, one per pixel in raster order, ``pixels`` per
+    sample; ``o``: ``pixel_layout(channels)``, the words ``requantize`` gives over tensor
+    ``tensor`` with ``shift`` and ``seed``. ``lanes``: channels rounded per cycle."""
+
+    def __init__(self, *, channels, lanes, pixels, shift, seed, tensor, channel_base=0):
+        positive(self, "map rounder", channels=channels, lanes=lanes, pixels=pixels)
+        if lanes > channels:
+            refuse(self, f"map rounder: lanes = {lanes} exceeds the {channels} channels")
+        self.channels, self.lanes, self.pixels, self.channel_base = channels, lanes, pixels, channel_base
+        self.chunks = -(-channels // lanes)
+        self.rounder = StochasticRounder(lanes=lanes, shift=shift, seed=seed, tensor=tensor)
+        self.latency = self.rounder.latency + self.chunks - 1
+        super().__init__({"i": In(stream.Signature(psum_layout(channels))),
+                          "o": Out(stream.Signature(pixel_layout(channels)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        rounder = m.submodules.rounder = self.rounder
+        lanes, chunks, pixels = self.lanes, self.chunks, self.pixels
+
+        # Input side: chunk j of the held beat goes to the rounder; the beat is taken with
+        # its last chunk. Lanes past the channels in the last chunk round a zero.
+        values = self.i.payload.values
+        padded = [values[c] if c < self.channels else Const(0, signed(ACC_BITS)) for c in range(chunks * lanes)]
+        chunk, pixel, sample = Signal(range(chunks)), Signal(range(pixels)), Signal(SAMPLE_BITS)
+        chunk_offset = Signal(range(chunks * lanes * pixels))  # chunk * lanes * pixels
+        for lane in range(lanes):
+            by_chunk = Array(padded[j * lanes + lane] for j in range(chunks))
+            base = (self.channel_base + lane) * pixels
+            m.d.comb += [rounder.i.payload.acc[lane].eq(by_chunk[chunk]),
+                         rounder.i.payload.index[lane].eq((base + chunk_offset + pixel)[:INDEX_BITS])]
+        last_chunk = chunk == chunks - 1
+        m.d.comb += [rounder.i.payload.sample.eq(sample), rounder.i.valid.eq(self.i.valid),
+                     self.i.ready.eq(rounder.i.ready & last_chunk)]
+        with m.If(rounder.i.valid & rounder.i.ready):
+            with m.If(last_chunk):
+                m.d.sync += [chunk.eq(0), chunk_offset.eq(0)]
+                with m.If(pixel == pixels - 1):
+                    m.d.sync += [pixel.eq(0), sample.eq(sample + 1)]
+                with m.Else():
+                    m.d.sync += pixel.eq(pixel + 1)
+            with m.Else():
+                m.d.sync += [chunk.eq(chunk + 1), chunk_offset.eq(chunk_offset + lanes * pixels)]
+
+        # Output side: chunks 0 .. n-2 wait in registers; the pixel leaves with the last one,
+        # so a ready consumer takes one pixel per ``chunks`` cycles with no bubble.
+        out_chunk = Signal(range(chunks))
+        held = [Signal(pixel_layout(lanes), name=f"held_{j}") for j in range(chunks - 1)]
+        out_last = out_chunk == chunks - 1
+        m.d.comb += [self.o.valid.eq(rounder.o.valid & out_last),
+                     rounder.o.ready.eq(~out_last | self.o.ready),
+                     self.o.payload.eq(Cat(*held, rounder.o.payload.value)[:self.channels * WORD_BITS])]
+        with m.If(rounder.o.valid & rounder.o.ready):
+            m.d.sync += out_chunk.eq(Mux(out_last, 0, out_chunk + 1))
+            for j, reg in enumerate(held):
+                with m.If(out_chunk == j):
+                    m.d.sync += reg.eq(rounder.o.payload.value)
+        return m
