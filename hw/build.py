@@ -58,7 +58,8 @@ def resource_table(config, device, result):
         ratio = f"{used / est:.2f}" if est else "-"
         lines.append(f"{name:<20}{used:>10}{available:>12}{used / available:>8.1%}{est:>10}{ratio:>10}")
     lines.append("(multiplier and block RAM estimates list what the generator builds; LUT and FF "
-                 "estimates are a rough per-multiplier model, mapping/resources.py logic_estimate)")
+                 "estimates are a linear per-slice and per-multiplier model, mapping/resources.py "
+                 "logic_estimate; ECP5 LUTs are LUT4 sites, carry cells and distributed RAM counted)")
     return "\n".join(lines)
 
 

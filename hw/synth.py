@@ -29,6 +29,9 @@ DSP_CELLS = {"ecp5": ("MULT18X18D",), "xc7": ("DSP48E1",), "zynqmp": ("DSP48E2",
 BRAM_CELLS = {"ecp5": ("DP16KD",), "xc7": ("RAMB18E1", "RAMB36E1"),
               "zynqmp": ("RAMB18E2", "RAMB36E2"), "virtexuplus": ("RAMB18E2", "RAMB36E2")}
 LUT_PREFIXES = {"ecp5": ("LUT4",), "xc7": ("LUT",), "zynqmp": ("LUT",), "virtexuplus": ("LUT",)}
+# ECP5 cells that fill two LUT4 sites each: a carry cell (one slice) and a 16 x 4 distributed
+# RAM (as mapping/resources.py prices it), so the LUT count is comparable with the device's.
+ECP5_TWO_LUT_CELLS = ("CCU2C", "TRELLIS_DPR16X4")
 FF_CELLS = {"ecp5": ("TRELLIS_FF",), "xc7": ("FD",), "zynqmp": ("FD",), "virtexuplus": ("FD",)}
 
 
@@ -53,7 +56,9 @@ class SynthResult:
 
     @property
     def lut(self):
-        return self.count(LUT_PREFIXES[self.family])
+        """LUTs, on ECP5 LUT4 sites (carry cells and distributed RAM included)."""
+        two = 2 * self.count(ECP5_TWO_LUT_CELLS) if self.family == "ecp5" else 0
+        return self.count(LUT_PREFIXES[self.family]) + two
 
     @property
     def ff(self):

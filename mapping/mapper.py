@@ -122,11 +122,14 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
         if mem.bram_blocks > budget.blocks:
             raise RuntimeError(f"{describe()}: node {node} needs {mem.bram_blocks} blocks after "
                                f"balancing, over its {budget.blocks}")  # balance guarantees this
-        mult = sum(_multipliers(sl, family_of(node)) for sl in slices if sl.node == node)
-        lut, ff = logic_estimate(mult, mem.lut, family_of(node))
+        mine = [sl for sl in slices if sl.node == node]
+        mult = sum(_multipliers(sl, family_of(node)) for sl in mine)
+        lut, ff = logic_estimate(len(mine), sum(sl.plan.needs_eb for sl in mine), mult, mem.lut,
+                                 family_of(node))
         if lut > budget.device.lut:
             raise SpecError(f"{describe()}: node {node} ({budget.device.name}) needs about {lut:,} "
-                            f"LUTs (multipliers and distributed RAM), more than its {budget.device.lut:,}")
+                            f"LUTs ({len(mine)} layer slices, {mult} multipliers and distributed RAM), "
+                            f"more than its {budget.device.lut:,}")
         estimates.append(Resources(dsp=mult, bram_blocks=mem.bram_blocks, bram_bits=mem.bits,
                                    lut=lut, ff=ff))
 
@@ -138,10 +141,14 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
 
 
 def _exact_memories(node):
-    """Block RAM of a node the generator builds, memory by memory (mapping/memories.py)."""
+    """Block and distributed RAM of a node the generator builds, memory by memory
+    (mapping/memories.py)."""
     if not all(memories.buildable(s) for s in node.slices):
         return node
-    return replace(node, estimate=replace(node.estimate, bram_blocks=memories.node_bram_blocks(node)))
+    lut, _ = logic_estimate(len(node.slices), sum(s.needs_eb for s in node.slices), node.estimate.dsp,
+                            memories.node_lutram_luts(node), node.family)
+    return replace(node, estimate=replace(node.estimate, bram_blocks=memories.node_bram_blocks(node),
+                                          lut=lut))
 
 
 def _multipliers(sl, family):

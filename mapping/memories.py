@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import math
 
 from .numerics import ACC_BITS, WORD_BITS
-from .resources import bram_blocks
+from .resources import bram_blocks, lutram_luts
 
 # Word-granular writes (LPRAM, bias RAM) give every 16-bit word its own 18-bit
 # column of a block RAM: two 9-bit byte enables.
@@ -34,6 +34,10 @@ class Memory:
     def blocks(self, family):
         width = self.width // WORD_BITS * GRANULAR_WORD_BITS if self.word_writes else self.width
         return bram_blocks(width, self.depth, family, self.dual_read)
+
+    def lutram_luts(self, family):
+        """LUTs of the memory if it is distributed RAM: one copy per read port."""
+        return lutram_luts(self.width, self.depth, family) * (2 if self.dual_read else 1)
 
 
 def buildable(s):
@@ -149,3 +153,7 @@ def node_memories(config):
 
 def node_bram_blocks(config):
     return sum(m.blocks(config.family) for m in node_memories(config))
+
+
+def node_lutram_luts(config):
+    return sum(m.lutram_luts(config.family) for m in node_memories(config))

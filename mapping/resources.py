@@ -23,10 +23,13 @@ a K x K tile costs K*K of them (:func:`tile_multipliers`).
 
 Logic
 -----
-LUT and FF figures are a rough linear model, documented at the constants:
-per multiplier (operand registers, the K*K adder tree where the family's DSP
-cannot cascade it), per distributed-RAM bit, and a fixed per-node base (link
-cores, stream plumbing, control). ``python -m hw.build`` compares them with Yosys.
+LUT and FF figures are a linear model, documented at the constants: per layer
+slice (its line buffers, gradient buffers' adders and update path, stochastic
+rounders, gates and stream plumbing), per multiplier (operand registers, the
+K*K adder tree where the family's DSP cannot cascade it), per distributed-RAM
+bit, and a per-node base. On ECP5 LUTs count LUT4 sites: a carry cell or a
+16 x 4 distributed RAM fills two (as ``hw.synth.SynthResult.lut`` counts them).
+``python -m hw.build`` compares them with Yosys.
 """
 
 from dataclasses import dataclass
@@ -45,14 +48,25 @@ LUTRAM_MAX_DEPTH = {"ecp5": 16, "xc7": 64, "zynqmp": 64, "virtexuplus": 64}
 
 URAM_IN_BLOCKS = URAM_BLOCK_BITS // BRAM_BLOCK_BITS
 
-# Rough logic model (see module docstring). Xilinx DSP slices cascade the K*K
-# tile sum through their post-adders, so a multiplier costs only operand and
-# control registers; ECP5 MULT18X18D has no accumulator, so each tile's adder
-# tree of K*K 32-bit products sits in LUT4s and flip-flops.
-LUT_PER_MULTIPLIER = {"ecp5": 40, "xc7": 6, "zynqmp": 6, "virtexuplus": 6}
-FF_PER_MULTIPLIER = {"ecp5": 48, "xc7": 40, "zynqmp": 40, "virtexuplus": 40}
-NODE_BASE_LUT = {"ecp5": 3000, "xc7": 8000, "zynqmp": 8000, "virtexuplus": 8000}
-NODE_BASE_FF = {"ecp5": 3000, "xc7": 12000, "zynqmp": 12000, "virtexuplus": 12000}
+# Logic model (see module docstring). Xilinx DSP slices cascade the K*K tile sum
+# through their post-adders, so a multiplier costs only operand and control
+# registers; ECP5 MULT18X18D has no accumulator, so each tile's adder tree of K*K
+# 32-bit products sits in LUT4s, carry cells and flip-flops. The ECP5 figures are a
+# least-squares fit to Yosys 0.70 synth_ecp5 of eight generated nodes (tiny on the
+# default ecp5-85:2+ecp5-45:2 and, folded, on ecp5-85:3 with 40 multipliers per
+# node; lenet-digits' node 0 on ecp5-85:4: one or two slices, 9 to 135
+# multipliers; each node within 18%). Their logic is mostly per slice: the LGB's
+# adders and update path, the stochastic rounders, the line buffers; a slice with
+# an EB engine (every weighted layer but the first) adds its error line buffer,
+# engine and rounder. The Xilinx figures are not fitted to synthesis.
+LUT_PER_MULTIPLIER = {"ecp5": 64, "xc7": 6, "zynqmp": 6, "virtexuplus": 6}
+FF_PER_MULTIPLIER = {"ecp5": 33, "xc7": 40, "zynqmp": 40, "virtexuplus": 40}
+LUT_PER_SLICE = {"ecp5": 7000, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+FF_PER_SLICE = {"ecp5": 7500, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+LUT_PER_EB_SLICE = {"ecp5": 3400, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+FF_PER_EB_SLICE = {"ecp5": 5400, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+NODE_BASE_LUT = {"ecp5": 0, "xc7": 8000, "zynqmp": 8000, "virtexuplus": 8000}
+NODE_BASE_FF = {"ecp5": 0, "xc7": 12000, "zynqmp": 12000, "virtexuplus": 12000}
 
 # Hard multiplier operand widths (signed) per family: DSP48E1 25x18, DSP48E2 27x18,
 # MULT18X18D 18x18.
@@ -146,9 +160,12 @@ def dsp_per_product(a_bits, b_bits, family):
                math.ceil((a_bits - 1) / (wb - 1)) * math.ceil((b_bits - 1) / (wa - 1)))
 
 
-def logic_estimate(multipliers, lutram_lut, family):
-    """(LUT, FF) of a node with ``multipliers`` multipliers and ``lutram_lut`` LUTs of RAM."""
+def logic_estimate(slices, eb_slices, multipliers, lutram_lut, family):
+    """(LUT, FF) of a node with ``slices`` layer slices (``eb_slices`` of them with an EB
+    engine), ``multipliers`` multipliers and ``lutram_lut`` LUTs of RAM."""
     family = _family(family)
-    lut = NODE_BASE_LUT[family] + LUT_PER_MULTIPLIER[family] * multipliers + lutram_lut
-    ff = NODE_BASE_FF[family] + FF_PER_MULTIPLIER[family] * multipliers
+    lut = (NODE_BASE_LUT[family] + LUT_PER_SLICE[family] * slices + LUT_PER_EB_SLICE[family] * eb_slices
+           + LUT_PER_MULTIPLIER[family] * multipliers + lutram_lut)
+    ff = (NODE_BASE_FF[family] + FF_PER_SLICE[family] * slices + FF_PER_EB_SLICE[family] * eb_slices
+          + FF_PER_MULTIPLIER[family] * multipliers)
     return lut, ff

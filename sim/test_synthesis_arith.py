@@ -41,8 +41,9 @@ def test_conv_engine_uses_one_dsp_per_multiplier(family):
     engine = ConvEngine(channels=2, kernel=3, ces=2, out_channels=4, family=family)
     result = synth(engine, family)
     assert result.dsp == engine.multipliers == 36
-    # The adder tree is carry chains; a LUT multiplier would need hundreds of LUTs per product.
-    assert result.lut < 600
+    # The adder tree is carry chains (about 1,200 LUT4 sites on ECP5, carry cells counted
+    # as two); a LUT multiplier would need hundreds of LUTs per product.
+    assert result.lut < 1500
 
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])

@@ -24,9 +24,10 @@ def test_error_engine_uses_one_dsp_per_multiplier(family):
     result = synthesize(engine, family, extra=EXTRA[family])
     assert result.dsp == engine.multipliers == S * P * K * K
     assert result.bram == 0
-    # Group mux, adder trees and accumulators: about a thousand LUTs. Products built in
-    # LUTs would cost a few hundred each, about ten thousand here.
-    assert result.lut < 1500
+    # Group mux, adder trees and accumulators: about 1,700 LUT4 sites on ECP5 (390 LUT4 and
+    # 636 carry cells of two). Products built in LUTs would cost a few hundred each, about
+    # ten thousand here.
+    assert result.lut < 2000
 
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])
@@ -55,6 +56,7 @@ def test_folded_engine_uses_p_b_k_k_dsps_on_ecp5(name):
     assert result.dsp == engine.multipliers == P * 2 * K * K == 36
     assert result.bram == 0
     # The 3:1 pass select of FP and PG costs about two LUT4 per selected window bit
-    # (b*K*K*16 = 288), EB's group mux about 400; products built in LUTs would cost a few
-    # hundred each, over ten thousand here.
-    assert result.lut < 700
+    # (b*K*K*16 = 288), EB's group mux about 400, and the adder trees' carry cells about
+    # 1,200 LUT4 sites; products built in LUTs would cost a few hundred each, over ten
+    # thousand here.
+    assert result.lut < 2500
