@@ -13,10 +13,12 @@ and a three-input add) is one pipeline stage, so the clock is never limited by a
 chain of adders:
 
 ====================  =====================================================
-stage 1..3            key rounds (sample)           | index, acc delayed
-stage 4..6            noise rounds (key ^ index)    | acc delayed
-stage 7               sum = acc + r (r: low ``shift`` bits of the noise)
-stage 8               saturate(sum >> shift)
+stage 1..3            key rounds (sample)           | index delayed; stage 1 splits
+                                                    | acc into clamp(acc >> shift) and its
+                                                    | low ``shift`` bits, both delayed
+stage 4..6            noise rounds (key ^ index)    | the split acc delayed
+stage 7               high + carry(low + r) (r: low ``shift`` bits of the noise)
+stage 8               saturate to 16 bits
 ====================  =====================================================
 
 With ``shift <= 0`` there is no noise and the unit is a single stage. Every stage
@@ -59,10 +61,13 @@ def mix_final(x):
     return x ^ (x >> numerics.MIX_FINAL_XORSHIFT)
 
 
+def clamp(value, lo, hi):
+    return Mux(value > hi, hi, Mux(value < lo, lo, value))
+
+
 def saturate(value, bits):
     """Clamp a signed value to the ``bits``-bit two's-complement range."""
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    return Mux(value > hi, hi, Mux(value < lo, lo, value))
+    return clamp(value, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
 
 
 class StochasticRounder(wiring.Component):
@@ -124,10 +129,19 @@ class StochasticRounder(wiring.Component):
             noise = [key ^ index[lane * INDEX_BITS:(lane + 1) * INDEX_BITS] for lane in range(self.lanes)]
             for xorshift, (a, b) in numerics.MIX_ROUNDS:
                 noise = [stage(mix_round(n, xorshift, a, b)) for n in noise]
-            acc = acc_layout(delay(payload.acc.as_value(), 2 * len(numerics.MIX_ROUNDS)))
-            sums = [stage(acc[lane] + mix_final(noise[lane])[:self.shift]) for lane in range(self.lanes)]
-            values = [stage(saturate(s >> self.shift, numerics.WORD_BITS), signed(numerics.WORD_BITS))
-                      for s in sums]
+            # (acc + r) >> shift = (acc >> shift) + carry of (low bits + r), as 0 <= r < 2**shift;
+            # clamping acc >> shift to [-2**15 - 1, 2**15 - 1] first changes no saturated result,
+            # so the noise rounds delay 17 + shift bits per lane, not the whole accumulator.
+            acc = acc_layout(payload.acc.as_value())
+            top = (1 << (numerics.WORD_BITS - 1)) - 1
+            high = [stage(clamp(acc[lane] >> self.shift, -top - 2, top), signed(numerics.WORD_BITS + 1))
+                    for lane in range(self.lanes)]
+            low = [stage(acc[lane][:self.shift]) for lane in range(self.lanes)]
+            high = [delay(h, 2 * len(numerics.MIX_ROUNDS) - 1) for h in high]
+            low = [delay(b, 2 * len(numerics.MIX_ROUNDS) - 1) for b in low]
+            sums = [stage(h + (b + mix_final(n)[:self.shift])[self.shift])
+                    for h, b, n in zip(high, low, noise)]
+            values = [stage(saturate(s, numerics.WORD_BITS), signed(numerics.WORD_BITS)) for s in sums]
         else:
             acc = acc_layout(payload.acc.as_value())
             lanes = [acc[lane] for lane in range(self.lanes)]
