@@ -21,7 +21,7 @@ Engines raise ``*_start`` for one cycle when they begin a sample (only while
 ``*_allow`` is high) and ``*_done`` when they finish one.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Assert, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -54,30 +54,47 @@ class UpdateGate(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        counts = {}
-        for name in ("fp_start", "fp_done", "eb_start", "eb_done", "pg_start", "pg_done"):
-            counts[name] = count = Signal(COUNT_BITS, name=f"{name}_count")
-            with m.If(getattr(self, name)):
-                m.d.sync += count.eq(count + 1)
-        updating = Signal()
-        # End of the mini-batch being accumulated now, and FP's matching boundary.
-        boundary = Signal(COUNT_BITS)
-        m.d.comb += boundary.eq((self.batch_index + 1) * self.batch)
-        fp_boundary, fp_target = Signal(COUNT_BITS), Signal(COUNT_BITS)
-        m.d.comb += [fp_boundary.eq(boundary + self.fp_stale), fp_target.eq(fp_boundary)]
+        # Timing: the allows gate every engine's stream, whose handshake fans out to wide
+        # clock enables, so they come straight from registers. Each count is kept as the
+        # distance to its boundary (boundary - count) with a registered "zero" flag, so no
+        # adder or magnitude comparator sits between a register and an allow. The update
+        # strobe may come a cycle later than its condition: the condition holds until the
+        # update (counts only grow, and starts past the boundary are never allowed).
+        updating, pending = Signal(), Signal()
+        finishing = updating & self.update_done
+        b, fp_first = self.batch, self.batch + self.fp_stale  # boundaries of mini-batch 0
+
+        def left_to_boundary(pulse, first):
+            """Zero flag (register) of ``boundary - count``: ``pulse`` counts, each update adds B."""
+            left, zero = Signal(COUNT_BITS, init=first), Signal(init=first == 0)
+            with m.If(finishing):
+                m.d.sync += [left.eq(left + b), zero.eq(0)]
+            with m.Elif(pulse):
+                m.d.sync += [left.eq(left - 1), zero.eq(left == 1)]
+            # Starts stop at the boundary and the update waits for their ends.
+            m.d.sync += Assert(~(finishing & pulse), "update gate: a sample ended during the update")
+            return zero
+
+        fp_started, fp_finished = left_to_boundary(self.fp_start, fp_first), left_to_boundary(self.fp_done, fp_first)
+        eb_started, eb_finished = left_to_boundary(self.eb_start, b), left_to_boundary(self.eb_done, b)
+        pg_started, pg_finished = left_to_boundary(self.pg_start, b), left_to_boundary(self.pg_done, b)
         m.d.comb += [
-            self.fp_allow.eq(~updating & (counts["fp_start"] < fp_boundary)),
-            self.eb_allow.eq(~updating & (counts["eb_start"] < boundary)),
-            self.pg_allow.eq(~updating & (counts["pg_start"] < boundary)),
+            self.fp_allow.eq(~updating & ~fp_started),
+            self.eb_allow.eq(~updating & ~eb_started),
+            self.pg_allow.eq(~updating & ~pg_started),
         ]
-        eb_ready = (counts["eb_done"] >= boundary) if self.needs_eb else 1
-        with m.If((self.total_samples != 0) & (self.total_samples < fp_boundary)):
-            m.d.comb += fp_target.eq(self.total_samples)
-        ready = (counts["pg_done"] >= boundary) & eb_ready & (counts["fp_done"] >= fp_target)
-        with m.If(~updating & ready):
-            m.d.comb += self.update_start.eq(1)
+        # With total_samples below FP's boundary, FP finishing every sample there is counts.
+        fp_done_count, every_sample = Signal(COUNT_BITS), Signal()
+        with m.If(self.fp_done):
+            m.d.sync += fp_done_count.eq(fp_done_count + 1)
+        m.d.sync += every_sample.eq((self.total_samples != 0) & (fp_done_count >= self.total_samples))
+        eb_ready = eb_finished if self.needs_eb else 1
+        ready = pg_finished & eb_ready & (fp_finished | every_sample)
+        m.d.sync += pending.eq(ready & ~updating & ~pending)
+        m.d.comb += self.update_start.eq(pending)
+        with m.If(pending):
             m.d.sync += updating.eq(1)
-        with m.If(updating & self.update_done):
+        with m.If(finishing):
             m.d.sync += [updating.eq(0), self.batch_index.eq(self.batch_index + 1)]
         return m
 

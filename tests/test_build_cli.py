@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from hw.build import build, parse_args
 
 
@@ -42,3 +44,13 @@ def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(tmp_path):
     assert result.stderr.strip() == (
         "error: layer 'fc': the slice keeps weights in DRAM, which the generator does not build yet; "
         "map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
+
+
+def test_place_and_route_options_follow_the_device():
+    from hw.synth import nextpnr_ecp5_options
+
+    assert nextpnr_ecp5_options("lfe5um5g-45f") == ["--um5g-45k", "--package", "CABGA381", "--speed", "8"]
+    with pytest.raises(ValueError) as error:
+        nextpnr_ecp5_options("xc7vx690t")
+    assert str(error.value) == ("no nextpnr-ecp5 device for 'xc7vx690t' "
+                                "(known: lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f)")
