@@ -233,17 +233,30 @@ def _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates
                 act_ram_words=buf.act_ram, line_buffer_words=buf.line_buffer,
                 pab_words=buf.pab + sl.remote_rows * p.out_pixels,
                 lgb_words=lgb, weights_offchip=sl.offchip,
-                remote_weights=tuple(b for b in blocks if b.owner == node and b.layer == p.name),
+                remote_weights=(),  # filled below, once every slice exists
                 flatten_from=p.flatten_from,
                 fp_stale=stale[id(sl)], cycles_per_sample=perf.cycles(sl, budget, training.batch)))
         nodes.append(NodeConfig(
             index=node, device=budget.device.name, family=budget.device.family,
             clock_mhz=budget.device.clock_mhz, slices=tuple(layer_slices),
-            hosted=tuple(b for b in blocks if b.host == node), formats=formats, training=training,
+            hosted=(), formats=formats, training=training,
             estimate=estimates[node], cycles_per_sample=summary["nodes"][node].cycles,
             link_bytes_forward=int(fwd[node]) if node < n - 1 else 0,
             link_bytes_backward=int(bwd[node - 1]) if node > 0 else 0))
-    return nodes
+    return _with_blocks(nodes, blocks)
+
+
+def _with_blocks(nodes, blocks):
+    """Each WeightBlock, carrying its owner's slice cut to its rows, on its owner's slice
+    (``remote_weights``) and on its host (``hosted``)."""
+    slice_of = {(node.index, s.layer): s for node in nodes for s in node.slices}
+    blocks = [replace(b, owner_slice=replace(slice_of[b.owner, b.layer], out_range=b.out_range))
+              for b in blocks]
+    return [replace(node, hosted=tuple(b for b in blocks if b.host == node.index),
+                    slices=tuple(replace(s, remote_weights=tuple(b for b in blocks if b.owner == node.index
+                                                                 and b.layer == s.layer))
+                                 for s in node.slices))
+            for node in nodes]
 
 
 def _summary_dict(summary, part, node_budgets):

@@ -21,6 +21,11 @@ Conventions
   on this slice still uses the previous weights (DESIGN.md section 7): FP of
   sample s uses weight version max(0, (s - fp_stale) // batch); EB always uses
   version s // batch. The golden model takes the same numbers.
+- Weight balancing: a slice's ``remote_weights`` and its host's ``hosted`` hold the
+  same WeightBlocks. Each carries ``owner_slice``, the owner's slice cut to the
+  block's output channels, so the host can lay out, stream and update those rows
+  exactly as the owner's LPRAM would (same engines, weight versions and rounding
+  indices) from its own NodeConfig alone.
 """
 
 from dataclasses import dataclass, field, asdict, replace
@@ -61,6 +66,9 @@ class WeightBlock:
     in_range: tuple
     out_range: tuple
     words: int
+    # The owner's LayerSlice cut to ``out_range`` (its remote_weights empty); None
+    # until the mapper has built the slices.
+    owner_slice: "LayerSlice | None" = None
 
 
 class ChannelRanges:
@@ -170,7 +178,9 @@ class NodeConfig:
 
 
 def _block_from_dict(d):
-    return WeightBlock(**{**d, "in_range": tuple(d["in_range"]), "out_range": tuple(d["out_range"])})
+    owner_slice = d.get("owner_slice")
+    return WeightBlock(**{**d, "in_range": tuple(d["in_range"]), "out_range": tuple(d["out_range"]),
+                          "owner_slice": None if owner_slice is None else _slice_from_dict(owner_slice)})
 
 
 def _slice_from_dict(d):

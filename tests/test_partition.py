@@ -1,5 +1,7 @@
 """Partitioner, weight balancing and the NodeConfigs they produce."""
 
+from dataclasses import replace
+
 import pytest
 
 from mapping import balance, zoo
@@ -144,6 +146,11 @@ def test_weight_balancing_moves_rows_and_accounts_traffic():
         assert block.words == (block.out_range[1] - block.out_range[0]) * (
             sl.in_range[1] - sl.in_range[0]) * sl.kernel ** 2
         assert sl.out_range[0] <= block.out_range[0] < block.out_range[1] <= sl.out_range[1]
+        # the host learns the rows' engines, geometry and weight versions from its own config
+        cut = block.owner_slice
+        assert cut == replace(sl, out_range=block.out_range, remote_weights=())
+        assert cut.weight_words == block.words
+    assert Mapping.from_json(m.to_json()) == m
     for n in m.nodes:
         assert n.estimate.bram_blocks <= m.summary["usable_blocks"][n.index]
     # weights to a downstream owner travel forward (16 bit), their gradients back (48 bit)
