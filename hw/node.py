@@ -8,12 +8,19 @@ slice's successor-facing ports (see hw/slice_unit.py for the channel names), plu
 the labels, which enter node 0 with the images and travel to the last node, where
 the loss turns the class scores into output errors. Until the link cores exist,
 nodes are chained port to port (``connect_chain``).
+
+Weight balancing adds, per range of rows a node keeps on an adjacent node, the
+``bp_*`` channels of its slice unit and of the host's HostedRows (hw/weight_stream.py,
+hw/bpram_host.py): rows for the owner's FP and EB engines towards the owner, their
+gradients towards the host, on the forward or the backward link as the host lies.
+The node renames them after the block (:func:`balance_port`), the same on both ends.
 """
 
 from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from .bpram_host import HostedRows, hosted_blocks
 from .fifo import Fifo
 from .loss import LABEL_BITS, LossUnit
 from .rounding import refuse
@@ -23,6 +30,12 @@ from mapping.memories import LABEL_FIFO_DEPTH
 
 UPSTREAM_PORTS = ("act_in", "psum_in", "ocp_in", "err_out", "zerr_out", "epsum_out")
 DOWNSTREAM_PORTS = ("act_out", "psum_out", "ocp_out", "err_in", "zerr_in", "epsum_in")
+
+
+def balance_port(block, name):
+    """Node port of a ``bp_*`` member ``name`` of the owner's slice unit or of the host's
+    HostedRows for ``block``: unique on either node (one host per owner slice)."""
+    return f"bp{block.owner_slice.position}n{block.owner}{name[len('bp'):]}"
 
 
 class Node(wiring.Component):
@@ -38,6 +51,8 @@ class Node(wiring.Component):
         self.applies_loss = config.index == config.chain_length - 1
         self.units = [SliceUnit(s, config.formats, config.training, params=params, family=family)
                       for s in config.slices]
+        self.hosted = [HostedRows(block, config.formats, config.training, params=params, family=family)
+                       for block in hosted_blocks(config)]
         first, last = slice_ports(config.slices[0]), slice_ports(config.slices[-1])
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "label_in": In(stream.Signature(LABEL_BITS))}
@@ -49,7 +64,16 @@ class Node(wiring.Component):
         for name in DOWNSTREAM_PORTS:
             if name in last and not (self.applies_loss and name in ("act_out", "err_in")):
                 members[name] = _port(*last[name])
+        for unit, block, name, member in self._balance_members():
+            members[balance_port(block, name)] = member
         super().__init__(members)
+
+    def _balance_members(self):
+        """(unit, block, member name, member) of every ``bp_*`` port of the node's units."""
+        owners = [(unit, unit.remote.block) for unit in self.units if unit.remote.block is not None]
+        hosts = [(host, host.block) for host in self.hosted]
+        return [(unit, block, name, member) for unit, block in owners + hosts
+                for name, member in unit.signature.members.items() if name.startswith("bp_")]
 
     def elaborate(self, platform):
         m = Module()
@@ -57,12 +81,20 @@ class Node(wiring.Component):
         units = self.units
         for n, unit in enumerate(units):
             m.submodules[f"slice{n}_{unit.slice.layer}"] = unit
-            m.d.comb += unit.total_samples.eq(self.total_samples)
-        # Mini-batch updates every slice of this node has applied.
+        for host in self.hosted:
+            m.submodules[f"host_{host.rows.layer}_for{host.block.owner}"] = host
+        # Mini-batch updates every slice and hosted range of this node has applied.
         fewest = units[0].updates
-        for unit in units[1:]:
+        for unit in units + self.hosted:
+            m.d.comb += unit.total_samples.eq(self.total_samples)
             fewest = Mux(unit.updates < fewest, unit.updates, fewest)
         m.d.comb += self.updates.eq(fewest)
+        for unit, block, name, member in self._balance_members():
+            port = getattr(self, balance_port(block, name))
+            if member.flow == In:
+                connect(m, flipped(port), getattr(unit, name))
+            else:
+                connect(m, getattr(unit, name), flipped(port))
         for upstream, downstream in zip(units, units[1:]):
             connect(m, upstream.act_out, downstream.act_in)
             connect(m, downstream.err_out, upstream.err_in)
@@ -100,7 +132,15 @@ def connect_chain(m, nodes, link=None):
     use it to put random back-pressure on the links.
     """
     link = link or (lambda m, producer, consumer: connect(m, producer, consumer))
+    unpaired = {(node.config.index, name) for node in nodes for name in node.signature.members
+                if name.startswith("bp")}
     for a, b in zip(nodes, nodes[1:]):
+        for x, y in ((a, b), (b, a)):  # weight-balancing channels, either way
+            for name in x.signature.members:
+                twin = name[:-len("_out")] + "_in"
+                if name.startswith("bp") and name.endswith("_out") and twin in y.signature.members:
+                    link(m, getattr(x, name), getattr(y, twin))
+                    unpaired -= {(x.config.index, name), (y.config.index, twin)}
         pairs = [("act_out", "act_in"), ("psum_out", "psum_in"), ("ocp_out", "ocp_in"),
                  ("err_in", "err_out"), ("zerr_in", "zerr_out"), ("epsum_in", "epsum_out")]
         for a_name, b_name in pairs:
@@ -115,3 +155,5 @@ def connect_chain(m, nodes, link=None):
             else:
                 link(m, getattr(b, b_name), getattr(a, a_name))
         link(m, a.label_out, b.label_in)
+    if unpaired:
+        raise ValueError(f"weight-balancing ports with no partner on an adjacent node: {sorted(unpaired)}")

@@ -16,6 +16,8 @@ forward (to the successor)         backward (to the predecessor)
 successor (backward); ``<channel>_out`` goes the other way.
 """
 
+from dataclasses import replace
+
 import numpy as np
 from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
@@ -26,6 +28,7 @@ from mapping.errors import SpecError
 from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, pg_error_slack,
                               sfu_samples_in_flight, window_slack)
 from .act_ram import ActRam
+from .bpram_host import remote_block
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
 from .fifo import Fifo
@@ -34,11 +37,12 @@ from .grad_buffer import GradientBuffer
 from .line_buffer import LineBuffer
 from .map_rounder import MapRounder
 from .pab import PartialActivationBuffer
-from .param_ram import ParamRam
-from .pg_engine import GradientEngine
+from .param_ram import ParamRam, WeightLayout, bank_layout
+from .pg_engine import GradientEngine, grads_layout
 from .sfu import SFU
 from .stream_util import ChannelConcat, ChannelFork, pixel_layout
 from .update_gate import COUNT_BITS, SampleGate, UpdateGate
+from .weight_stream import GradientSplit, WeightSource
 
 
 def slice_ports(s):
@@ -86,7 +90,30 @@ def slice_ports(s):
                 ports["err_out"] = ("out", _err_out_layout(s, pixel_layout(c_in)))
             else:
                 ports["epsum_out"] = ("out", psum_layout(c_in))
+    if s.remote_weights:
+        layout = WeightLayout.from_slice(s)
+        remote = RemoteRows(s)
+        ports["bp_fp_in"] = ("in", bank_layout(layout.banks, layout.words))
+        if s.needs_eb:
+            ports["bp_eb_in"] = ("in", bank_layout(layout.banks, layout.words))
+        ports["bp_grad_out"] = ("out", grads_layout(layout.rows - remote.first_address, layout.banks,
+                                                     layout.words))
     return {name: port for name, port in ports.items() if port is not None}
+
+
+class RemoteRows:
+    """Where slice ``s``'s weight rows live: its own LPRAM holds ``local`` (the slice cut to its
+    local rows, None if every row is remote), the host the rest from engine address
+    ``first_address`` on (hw/weight_stream.py)."""
+
+    def __init__(self, s):
+        self.block = remote_block(s)
+        if self.block is None:
+            self.local, self.first_address = s, WeightLayout.from_slice(s).rows
+            return
+        lo, first_remote = s.out_range[0], self.block.out_range[0]
+        self.local = replace(s, out_range=(lo, first_remote), remote_weights=()) if first_remote > lo else None
+        self.first_address = (first_remote - lo) // s.fp.ces * WeightLayout.from_slice(s).passes
 
 
 def _err_out_layout(s, flat_layout):
@@ -109,13 +136,13 @@ def slice_weights(s, params):
 
 
 def check_buildable(s):
-    """The generator keeps every weight on chip and builds the three engines of one shape
+    """The generator keeps every weight on chip (rows of fully connected slices may live on an
+    adjacent node, hw/bpram_host.remote_block) and builds the three engines of one shape
     (P x b tiles, b <= the slice's input channels: folded over ceil(S / b) passes)."""
-    if s.weights_offchip or s.remote_weights:
-        raise SpecError(f"layer '{s.layer}': the slice keeps weights "
-                        f"{'in DRAM' if s.weights_offchip else 'on other nodes (BPRAM)'}, which the "
-                        f"generator does not build yet; map with mapper.GENERATOR_OPTIONS "
-                        f"(python -m mapping --for-hardware)")
+    if s.weights_offchip:
+        raise SpecError(f"layer '{s.layer}': the slice keeps weights in DRAM, which the generator does "
+                        f"not build yet; map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
+    remote_block(s)
     if not buildable(s):
         raise SpecError(
             f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): "
@@ -131,9 +158,12 @@ class SliceUnit(wiring.Component):
         check_buildable(layer_slice)
         s = self.slice = layer_slice
         self.formats, self.training, self.family = formats, training, family
-        weights, bias = slice_weights(s, params)
+        self.remote = RemoteRows(s)
+        local = self.remote.local
+        _, bias = slice_weights(s, params)
         # Built here rather than in elaborate() so a testbench can read the weights back.
-        self.lpram = ParamRam.from_slice(s, init=weights, family=family)
+        self.lpram = (ParamRam.from_slice(local, init=slice_weights(local, params)[0], family=family)
+                      if local is not None else None)
         self.owns_bias = s.owns_biases
         self.bias_ram = (ParamRam(banks=s.fp.ces, rows=-(-s.out_channels // s.fp.ces), words=1,
                                   init=bias.reshape(-1, 1), family=family) if self.owns_bias else None)
@@ -152,13 +182,20 @@ class SliceUnit(wiring.Component):
         own_out = s.out_channels
 
         # --- memories and the update gate -------------------------------------------------
-        lpram = m.submodules.lpram = self.lpram
-        lgb = m.submodules.lgb = GradientBuffer.from_slice(s, f, self.training, family=self.family)
+        # Rows kept on another node are updated there (hw/bpram_host.py); this gate
+        # updates the local rows and the biases.
         gate = m.submodules.gate = UpdateGate(batch=self.training.batch, fp_stale=s.fp_stale,
                                               needs_eb=s.needs_eb)
-        connect(m, lgb.upd, lpram.upd)
-        m.d.comb += [gate.total_samples.eq(self.total_samples), lgb.update.eq(gate.update_start),
-                     lgb.batch.eq(gate.batch_index), self.updates.eq(gate.batch_index)]
+        m.d.comb += [gate.total_samples.eq(self.total_samples), self.updates.eq(gate.batch_index)]
+        lpram, lgb = self.lpram, None
+        updated = []  # the done pulses of every buffer the update runs through
+        if lpram is not None:
+            m.submodules.lpram = lpram
+            lgb = m.submodules.lgb = GradientBuffer.from_slice(self.remote.local, f, self.training,
+                                                               family=self.family)
+            connect(m, lgb.upd, lpram.upd)
+            m.d.comb += [lgb.update.eq(gate.update_start), lgb.batch.eq(gate.batch_index)]
+            updated.append(lgb.done)
         owns_bias = self.owns_bias
         if owns_bias:
             bias_ram = m.submodules.bias_ram = self.bias_ram
@@ -167,9 +204,11 @@ class SliceUnit(wiring.Component):
             connect(m, bias_lgb.upd, bias_ram.upd)
             m.d.comb += [bias_lgb.update.eq(gate.update_start), bias_lgb.batch.eq(gate.batch_index),
                          bias_ram.b.weight_en.eq(0)]
-            m.d.comb += gate.update_done.eq(_both_done(m, lgb.done, bias_lgb.done))
-        else:
-            m.d.comb += gate.update_done.eq(lgb.done)
+            updated.append(bias_lgb.done)
+        if len(updated) == 2:
+            m.d.comb += gate.update_done.eq(_both_done(m, *updated))
+        else:  # nothing to update here: the gate still counts the mini-batches
+            m.d.comb += gate.update_done.eq(updated[0] if updated else gate.update_start)
 
         # --- forward: input split, Act-RAM, line buffer, FP engine ------------------------
         act_in = flipped(self.act_in)
@@ -200,8 +239,7 @@ class SliceUnit(wiring.Component):
         fp_gate = m.submodules.fp_gate = SampleGate(fp_lb.o.payload.shape(), oh * ow)
         connect(m, self._window_slack(m, "fp", fp_lb.o), fp_gate.i)
         fp = m.submodules.fp = ConvEngine.from_slice(s, family=self.family)
-        connect(m, fp_gate.o, fp.windows)
-        _connect_weight_port(m, fp, lpram.a)
+        connect(m, self._weights(m, "fp", fp, fp_gate.o, None if lpram is None else lpram.a), fp.windows)
         m.d.comb += [fp_gate.allow.eq(gate.fp_allow), gate.fp_start.eq(fp_gate.start)]
 
         # FP done is counted where the sample's last partial sum leaves the FP path, after
@@ -263,7 +301,7 @@ class SliceUnit(wiring.Component):
         connect(m, pg_gate.o, pg.windows)
         connect(m, pg_errors, pg.errors)
         m.d.comb += [pg_gate.allow.eq(gate.pg_allow), gate.pg_start.eq(pg_gate.start)]
-        pg_done = _connect_gradients(m, pg.grads, lgb.i, oh * ow * pg.rows, "lgb")
+        pg_done = _connect_gradients(m, pg.grads, self._gradient_sink(m, lgb), oh * ow * pg.rows, "lgb")
         if owns_bias:
             bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, oh * ow * pg.rows, "bias_lgb")
             m.d.comb += gate.pg_done.eq(_both_done(m, pg_done, bias_done))
@@ -277,8 +315,7 @@ class SliceUnit(wiring.Component):
             eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
             connect(m, self._window_slack(m, "eb", eb_lb.o), eb_gate.i)
             eb = m.submodules.eb = ErrorEngine.from_slice(s, family=self.family)
-            connect(m, eb_gate.o, eb.windows)
-            _connect_weight_port(m, eb, lpram.b)
+            connect(m, self._weights(m, "eb", eb, eb_gate.o, None if lpram is None else lpram.b), eb.windows)
             # EB is done with the weights only when the sample's last error sum leaves the
             # engine: a stalled engine holds its operands in LPRAM port B's read register,
             # which the update's row reads would overwrite.
@@ -291,6 +328,37 @@ class SliceUnit(wiring.Component):
             else:
                 self._ocp_input_errors(m, eb_end.o, eb.groups * eb.passes)
         return m
+
+    def _weights(self, m, role, engine, windows, ram_port):
+        """Connect ``engine``'s weight port to the LPRAM, or with remote rows through a
+        WeightSource to the LPRAM and the ``bp_<role>_in`` row stream; returns the window
+        stream the engine takes."""
+        if not self.slice.remote_weights:
+            _connect_weight_port(m, engine, ram_port)
+            return windows
+        source = m.submodules[f"{role}_weights"] = WeightSource(
+            rows=engine.rows, banks=self.slice.fp.ces, words=engine.words,
+            first_remote=self.remote.first_address, window=windows.payload.shape())
+        _connect_weight_port(m, engine, source.engine)
+        if ram_port is not None:
+            connect(m, source.ram, ram_port)
+        connect(m, flipped(getattr(self, f"bp_{role}_in")), source.remote)
+        connect(m, windows, source.windows_in)
+        return source.windows_out
+
+    def _gradient_sink(self, m, lgb):
+        """Where PG's weight-gradient beats go: the LGB, or split between the LGB and the host."""
+        if not self.slice.remote_weights:
+            return lgb.i
+        if lgb is None:
+            return flipped(self.bp_grad_out)
+        layout = WeightLayout.from_slice(self.slice)
+        split = m.submodules.grad_split = GradientSplit(rows=layout.rows, banks=layout.banks,
+                                                        words=layout.words,
+                                                        first_remote=self.remote.first_address)
+        connect(m, split.local, lgb.i)
+        connect(m, split.remote, flipped(self.bp_grad_out))
+        return split.i
 
     def _window_slack(self, m, role, windows):
         """Windows buffered after a line buffer, so that it takes in the first rows of the

@@ -43,7 +43,38 @@ class Memory:
 def buildable(s):
     """Whether hw/ generates slice ``s`` (see hw/slice_unit.check_buildable)."""
     return (s.pg == s.fp and (not s.needs_eb or (s.eb.ces, s.eb.tiles) == (s.fp.tiles, s.fp.ces))
-            and s.fp.tiles <= s.in_channels and not s.weights_offchip and not s.remote_weights)
+            and s.fp.tiles <= s.in_channels and not s.weights_offchip
+            and remote_rows_problem(s.remote_weights, s) is None)
+
+
+def remote_rows_problem(blocks, owner=None):
+    """Why hw/ cannot stream the weight rows ``blocks`` of one owner slice from their host
+    (hw/weight_stream.py), or None. The generator streams fully connected rows only (a
+    convolution row used from another node would need a weight-stationary engine), from
+    one adjacent node, in one range of whole engine groups at the top of the slice's
+    output channels; the last two are checked where the ``owner`` slice is known."""
+    if not blocks:
+        return None
+    blocks = sorted(blocks, key=lambda b: b.out_range)
+    first, cut = blocks[0], blocks[0].owner_slice
+    where = f"layer '{cut.layer}' on node {first.owner}"
+    hint = "; map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)"
+    hosts = sorted({b.host for b in blocks})
+    if cut.kind != "fc":
+        return (f"{where} keeps weight rows on node {first.host}: the generator streams only fully "
+                f"connected rows from other nodes (a convolution row would need a weight-stationary "
+                f"engine){hint}")
+    if len(hosts) > 1 or abs(hosts[0] - first.owner) != 1:
+        return (f"{where} keeps weight rows on node(s) {', '.join(map(str, hosts))}: the generator "
+                f"streams a slice's rows from one adjacent node{hint}")
+    if any(a.out_range[1] != b.out_range[0] for a, b in zip(blocks, blocks[1:])):
+        return f"{where}: its remote rows {[b.out_range for b in blocks]} are not one range{hint}"
+    lo, hi = first.out_range[0], blocks[-1].out_range[1]
+    if owner is not None and (hi != owner.out_range[1] or (lo - owner.out_range[0]) % owner.fp.ces):
+        return (f"{where}: its remote rows {lo}..{hi - 1} are not whole groups of {owner.fp.ces} "
+                f"engine rows at the top of its output channels "
+                f"{owner.out_range[0]}..{owner.out_range[1] - 1}{hint}")
+    return None
 
 
 def passes(s):

@@ -41,14 +41,24 @@ def _read_ram(ctx, ram):
     return np.asarray(rows, dtype=np.int64).reshape(ram.rows * ram.banks, ram.words)
 
 
-def _store_slice(ctx, unit, params):
-    s = unit.slice
-    (olo, ohi), (ilo, ihi) = s.out_range, s.in_range
-    weights, bias = params[s.layer]
-    shaped = weights.reshape(weights.shape[0], s.in_shape[0], s.kernel, s.kernel)
-    shaped[olo:ohi, ilo:ihi] = unit.lpram.layout.unfold(_read_ram(ctx, unit.lpram))
-    if unit.bias_ram is not None:
-        bias[olo:ohi] = _read_ram(ctx, unit.bias_ram)[:ohi - olo, 0]
+def _store_rows(ctx, rows, ram, params):
+    """The weights of LayerSlice ``rows`` held in ParamRam ``ram`` into ``params``."""
+    (olo, ohi), (ilo, ihi) = rows.out_range, rows.in_range
+    weights, _ = params[rows.layer]
+    shaped = weights.reshape(weights.shape[0], rows.in_shape[0], rows.kernel, rows.kernel)
+    shaped[olo:ohi, ilo:ihi] = ram.layout.unfold(_read_ram(ctx, ram))
+
+
+def _store_node(ctx, node, params):
+    """Every weight a node keeps (its slices' local rows, the rows it hosts) and its biases."""
+    for unit in node.units:
+        if unit.lpram is not None:
+            _store_rows(ctx, unit.remote.local, unit.lpram, params)
+        if unit.bias_ram is not None:
+            olo, ohi = unit.slice.out_range
+            params[unit.slice.layer][1][olo:ohi] = _read_ram(ctx, unit.bias_ram)[:ohi - olo, 0]
+    for host in node.hosted:
+        _store_rows(ctx, host.rows, host.bpram, params)
 
 
 def input_beats(config):
@@ -102,8 +112,7 @@ def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0
             cycle += 1
         state["cycles"] = cycle
         for node in nodes:
-            for unit in node.units:
-                _store_slice(ctx, unit, final)
+            _store_node(ctx, node, final)
 
     simulate(top, images, label_feed, finish, deadline=deadline)
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
