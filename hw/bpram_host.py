@@ -25,7 +25,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping.errors import SpecError
-from mapping.memories import remote_rows_problem
+from mapping.memories import hosted_groups, merge_blocks, remote_rows_problem
 from .grad_buffer import GradientBuffer
 from .param_ram import ParamRam, WeightLayout, bank_layout
 from .pg_engine import grads_layout
@@ -39,10 +39,7 @@ def _merged(blocks, owner=None):
     problem = remote_rows_problem(blocks, owner)
     if problem:
         raise SpecError(problem)
-    blocks = sorted(blocks, key=lambda b: b.out_range)
-    rows = (blocks[0].out_range[0], blocks[-1].out_range[1])
-    return replace(blocks[0], out_range=rows, words=sum(b.words for b in blocks),
-                   owner_slice=replace(blocks[0].owner_slice, out_range=rows))
+    return merge_blocks(blocks)
 
 
 def remote_block(s):
@@ -52,10 +49,7 @@ def remote_block(s):
 
 def hosted_blocks(config):
     """The blocks a NodeConfig hosts, merged per owner slice, in chain order."""
-    groups = {}
-    for block in config.hosted:
-        groups.setdefault((block.owner, block.layer), []).append(block)
-    return [_merged(blocks) for _, blocks in sorted(groups.items())]
+    return [_merged(blocks) for blocks in hosted_groups(config)]
 
 
 class HostedRows(wiring.Component):

@@ -4,12 +4,13 @@ This mirrors hw/ memory by memory (sim/test_memories.py checks it against every
 memory of the elaborated hardware), and every hardware memory carries the
 ``ram_style`` that :func:`mapping.resources.ram_style` gives its depth, so the
 block RAM count below is what Yosys produces. It covers the slices hw/ builds:
-engines of one shape (folded or not), weights on chip (``mapper.GENERATOR_OPTIONS``).
+engines of one shape (folded or not), weights on chip, fully connected rows kept
+on an adjacent node (``mapper.GENERATOR_OPTIONS``; :func:`remote_rows_problem`).
 The partitioner plans with the coarser model of mapping/balance.py, which also
 covers folded engines and weight balancing.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import math
 
 from .numerics import ACC_BITS, WORD_BITS
@@ -77,6 +78,30 @@ def remote_rows_problem(blocks, owner=None):
     return None
 
 
+def merge_blocks(blocks):
+    """The WeightBlocks of one owner slice, one range of rows (as remote_rows_problem admits),
+    as one block whose owner_slice is cut to all of them."""
+    blocks = sorted(blocks, key=lambda b: b.out_range)
+    rows = (blocks[0].out_range[0], blocks[-1].out_range[1])
+    return replace(blocks[0], out_range=rows, words=sum(b.words for b in blocks),
+                   owner_slice=replace(blocks[0].owner_slice, out_range=rows))
+
+
+def hosted_groups(config):
+    """The blocks a NodeConfig hosts, grouped per owner slice, in chain order."""
+    groups = {}
+    for block in config.hosted:
+        groups.setdefault((block.owner, block.layer), []).append(block)
+    return [blocks for _, blocks in sorted(groups.items())]
+
+
+def local_rows(s):
+    """Output channels of slice ``s`` whose weights its own LPRAM holds."""
+    if not s.remote_weights:
+        return s.out_channels
+    return min(b.out_range[0] for b in s.remote_weights) - s.out_range[0]
+
+
 def passes(s):
     """Passes per window of a slice's engines: its input channels folded over its tiles."""
     return math.ceil(s.in_channels / s.fp.tiles)
@@ -98,7 +123,6 @@ def slice_memories(s, samples_in_flight):
     c_in, _, width = s.in_shape
     oc, oh, ow = s.out_shape
     words = own_in * kernel * kernel
-    row_words = s.fp.tiles * kernel * kernel  # LPRAM and LGB: one pass of a group per address
     arriving = c_in - s.in_range[0] if s.mode == "icp" else c_in
     mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s))
     mems += _fifo("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in)
@@ -112,9 +136,8 @@ def slice_memories(s, samples_in_flight):
         if s.needs_eb:
             rows = math.ceil((kernel - 1) / s.stride)
             mems += [Memory(f"eb_lb.row{j}", own_out * WORD_BITS, ow) for j in range(rows)]
-    mems.append(Memory("lpram", ces * row_words * WORD_BITS, groups * passes(s), dual_read=True,
-                       word_writes=True))
-    mems.append(Memory("lgb", ces * row_words * ACC_BITS, groups * passes(s)))
+    if local_rows(s):
+        mems += _weight_memories("lpram", "lgb", s, local_rows(s))
     if s.owns_biases:
         mems.append(Memory("bias_ram", ces * WORD_BITS, groups, dual_read=True, word_writes=True))
         mems.append(Memory("bias_lgb", ces * ACC_BITS, groups))
@@ -127,6 +150,14 @@ def slice_memories(s, samples_in_flight):
     if s.mode == "ocp" or s.last:
         mems += _sfu_memories(s, own_out, oh, ow, samples_in_flight)
     return mems
+
+
+def _weight_memories(ram, gradients, s, rows):
+    """LPRAM and LGB (or BPRAM and BGB) of ``rows`` output channels of slice ``s``'s layout."""
+    ces, row_words = s.fp.ces, s.fp.tiles * s.kernel * s.kernel  # an address: one pass of a group
+    depth = math.ceil(rows / ces) * passes(s)
+    return [Memory(ram, ces * row_words * WORD_BITS, depth, dual_read=True, word_writes=True),
+            Memory(gradients, ces * row_words * ACC_BITS, depth)]
 
 
 def sfu_mask_bits(pool_kernel, relu):
@@ -179,6 +210,9 @@ def node_memories(config):
     mems = [Memory("labels", LABEL_BITS, LABEL_FIFO_DEPTH)]
     for s in config.slices:
         mems += slice_memories(s, sfu_samples_in_flight(s))
+    for blocks in hosted_groups(config):
+        cut = merge_blocks(blocks).owner_slice
+        mems += _weight_memories("bpram", "bgb", cut, cut.out_channels)
     return mems
 
 

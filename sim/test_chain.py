@@ -1,4 +1,5 @@
-"""Chained nodes train the tiny CNN bit-exactly (issue 5): one node, then a 4-node chain."""
+"""Chained nodes train the tiny CNN bit-exactly (issue 5): one node, chains of 3 and 4 nodes,
+folded engines, fully connected rows kept on an adjacent node (weight balancing)."""
 
 import numpy as np
 import pytest
@@ -66,6 +67,33 @@ def test_folded_conv_and_fc_engines_train_bit_exact():
     assert engines == [[("conv1", 1, 1, 1)], [("conv2", 4, 1, 1)], [("fc", 32, 1, 1)]]
 
 
+def _hosted(mapping):
+    return [(b.owner, b.host, b.layer, b.out_range) for node in mapping.nodes for b in node.hosted]
+
+
+def test_fc_rows_hosted_on_the_upstream_node_train_bit_exact():
+    # With a tenth of the block RAM, node 2 (end of conv2 and fc) keeps fc's rows 8..9 in
+    # node 1's BPRAM: node 1 streams them to node 2's FP and EB engines every sample and
+    # sums their gradients in its BGB.
+    mapping = _train("ecp5-85:3", seed=5, bram_fraction=0.1)
+    assert _hosted(mapping) == [(2, 1, "fc", (8, 10))]
+    assert [s.layer for s in mapping.nodes[2].slices] == ["conv2", "fc"]
+
+
+def test_host_that_computes_the_same_layer_trains_bit_exact():
+    # fc is split by ICP over nodes 2 and 3; node 3 keeps its rows 1..9 on node 2, which
+    # computes fc's first input channel itself.
+    mapping = _train(CHAIN, seed=6, bram_fraction=0.06)
+    assert _hosted(mapping) == [(3, 2, "fc", (1, 10))]
+    assert [[(s.layer, s.in_range) for s in mapping.nodes[n].slices] for n in (2, 3)] == [
+        [("fc", (0, 1))], [("fc", (1, 32))]]
+
+
 @pytest.mark.slow
 def test_four_node_chain_with_random_stalls_on_every_link_stays_bit_exact():
     _train(CHAIN, seed=3, stall=0.3)
+
+
+@pytest.mark.slow
+def test_hosted_rows_with_random_stalls_on_every_link_stay_bit_exact():
+    _train("ecp5-85:3", seed=7, stall=0.3, bram_fraction=0.1)

@@ -31,12 +31,16 @@ def built_memories(fragment):
     return found
 
 
-MAPPINGS = [("tiny", "ecp5-85:2+ecp5-45:2"), ("tiny", "vc709:1"), ("lenet-digits", "ecp5-85:4")]
+# The last two keep fully connected rows on an adjacent node (BPRAM / BGB there).
+MAPPINGS = [("tiny", "ecp5-85:2+ecp5-45:2", 0.9), ("tiny", "vc709:1", 0.9), ("lenet-digits", "ecp5-85:4", 0.9),
+            ("tiny", "ecp5-85:3", 0.1), ("tiny", "ecp5-85:2+ecp5-45:2", 0.06)]
 
 
-@pytest.mark.parametrize("network, cluster", MAPPINGS)
-def test_inventory_lists_every_memory_the_generator_builds(network, cluster):
-    mapping = map_network(zoo.NETWORKS[network](), parse_cluster(cluster), batch=2, **GENERATOR_OPTIONS)
+@pytest.mark.parametrize("network, cluster, bram_fraction", MAPPINGS)
+def test_inventory_lists_every_memory_the_generator_builds(network, cluster, bram_fraction):
+    mapping = map_network(zoo.NETWORKS[network](), parse_cluster(cluster), batch=2, bram_fraction=bram_fraction,
+                          **GENERATOR_OPTIONS)
+    assert any(n.hosted for n in mapping.nodes) == (bram_fraction < 0.9)
     for config in mapping.nodes:
         built = Counter(built_memories(Fragment.get(Node(config, family=config.family), None)))
         listed = Counter((m.width, m.depth, ram_style(m.depth, config.family))
