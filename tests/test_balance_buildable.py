@@ -1,15 +1,16 @@
 """Weight balancing in the form the hardware generator builds (mapper.GENERATOR_OPTIONS):
 rows of fully connected slices, on an adjacent node, one host per slice, the local rows
-whole engine groups."""
+whole engine groups; and the traffic and timing of FC rows kept on another node."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from mapping import balance, mapper, zoo
+from mapping import balance, mapper, perf, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.network import Layer, infer
 from mapping.nodeconfig import Mapping
 from mapping.partition import budgets, partition, plan_layers
 
@@ -121,3 +122,35 @@ def test_moves_leave_whole_engine_groups():
     sl.remote_rows = 2
     assert list(balance._moves(sl, 4)) == [4, 8]
     assert list(balance._moves(sl, 1)) == list(range(1, 9))  # unrestricted: any count
+
+
+def test_fc_rows_stream_twice_and_send_48_bit_gradients_back():
+    m = tiny("ecp5-85:3", 0.1, **GENERATOR_OPTIONS)
+    (block,) = m.nodes[1].hosted
+    # link 1 -> 2: conv2's bypassed inputs of channels 2:4 (4x4) and partial sums of its
+    # 8x4x4 outputs, the label, and the FC rows once for FP and once for EB
+    assert m.nodes[1].link_bytes_forward == 2 * 16 * 2 + 8 * 16 * 6 + 2 + block.words * 2 * 2 == 1090
+    # link 2 -> 1: conv2's output errors and input errors of channels 2:4, the rows' gradients
+    assert m.nodes[2].link_bytes_backward == 8 * 16 * 2 + 2 * 16 * 2 + block.words * 6 == 704
+    # no extra period for FC rows streamed in: fc's FP and PG are 2 samples apart, as without
+    fc = next(s for s in m.nodes[2].slices if s.layer == "fc")
+    assert fc.fp_stale == 2
+
+
+def test_unrestricted_fc_rows_cross_every_link_to_the_owner():
+    m = tiny("ecp5-85:3", 0.05, offchip_fc=False)  # fc rows of node 2 on node 0
+    (block,) = m.nodes[0].hosted
+    assert block.words == 64
+    # forward: conv1's pooled 4x4x4 output (link 0) or conv2's 8x2x2 (link 1), the label,
+    # the rows twice; backward: the same activations' errors and the rows' gradients
+    assert [n.link_bytes_forward for n in m.nodes] == [128 + 2 + 64 * 4, 64 + 2 + 64 * 4, 0]
+    assert [n.link_bytes_backward for n in m.nodes] == [0, 128 + 64 * 6, 64 + 64 * 6]
+
+
+def test_fc_rows_of_a_layer_without_eb_stream_once():
+    net = infer("fc-first", (2, 2, 2), [Layer("flatten", "flatten"), Layer("linear", "fc1", out_channels=4),
+                                        Layer("relu", "relu1"), Layer("linear", "fc2", out_channels=3)])
+    first, second = plan_layers(net)
+    conv = plan_layers(zoo.tiny())[1]
+    assert (first.needs_eb, second.needs_eb) == (False, True)
+    assert [perf.remote_streams(p) for p in (first, second, conv)] == [1, 2, 1]
