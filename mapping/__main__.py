@@ -38,7 +38,8 @@ def main(argv=None):
     parser.add_argument("--link-gbps", type=float, help="override every link's bandwidth (Gb/s)")
     parser.add_argument("--max-multipliers", type=int, help="cap the multipliers used per device")
     parser.add_argument("--for-hardware", action="store_true",
-                        help="map as hw/ generates: every weight on chip")
+                        help="map as hw/ generates: every weight on chip, balanced only as "
+                             "fully connected rows kept on an adjacent node")
     args = parser.parse_args(argv)
 
     sizes = _sizes(args.sizes) if args.sizes else None

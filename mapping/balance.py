@@ -45,8 +45,17 @@ Weight balancing
 Where a node's memory exceeds its budget, whole output-channel rows of its
 slices (the rows that free most memory first) move to the nearest node with room
 (upstream first on a tie). Every sample the host streams them to the owner
-(16-bit words over each link in between) and the owner sends their per-sample
-gradients back (48-bit words), see :mod:`mapping.perf`.
+(16-bit words over each link in between; conv rows once, FC rows once for FP and
+once for EB) and the owner sends their per-sample gradients back (48-bit words),
+see :mod:`mapping.perf`.
+
+The hardware generator builds balancing in one form only (``buildable=True``,
+``mapper.GENERATOR_OPTIONS``): rows of fully connected slices (conv rows used
+weight-stationary need an engine mode it does not build), on a node adjacent to
+the owner, all remote rows of a slice on one node, and the rows left local a
+whole number of engine groups of ``P`` output channels (each move is rounded up
+to that, or cut to fewer groups where the host has no room). Where that cannot
+relieve a node, the mapping is refused, saying why.
 """
 
 from dataclasses import dataclass, field
@@ -208,8 +217,8 @@ def node_memory(slices, node, fixed, hosted_words, family):
 
 
 def _smallest_r(ok, limit):
-    """Smallest r in 1..limit with ok(r), for ok monotone increasing in r and ok(limit)."""
-    lo, hi = 1, limit
+    """Smallest r in 0..limit with ok(r), for ok monotone increasing in r and ok(limit)."""
+    lo, hi = 0, limit
     while lo < hi:
         mid = (lo + hi) // 2
         if ok(mid):
@@ -231,80 +240,122 @@ def _largest_r(ok, limit):
     return lo
 
 
-def balance(slices, node_budgets, fixed, family_of, describe):
+def _moves(sl, group):
+    """The row counts one move may take from ``sl``: those that leave its local rows a
+    whole number of ``group``-row engine groups (any count for ``group`` 1), ascending."""
+    local = sl.out_channels - sl.remote_rows
+    return range((local - 1) % group + 1, local + 1, group)
+
+
+def _group(sl, buildable):
+    """Rows a move keeps together: the generator's engines read the local rows as whole
+    groups of P output channels, so its remote rows start at a group boundary."""
+    return sl.shape.P if buildable else 1
+
+
+def balance(slices, node_budgets, fixed, family_of, describe, *, buildable=False):
     """Move weight rows off nodes over budget; returns the WeightBlocks (chain order).
 
     ``fixed[id(slice)]`` is each slice's non-movable memory; ``describe()`` gives
-    the refusal's context (network, cluster)."""
+    the refusal's context (network, cluster). ``buildable``: move only what the
+    hardware generator builds (module docstring, Weight balancing)."""
     n = len(node_budgets)
     hosted = [0] * n
     blocks = []
+    host_of = {}  # id(slice) -> the node its remote rows live on
 
     def usage(node):
         return node_memory(slices, node, fixed, hosted[node], family_of(node)).total.bram_blocks
+
+    def room(host, words):
+        """Whether ``host`` can store ``words`` more hosted weights and their gradient sums."""
+        fam = family_of(host)
+        base = usage(host) - hosted_memory(hosted[host], fam).bram_blocks
+        return base + hosted_memory(hosted[host] + words, fam).bram_blocks <= node_budgets[host].blocks
 
     for owner in range(n):
         budget = node_budgets[owner].blocks
         while usage(owner) > budget:
             now = usage(owner)
-            gains = {}
-            for s in slices:
-                if s.node == owner and not s.offchip and s.out_channels > s.remote_rows:
-                    rows = s.out_channels - s.remote_rows
-                    s.remote_rows += rows
-                    freed = now - usage(owner)
-                    s.remote_rows -= rows
-                    if freed > 0:
-                        gains[id(s)] = (freed / rows, s)
-            if not gains:
+            ranked = _ranked(slices, owner, now, usage)
+            if not ranked:
                 _refuse(slices, node_budgets, owner, now, describe)
-            sl = max(gains.values(), key=lambda g: g[0])[1]
-            host = _nearest_host(sl, owner, node_budgets, hosted, usage, family_of)
-            if host is None:
-                _refuse(slices, node_budgets, owner, now, describe, homeless=sl)
-            local = sl.out_channels - sl.remote_rows
-            fam = family_of(host)
-            host_fixed = usage(host) - hosted_memory(hosted[host], fam).bram_blocks
-            can = _largest_r(lambda r: host_fixed + hosted_memory(hosted[host] + r * sl.row_words, fam)
-                             .bram_blocks <= node_budgets[host].blocks, local)
+            if buildable:
+                sl, host = _buildable_move(ranked, owner, n, room, host_of) or \
+                    _refuse_unbuildable(ranked, node_budgets, owner, now, describe, room, host_of)
+            else:
+                sl = ranked[0]
+                host = _nearest_host(owner, n, lambda h: room(h, sl.row_words))
+                if host is None:
+                    _refuse(slices, node_budgets, owner, now, describe, homeless=sl)
+            moves = _moves(sl, _group(sl, buildable))
+            # the host chosen has room for moves[0]
+            can = _largest_r(lambda i: room(host, moves[i] * sl.row_words), len(moves) - 1)
 
-            def relieved(r):
-                sl.remote_rows += r
+            def relieved(i):
+                sl.remote_rows += moves[i]
                 ok = usage(owner) <= budget
-                sl.remote_rows -= r
+                sl.remote_rows -= moves[i]
                 return ok
 
-            move = _smallest_r(relieved, can) if relieved(can) else can
+            move = moves[_smallest_r(relieved, can) if relieved(can) else can]
             hi = sl.out_range[1] - sl.remote_rows
             block = WeightBlock(owner=owner, host=host, layer=sl.plan.name, in_range=sl.in_range,
                                 out_range=(hi - move, hi), words=move * sl.row_words)
             sl.remote_rows += move
             hosted[host] += block.words
+            host_of[id(sl)] = host
             blocks.append(block)
     return blocks, hosted
 
 
-def _nearest_host(sl, owner, node_budgets, hosted, usage, family_of):
-    """Nearest node (upstream first on a tie) with room for at least one row of ``sl``."""
-    n = len(node_budgets)
-    for distance in range(1, n):
+def _ranked(slices, owner, now, usage):
+    """The owner's slices whose rows free memory when used from another node, those that
+    free most blocks per row first."""
+    gains = []
+    for s in slices:
+        if s.node == owner and not s.offchip and s.out_channels > s.remote_rows:
+            rows = s.out_channels - s.remote_rows
+            s.remote_rows += rows
+            freed = now - usage(owner)
+            s.remote_rows -= rows
+            if freed > 0:
+                gains.append((freed / rows, s))
+    # stable: among equal gains the first slice, as max() picks
+    return [s for _, s in sorted(gains, key=lambda g: -g[0])]
+
+
+def _nearest_host(owner, n, has_room, reach=None):
+    """Nearest node to ``owner`` within ``reach`` hops (any, None) for which ``has_room``,
+    upstream first on a tie."""
+    for distance in range(1, (reach or n - 1) + 1):
         for host in (owner - distance, owner + distance):
-            if not 0 <= host < n:
-                continue
-            fam = family_of(host)
-            base = usage(host) - hosted_memory(hosted[host], fam).bram_blocks
-            if base + hosted_memory(hosted[host] + sl.row_words, fam).bram_blocks \
-                    <= node_budgets[host].blocks:
+            if 0 <= host < n and has_room(host):
                 return host
+    return None
+
+
+def _buildable_move(ranked, owner, n, room, host_of):
+    """(slice, host) of the first fully connected slice in ``ranked`` whose smallest move
+    fits where the generator allows its rows: on the node that already keeps its
+    remote rows, else on an adjacent node. None if there is none."""
+    for sl in ranked:
+        if sl.plan.kind != "fc":
+            continue
+        words = _moves(sl, _group(sl, True))[0] * sl.row_words
+        if id(sl) in host_of:  # all remote rows of a slice on one host
+            host = host_of[id(sl)] if room(host_of[id(sl)], words) else None
+        else:
+            host = _nearest_host(owner, n, lambda h: room(h, words), reach=1)
+        if host is not None:
+            return sl, host
     return None
 
 
 def _refuse(slices, node_budgets, owner, used, describe, homeless=None):
     """Refuse a node over budget: no host has room for a row of ``homeless``, or (None)
     moving rows away would not free memory."""
-    budget = node_budgets[owner]
-    head = (f"{describe()}: node {owner} ({budget.device.name}) needs {used} blocks of 18 Kb but has "
-            f"{budget.blocks} usable")
+    head = _head(node_budgets, owner, used, describe)
     if homeless is not None:
         raise SpecError(
             f"{head}, and no other node has room for one more weight row of its layer "
@@ -324,6 +375,41 @@ def _refuse(slices, node_budgets, owner, used, describe, homeless=None):
         f"{head}, and moving weight rows to other nodes frees nothing: a row of layer "
         f"'{sl.plan.name}' (input channels {lo}:{hi}, {sl.row_words:,} weights) used from another "
         f"node needs {oh * ow:,} 48-bit partial sums of its {oh}x{ow} outputs here")
+
+
+def _head(node_budgets, owner, used, describe):
+    budget = node_budgets[owner]
+    return (f"{describe()}: node {owner} ({budget.device.name}) needs {used} blocks of 18 Kb but has "
+            f"{budget.blocks} usable")
+
+
+def _refuse_unbuildable(ranked, node_budgets, owner, used, describe, room, host_of):
+    """Refuse a node over budget whose rows could move, but not as the generator builds:
+    say why for the first fully connected candidate, or for the best (conv) one."""
+    fc = [s for s in ranked if s.plan.kind == "fc"]
+    if not fc:
+        reason = (f"the rows that would free memory are of conv layer '{ranked[0].plan.name}', which "
+                  f"would have to be used weight-stationary from another node, an engine mode the "
+                  f"generator does not build")
+    else:
+        sl = fc[0]
+        rows = _moves(sl, _group(sl, True))[0]
+        groups = (f"; the rows left local must be whole engine groups of {sl.shape.P}"
+                  if sl.shape.P > 1 else "")
+        what = (f"{'one more row' if rows == 1 else f'{rows} more rows'} of layer '{sl.plan.name}' "
+                f"({rows * sl.row_words:,} 16-bit weights and their 48-bit gradient sums{groups})")
+        host = host_of.get(id(sl))
+        if host is not None:
+            reason = (f"node {host}, which keeps the slice's other remote rows (all on one node), has "
+                      f"no room for {what}")
+        else:
+            # no adjacent node has room (else the rows would have moved there)
+            nearest = _nearest_host(owner, len(node_budgets), lambda h: room(h, rows * sl.row_words))
+            reason = (f"no other node has room for {what}" if nearest is None else
+                      f"the nearest node with room for {what} is node {nearest}, "
+                      f"{abs(nearest - owner)} hops away")
+    raise SpecError(f"{_head(node_budgets, owner, used, describe)}, and the hardware generator balances "
+                    f"weights only as rows of fully connected layers kept on an adjacent node: {reason}")
 
 
 def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc):

@@ -61,19 +61,22 @@ def check_accumulators(plans, batch):
                     f"the {ACC_BITS}-bit accumulators{hint}")
 
 
-# Options for a mapping hw/ can generate: every weight on chip (folded engines are built).
-GENERATOR_OPTIONS = {"offchip_fc": False}
+# Options for a mapping hw/ can generate: every weight on chip (folded engines are built),
+# weights balanced only in the form it builds (mapping/balance.py).
+GENERATOR_OPTIONS = {"offchip_fc": False, "buildable_balance": True}
 
 
 def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fraction=DSP_FRACTION,
                 bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None, fold_inputs=True,
-                offchip_fc=True):
+                offchip_fc=True, buildable_balance=False):
     """Map the training of ``network`` onto ``cluster`` (see module docstring).
 
     ``fold_inputs=False``: no engine folds input channels over several cycles (one
     tile per input channel), the engines the hardware generator builds;
     ``offchip_fc=False``: fully connected weights stay on chip even on boards with
-    DRAM (the generator keeps every weight on chip)."""
+    DRAM (the generator keeps every weight on chip); ``buildable_balance=True``: weight
+    balancing moves only what the generator builds, rows of fully connected slices
+    to an adjacent node (:func:`mapping.balance.balance`)."""
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
@@ -98,20 +101,19 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
                         offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0)
 
+    def settle(local_weights):
+        return _settle(plans, node_budgets, family_of, describe, batch, local_weights=local_weights,
+                       fold_inputs=fold_inputs, offchip_fc=offchip_fc,
+                       buildable_balance=buildable_balance)
+
     try:
-        part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of, describe,
-                                                            batch, local_weights=False,
-                                                            fold_inputs=fold_inputs,
-                                                            offchip_fc=offchip_fc)
+        part, slices, blocks, hosted_words, stale = settle(local_weights=False)
     except SpecError as balanced:
         # Where balancing cannot place the weights, try keeping each on its own node; if
         # that fails too, the balancing attempt's reason (node, layer, numbers) is the
         # one to report: it is the mapping the user asked for.
         try:
-            part, slices, blocks, hosted_words, stale = _settle(plans, node_budgets, family_of,
-                                                                describe, batch, local_weights=True,
-                                                                fold_inputs=fold_inputs,
-                                                            offchip_fc=offchip_fc)
+            part, slices, blocks, hosted_words, stale = settle(local_weights=True)
         except SpecError:
             raise balanced from None
     buffers = {id(sl): _buffers(sl, stale[id(sl)], family_of, batch) for sl in slices}
@@ -160,7 +162,7 @@ def _multipliers(sl, family):
 
 
 def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, fold_inputs,
-            offchip_fc):
+            offchip_fc, buildable_balance):
     """Partition and balance until the samples in flight the Act-RAMs were sized for
     cover those the resulting timing needs.
 
@@ -172,15 +174,21 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
     period, refusals = 0, []
     for _ in range(MAX_STALE_ROUNDS + BALANCE_RETRIES):
         # buffers only grow from round to round, so the last period bounds the next
-        part = partition(plans, node_budgets, fp_stale=estimate, at_least=period, describe=describe,
-                         batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
-                         local_weights=local_weights, fold_inputs=fold_inputs,
-                         offchip_fc=offchip_fc)
+        try:
+            part = partition(plans, node_budgets, fp_stale=estimate, at_least=period, describe=describe,
+                             batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
+                             local_weights=local_weights, fold_inputs=fold_inputs,
+                             offchip_fc=offchip_fc)
+        except SpecError:
+            if refusals:  # no longer period partitions: balancing was what failed
+                raise refusals[0] from None
+            raise
         period = part.period
         slices = part.slices
         fixed = {id(sl): _buffers(sl, estimate[sl.plan.name], family_of, batch).cost for sl in slices}
         try:
-            blocks, hosted_words = balance.balance(slices, node_budgets, fixed, family_of, describe)
+            blocks, hosted_words = balance.balance(slices, node_budgets, fixed, family_of, describe,
+                                                   buildable=buildable_balance)
         except SpecError as error:
             refusals.append(error)
             if len(refusals) > BALANCE_RETRIES:

@@ -23,8 +23,9 @@ Assumptions
 - Latency: in steady state a layer streams one sample per period. Its output
   starts once the rows its first SFU output needs have arrived (the whole input
   before a fully connected layer), errors flow back the same way, each link hop
-  adds :data:`mapping.balance.LINK_LATENCY_CYCLES`, and a layer with weights on
-  another node (used weight-stationary, mapping/balance.py) adds one period.
+  adds :data:`mapping.balance.LINK_LATENCY_CYCLES`, and a conv layer with weights on
+  another node (used weight-stationary, mapping/balance.py) adds one period (an FC
+  layer waits for its whole input anyway and uses streamed rows as they arrive).
   ``D`` = time from the FP of a sample on a slice to the start of its PG;
   ``fp_stale = floor(D / period) + 1`` samples are in flight there, which sizes
   its Act-RAM and fixes the weight version each FP uses (DESIGN.md section 7).
@@ -67,8 +68,9 @@ Link traffic per sample (bytes) follows docs/node_dataflow.md: forward, the
 bypassed input activations for later nodes of an ICP layer (16 bit), the partial
 sums to the next node (48 bit, exact), the finished activations, OCP outputs
 gathered along the layer, the label (one word), the BPRAM weights streamed to
-their user (16 bit); backward, the conv-output errors bypassed to earlier nodes of
-the layer, the computed input errors (ICP) or the EB partial sums (OCP, 48 bit),
+their user (16 bit; conv rows once per sample, FC rows once for FP and once for EB,
+:func:`remote_streams`); backward, the conv-output errors bypassed to earlier nodes
+of the layer, the computed input errors (ICP) or the EB partial sums (OCP, 48 bit),
 and the per-sample gradients of BPRAM weights (48 bit) to their host.
 """
 
@@ -170,8 +172,10 @@ def fp_stale(plans, slices, node_budgets, tau, batch):
             f = 1.0  # a fully connected layer (or the loss) needs the whole output
         else:
             f = _first_rows(plan) / plan.in_shape[1]
-        if any(sl.remote_rows for sl in group):
-            f += 1.0  # rows from BPRAM are applied weight-stationary, after the whole sample
+        if plan.kind == "conv" and any(sl.remote_rows for sl in group):
+            # conv rows from BPRAM are applied weight-stationary, after the whole sample; an
+            # FC slice waits for its whole input anyway and uses the rows as they stream in
+            f += 1.0
         fwd.append(f + hops)
         if plan.kind == "fc":
             e = spent(group)
@@ -218,12 +222,25 @@ def link_bytes(plans, slices, blocks, n):
             words = math.prod(plan.sfu_shape)
             over(fwd, group[-1].node, layers[l + 1][0].node, words * W)
             over(bwd, group[-1].node, layers[l + 1][0].node, words * W)
+    plan_of = {p.name: p for p in plans}
     for block in blocks:
         lo, hi = sorted((block.host, block.owner))
         weights, grads = (fwd, bwd) if block.host < block.owner else (bwd, fwd)
-        over(weights, lo, hi, block.words * W)
+        over(weights, lo, hi, block.words * W * remote_streams(plan_of[block.layer]))
         over(grads, lo, hi, block.words * A)
     return fwd, bwd
+
+
+def remote_streams(plan):
+    """Times per sample the host streams a remote row of ``plan`` to its owner.
+
+    A conv row is applied weight-stationary (mapping/balance.py): one stream serves FP,
+    EB and PG. An FC row is used once by FP and once by EB, which run on different
+    samples at different times, each in its engine's order: two streams (one without
+    EB)."""
+    if plan.kind == "conv":
+        return 1
+    return 2 if plan.needs_eb else 1
 
 
 @dataclass(frozen=True)
