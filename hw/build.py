@@ -26,6 +26,9 @@ def parse_args(argv):
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"cluster spec (default {DEFAULT_CLUSTER})")
     parser.add_argument("--mapping", help="a mapping JSON written by `python -m mapping` (overrides "
                         "--network/--cluster)")
+    parser.add_argument("--bram-fraction", type=float, help="share of each device's block RAM the mapping "
+                        "may use (default that of mapping.mapper); less makes it keep fully connected "
+                        "rows on adjacent nodes")
     parser.add_argument("--out", default="build", help="build directory (default ./build)")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     return parser.parse_args(argv)
@@ -43,7 +46,8 @@ def load_mapping(args):
     from mapping.mapper import GENERATOR_OPTIONS, map_network
     from mapping.network import get
 
-    return map_network(get(args.network), parse_cluster(args.cluster), **GENERATOR_OPTIONS)
+    fraction = {} if args.bram_fraction is None else {"bram_fraction": args.bram_fraction}
+    return map_network(get(args.network), parse_cluster(args.cluster), **fraction, **GENERATOR_OPTIONS)
 
 
 def resource_table(config, device, result):

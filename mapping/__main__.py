@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .cluster import Cluster, parse_cluster
 from .errors import SpecError, run_cli
-from .mapper import GENERATOR_OPTIONS, map_network
+from .mapper import BRAM_FRACTION, GENERATOR_OPTIONS, map_network
 from . import network as network_mod, plots, report
 
 
@@ -37,6 +37,8 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--link-gbps", type=float, help="override every link's bandwidth (Gb/s)")
     parser.add_argument("--max-multipliers", type=int, help="cap the multipliers used per device")
+    parser.add_argument("--bram-fraction", type=float, default=BRAM_FRACTION,
+                        help=f"share of each device's block RAM the mapping may use (default {BRAM_FRACTION})")
     parser.add_argument("--for-hardware", action="store_true",
                         help="map as hw/ generates: every weight on chip, balanced only as "
                              "fully connected rows kept on an adjacent node")
@@ -51,6 +53,7 @@ def main(argv=None):
         cluster = Cluster(cluster.devices, (args.link_gbps,) * (len(cluster) - 1),
                           f"{cluster.spec}@{args.link_gbps:g}")
     options = dict(batch=args.batch, lr=args.lr, max_multipliers=args.max_multipliers,
+                   bram_fraction=args.bram_fraction,
                    **(GENERATOR_OPTIONS if args.for_hardware else {}))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,9 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
+    for name, fraction in (("dsp_fraction", dsp_fraction), ("bram_fraction", bram_fraction)):
+        if not 0 < fraction <= 1:
+            raise SpecError(f"{name} must be above 0 and at most 1, got {fraction!r}")
     if max_multipliers is not None and (not isinstance(max_multipliers, int) or max_multipliers < 1):
         raise SpecError(f"max_multipliers must be a positive integer, got {max_multipliers!r}")
     try:
@@ -138,15 +141,15 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
     nodes = _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates, summary,
                           formats, training)
-    nodes = [_exact_memories(node) for node in nodes]
+    if all(memories.buildable(s) for node in nodes for s in node.slices):
+        nodes = [_exact_memories(node) for node in nodes]
     return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
 
 
 def _exact_memories(node):
     """Block and distributed RAM of a node the generator builds, memory by memory
-    (mapping/memories.py)."""
-    if not all(memories.buildable(s) for s in node.slices):
-        return node
+    (mapping/memories.py); only for a mapping it builds whole (a host's rows are laid
+    out as their owner's engines read them)."""
     lut, _ = logic_estimate(len(node.slices), sum(s.needs_eb for s in node.slices), node.estimate.dsp,
                             memories.node_lutram_luts(node), node.family)
     return replace(node, estimate=replace(node.estimate, bram_blocks=memories.node_bram_blocks(node),

@@ -2,11 +2,12 @@
 rows of fully connected slices, on an adjacent node, one host per slice, the local rows
 whole engine groups; and the traffic and timing of FC rows kept on another node."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
-from mapping import balance, mapper, perf, zoo
+from mapping import balance, mapper, memories, perf, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
@@ -52,6 +53,12 @@ def test_fc_split_over_two_nodes_keeps_its_rows_next_door():
     m = tiny("ecp5-85:2+ecp5-45:2", 0.06, **GENERATOR_OPTIONS)
     assert blocks_of(m) == [(3, 2, "fc", (1, 32), (1, 10), 279)]
     assert_buildable(m)
+    # Block RAM the generator builds (exact inventory): node 3 would need 7 of its 6 usable
+    # blocks with every row local; balanced it needs 2, and its host 5 of 6.
+    assert [n.estimate.bram_blocks for n in m.nodes] == [3, 5, 5, 2]
+    assert m.summary["usable_blocks"] == [12, 12, 6, 6]
+    local = replace(m.nodes[3], slices=tuple(replace(s, remote_weights=()) for s in m.nodes[3].slices))
+    assert memories.node_bram_blocks(local) == 7
 
 
 def test_rows_whose_nearest_room_is_two_hops_away_are_refused():
