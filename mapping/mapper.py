@@ -128,7 +128,10 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
             raise RuntimeError(f"{describe()}: node {node} needs {mem.bram_blocks} blocks after "
                                f"balancing, over its {budget.blocks}")  # balance guarantees this
         mine = [sl for sl in slices if sl.node == node]
-        mult = sum(_multipliers(sl, family_of(node)) for sl in mine)
+        hosted_ranges = len({(b.owner, b.layer) for b in blocks if b.host == node})
+        # each hosted range's BGB updates its BPRAM with the same multipliers as an LGB
+        mult = sum(_multipliers(sl, family_of(node)) for sl in mine) + \
+            hosted_ranges * resources.update_multipliers(False)
         lut, ff = logic_estimate(len(mine), sum(sl.plan.needs_eb for sl in mine), mult, mem.lut,
                                  family_of(node))
         if lut > budget.device.lut:

@@ -46,6 +46,21 @@ def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(tmp_path):
         "map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
 
 
+def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(tmp_path):
+    # the unrestricted balancer keeps conv2 rows of node 2 on node 1
+    mapped = subprocess.run([sys.executable, "-m", "mapping", "--network", "tiny", "--cluster", "ecp5-45:4",
+                             "--bram-fraction", "0.08", "--out", str(tmp_path / "map")], capture_output=True,
+                            text=True)
+    assert mapped.returncode == 0, mapped.stderr
+    result = subprocess.run([sys.executable, "-m", "hw.build", "--mapping", str(tmp_path / "map" / "mapping.json"),
+                             "--node", "2", "--out", str(tmp_path), "--no-synth"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: layer 'conv2' on node 2 keeps weight rows on node 1: the generator streams only fully "
+        "connected rows from other nodes (a convolution row would need a weight-stationary engine); map "
+        "with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
+
+
 def test_place_and_route_options_follow_the_device():
     from hw.synth import nextpnr_ecp5_options
 

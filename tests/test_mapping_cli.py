@@ -41,6 +41,8 @@ def test_cli_link_override_changes_the_bound(tmp_path, capsys):
     (["--network", "nosuchnet", "--cluster", "vc709:1"], "unknown network 'nosuchnet'"),
     (["--network", "tiny", "--cluster", "ecp5-85:4", "--sizes", "5:3"], "--sizes must be"),
     (["--network", "tiny", "--cluster", "ecp5-85:4", "--max-multipliers", "20"], "needs 27 multipliers"),
+    (["--network", "tiny", "--cluster", "ecp5-85:4", "--bram-fraction", "1.5"],
+     "bram_fraction must be above 0 and at most 1, got 1.5"),
 ])
 def test_cli_refusals_are_one_line_with_status_2(tmp_path, args, message):
     result = subprocess.run([sys.executable, "-m", "mapping", *args, "--out", str(tmp_path)],
