@@ -94,11 +94,6 @@ def test_lpram_wide_rows(tmp_path):
     assert result.bram == predicted_blocks("ecp5", 36 * 18, 100, True) == 36
 
 
-def test_bpram_with_row_stream(tmp_path):
-    result = synthesize(ParamRam(banks=1, rows=512, words=9, stream_rows=True, family="ecp5"), "ecp5", tmp_path)
-    assert result.bram == predicted_blocks("ecp5", 9 * 18, 512, True) == 9
-
-
 @pytest.mark.parametrize("family, out_channels", [
     ("ecp5", 64),
     pytest.param("xc7", 512, marks=pytest.mark.slow),
