@@ -36,7 +36,8 @@ cycle after ``weight_en``, held while ``weight_en`` is low.
 
 Memory: (P*words*18 bits, ``rows``), read by two ports (A and B): each 16-bit word
 takes an 18-bit column because of the word writes. LPRAM: P*b*K*K*18 x G*v; bias
-RAM: P*18 x G; BPRAM: words*18 x the block's output channels.
+RAM: P*18 x G; BPRAM: as the owner's LPRAM, P*b*K*K*18 x G_r*v for its G_r
+hosted groups.
 ``family``: the device family (``ram_style`` by ``mapping.resources.ram_style``); None
 simulates.
 
@@ -46,25 +47,19 @@ the row it read being held, which an EB read would replace. A read on port A of 
 row being written in that cycle is a block-RAM collision with undefined data. Both
 misuses are Amaranth ``Assert``s, so they fail any simulation.
 
-BPRAM (``stream_rows=True``)
-----------------------------
-For weights hosted for another node (DESIGN.md 3, paper Fig. 6) port A is not an
-engine port but the ``rows_out`` stream: every address in order (one beat = the P
-banks' rows at one address; hosted blocks use P = 1, one output channel per beat),
-pass after pass, one pass per sample the consumer takes. The consumer sends the
-gradients back; they accumulate in this node's BGB, a GradientBuffer that updates
-the BPRAM locally through ``upd`` exactly like an LPRAM (no ``rows_in`` stream: rows
-never come back). No pass starts while ``pause`` is high and a pass in progress always
-finishes, so an update can be placed between two passes; as a pass's first row is
-fetched when the previous pass's last beat is taken, raise ``pause`` before that beat
-to stop after it. ``rows_busy`` is high while a pass is in progress.
+BPRAM
+-----
+A BPRAM (weights hosted for another node, paper Fig. 6) is an ordinary ParamRam laid
+out like the owner's LPRAM past its local rows. Its ports A and B are driven by
+``hw.weight_stream.RowStreamer`` s, which stream its rows to the owner's FP and EB
+engines (see hw/bpram_host.py).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.rounding import positive, refuse
@@ -266,31 +261,25 @@ class ParamRam(wiring.Component):
 
     ``init``: the slice's initial weight words, (out_channels, S, K, K) or
     (out_channels, words), out_channels <= banks * rows; default all zero.
-    ``stream_rows``: BPRAM, port A replaced by the ``rows_out`` stream.
 
     Attribute ``layout``: the slice's :class:`WeightLayout` when built by ``from_slice``
     (testbenches read the weights back through ``layout.unfold``), else None.
     """
 
-    def __init__(self, *, banks, rows, words, init=None, stream_rows=False, family=None):
+    def __init__(self, *, banks, rows, words, init=None, family=None):
         positive(self, "param ram", banks=banks, rows=rows, words=words)
         self.banks, self.rows, self.words = banks, rows, words
-        self.stream_rows, self.family = stream_rows, family
+        self.family = family
         self.layout = None
         try:
             self.init = bank_rows(init, banks, rows, words) if init is not None else []
         except ValueError as error:
             refuse(self, str(error))
-        members = {
+        super().__init__({
+            "a": In(weight_port_signature(rows, banks, words)),
             "b": In(weight_port_signature(rows, banks, words)),
             "upd": In(update_port_signature(rows, banks, words)),
-        }
-        if stream_rows:
-            members |= {"rows_out": Out(stream.Signature(bank_layout(banks, words))),
-                        "pause": In(1), "rows_busy": Out(1)}
-        else:
-            members["a"] = In(weight_port_signature(rows, banks, words))
-        super().__init__(members)
+        })
 
     @classmethod
     def from_slice(cls, layer_slice, init=None, family=None):
@@ -306,13 +295,6 @@ class ParamRam(wiring.Component):
                   init=None if init is None else layout.fold(init).reshape(-1, layout.words))
         ram.layout = layout
         return ram
-
-    @classmethod
-    def from_block(cls, block, init=None, family=None):
-        """The BPRAM holding a ``mapping.nodeconfig.WeightBlock``: one output channel per row and beat."""
-        out_channels = block.out_range[1] - block.out_range[0]
-        return cls(banks=1, rows=out_channels, words=block.words // out_channels, init=init,
-                   stream_rows=True, family=family)
 
     def elaborate(self, platform):
         m = Module()
@@ -344,26 +326,9 @@ class ParamRam(wiring.Component):
             Assert(~(upd.read & upd.write), "param ram: update reads and writes in the same cycle"),
         ]
 
-        # Port A: the FP engine, or the BPRAM row streamer.
-        if self.stream_rows:
-            addr_a, en_a = self._row_streamer(m)
-            m.d.comb += self.rows_out.payload.eq(read_register(m, mem, addr_a, en_a))
-        else:
-            addr_a, en_a = self.a.weight_addr, self.a.weight_en
-            m.d.comb += self.a.weight_data.eq(read_register(m, mem, addr_a, en_a))
+        # Port A: the FP engine (or a BPRAM's FP row streamer).
+        addr_a, en_a = self.a.weight_addr, self.a.weight_en
+        m.d.comb += self.a.weight_data.eq(read_register(m, mem, addr_a, en_a))
         m.d.sync += Assert(~(en_a & upd.write & (addr_a == upd.addr)),
                            "param ram: port A reads the row the update writes in the same cycle")
         return m
-
-    def _row_streamer(self, m):
-        """Address and read enable of port A that stream every row, pass after pass."""
-        out = self.rows_out
-        addr = Signal(range(self.rows))
-        advance = ~out.valid | out.ready  # the output register is free or being taken
-        issue = advance & ((addr != 0) | ~self.pause)  # a new pass starts only unpaused
-        with m.If(advance):
-            m.d.sync += out.valid.eq(issue)
-        with m.If(issue):
-            m.d.sync += addr.eq(Mux(addr == self.rows - 1, 0, addr + 1))
-        m.d.comb += self.rows_busy.eq((addr != 0) | out.valid)
-        return addr, issue

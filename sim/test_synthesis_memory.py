@@ -13,18 +13,24 @@ RAMB36); only simple dual-port memories (one read, one write port) may use 36 (7
 
 import math
 import re
+from dataclasses import replace
 
 import pytest
 from amaranth.back import rtlil
 
 from hw.act_ram import ActRam
+from hw.bpram_host import HostedRows, hosted_blocks
 from hw.fifo import Fifo
 from hw.grad_buffer import GradientBuffer
 from hw.param_ram import ParamRam
 from hw.synth import synthesize_rtlil
+from mapping.cluster import parse_cluster
+from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import Training
 from mapping.numerics import Formats
-from mapping.resources import LUTRAM_MAX_DEPTH
+from mapping.resources import LUTRAM_MAX_DEPTH, bram_blocks
+from mapping.zoo import tiny
+from sim.test_fifo import memories
 from sim.test_param_ram import layer_slice
 
 # (width, depth, 18 Kb units, simple-dual-port only)
@@ -94,9 +100,52 @@ def test_lpram_wide_rows(tmp_path):
     assert result.bram == predicted_blocks("ecp5", 36 * 18, 100, True) == 36
 
 
-def test_bpram_with_row_stream(tmp_path):
-    result = synthesize(ParamRam(banks=1, rows=512, words=9, stream_rows=True, family="ecp5"), "ecp5", tmp_path)
-    assert result.bram == predicted_blocks("ecp5", 9 * 18, 512, True) == 9
+def hosted_fc_block():
+    """The block node 1 hosts in tiny on three ECP5-85s: fc's output channels 8..9 for node 2,
+    whose FP engine has P = 1 CE of b = 4 tiles over S = 32 inputs: G = 2 groups x v = 8
+    passes, 16 addresses of P*b = 4 words."""
+    mapping = map_network(tiny(), parse_cluster("ecp5-85:3"), batch=3, lr=0.05, bram_fraction=0.1,
+                          **GENERATOR_OPTIONS)
+    config = mapping.nodes[1]
+    (block,) = hosted_blocks(config)
+    assert (block.owner, block.layer, block.out_range) == (2, "fc", (8, 10))
+    return block, config
+
+
+def test_hosted_rows_in_lut_ram(tmp_path):
+    block, config = hosted_fc_block()
+    hosted = HostedRows(block, config.formats, config.training, family="ecp5")
+    # Both memories laid out like the owner's LPRAM / LGB: 16 addresses of 4 words (16-bit
+    # weights, 48-bit sums). 16 deep is the ECP5 LUT-RAM depth: distributed RAM, no DP16KD.
+    assert memories(hosted) == {"bpram.mem": (4 * 16, 16, "distributed"),
+                                "bgb.mem": (4 * 48, 16, "distributed")}
+    assert bram_blocks(4 * 16, 16, "ecp5", dual_read=True) == bram_blocks(4 * 48, 16, "ecp5") == 0
+    result = synthesize(hosted, "ecp5", tmp_path)
+    assert bram_cells(result) == {}
+    # TRELLIS_DPR16X4: 16 x 4 bits, one read port each. The BPRAM's two read ports (the FP
+    # and EB row streamers) take a copy each, 2 x 64 / 4 = 32; the BGB's one read port
+    # 192 / 4 = 48. (So neither memory became flip-flops.)
+    assert result.cells.get("TRELLIS_DPR16X4") == 2 * 64 // 4 + 192 // 4 == 80
+    # The BGB's update: gsum (48 bits) x lr as three 18 x 17 multipliers; the streamers,
+    # the update gate and the sample gate have none.
+    assert result.cells.get("MULT18X18D") == result.dsp == 3
+
+
+def test_hosted_rows_in_block_ram(tmp_path):
+    # The same block grown to all ten fc rows (not a mapping's: it takes real hosted blocks
+    # past the LUT-RAM depth): G = 10 groups x v = 8 passes = 80 addresses.
+    block, config = hosted_fc_block()
+    block = replace(block, out_range=(0, 10), words=10 * 32,
+                    owner_slice=replace(block.owner_slice, out_range=(0, 10)))
+    hosted = HostedRows(block, config.formats, config.training, family="ecp5")
+    assert memories(hosted) == {"bpram.mem": (4 * 16, 80, "block"), "bgb.mem": (4 * 48, 80, "block")}
+    result = synthesize(hosted, "ecp5", tmp_path)
+    # BPRAM: 4 words of 18 bits (word writes), read by both streamers: 1024 x 18 true dual
+    # port, 4 blocks. BGB: 192 bits, one read and one write port: 512 x 36, 6 blocks.
+    assert result.bram == (predicted_blocks("ecp5", 4 * 18, 80, True)
+                           + predicted_blocks("ecp5", 4 * 48, 80, False)) == 4 + 6
+    assert bram_cells(result) == {"DP16KD": 10}
+    assert result.cells.get("MULT18X18D") == result.dsp == 3
 
 
 @pytest.mark.parametrize("family, out_channels", [
