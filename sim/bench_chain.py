@@ -1,4 +1,5 @@
-"""Benchmark: cycles per sample of every node of the default chain, measured vs predicted.
+"""Benchmark: cycles per sample of every node, measured vs predicted: the default chain, and two
+chains whose fully connected rows partly live on the upstream node (weight balancing).
 
 Run with ``python -m pytest sim/bench_chain.py -m bench -s``. One mini-batch of 12
 samples, so no update boundary stalls the pipeline; cycles per sample are the median
@@ -17,10 +18,18 @@ SAMPLES = 12
 
 
 @pytest.mark.bench
-def test_chain_cycles_per_sample():
+@pytest.mark.parametrize("cluster, bram_fraction", [
+    (CHAIN, 0.9),
+    (CHAIN, 0.06),        # node 3 keeps fc rows 1..9 on node 2
+    ("ecp5-85:3", 0.1),   # node 2 keeps fc rows 8..9 on node 1
+])
+def test_chain_cycles_per_sample(cluster, bram_fraction):
     network = zoo.tiny()
-    mapping = map_network(network, parse_cluster(CHAIN), batch=SAMPLES, lr=LR, **GENERATOR_OPTIONS)
+    mapping = map_network(network, parse_cluster(cluster), batch=SAMPLES, lr=LR, bram_fraction=bram_fraction,
+                          **GENERATOR_OPTIONS)
     inputs, labels, params = _data(network, SAMPLES, 4)
     run = train_chain(network, mapping, inputs, labels, params)
     _assert_bit_exact(run, params)
-    print(f"\n{CHAIN}, {SAMPLES} samples in one mini-batch: {run.cycles} cycles\n{report(mapping, run)}")
+    hosted = [(b.owner, b.host, b.layer, b.out_range) for node in mapping.nodes for b in node.hosted]
+    print(f"\n{cluster} at {bram_fraction:.0%} of the block RAM (rows hosted: {hosted or 'none'}), "
+          f"{SAMPLES} samples in one mini-batch: {run.cycles} cycles\n{report(mapping, run)}")

@@ -1,12 +1,15 @@
 """Chained nodes train the tiny CNN bit-exactly (issue 5): one node, chains of 3 and 4 nodes,
 folded engines, fully connected rows kept on an adjacent node (weight balancing)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from mapping import golden, numerics, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.nodeconfig import WeightBlock
 from sim.chain import report, train_chain
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
@@ -30,9 +33,12 @@ def _assert_bit_exact(run, initial):
             np.testing.assert_array_equal(run.params[layer][1], bias, err_msg=f"{layer} bias")
 
 
-def _train(cluster, seed, stall=0.0, **options):
+def _train(cluster, seed, stall=0.0, derive=None, **options):
+    """Map tiny onto ``cluster`` (then ``derive(mapping)``, if given), train, compare bit for bit."""
     network = zoo.tiny()
     mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS, **options)
+    if derive is not None:
+        mapping = derive(mapping)
     inputs, labels, params = _data(network, SAMPLES, seed)
     run = train_chain(network, mapping, inputs, labels, params, stall=stall,
                       rng=np.random.default_rng(seed))
@@ -87,6 +93,30 @@ def test_host_that_computes_the_same_layer_trains_bit_exact():
     assert _hosted(mapping) == [(3, 2, "fc", (1, 10))]
     assert [[(s.layer, s.in_range) for s in mapping.nodes[n].slices] for n in (2, 3)] == [
         [("fc", (0, 1))], [("fc", (1, 32))]]
+
+
+def _fc_rows_on_the_next_node(owner, rows):
+    """The mapping with ``rows`` of node ``owner``'s fc slice kept on node owner + 1. The
+    balancer takes the downstream node where the upstream one has no room; no tiny mapping
+    needs it, so this derives one: weights then travel on the backward link, gradients
+    on the forward link."""
+    def derive(mapping):
+        nodes = list(mapping.nodes)
+        fc = next(s for s in nodes[owner].slices if s.kind == "fc")
+        block = WeightBlock(owner=owner, host=owner + 1, layer=fc.layer, in_range=fc.in_range, out_range=rows,
+                            words=(rows[1] - rows[0]) * fc.in_channels, owner_slice=replace(fc, out_range=rows))
+        nodes[owner] = replace(nodes[owner], slices=tuple(replace(s, remote_weights=(block,)) if s is fc else s
+                                                          for s in nodes[owner].slices))
+        nodes[owner + 1] = replace(nodes[owner + 1], hosted=nodes[owner + 1].hosted + (block,))
+        return replace(mapping, nodes=tuple(nodes))
+    return derive
+
+
+def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact():
+    # Nodes 2 and 3 each keep fc rows on the other: 3's rows 1..9 on node 2 (the mapper's
+    # choice) and 2's rows 5..9 on node 3.
+    mapping = _train(CHAIN, seed=8, bram_fraction=0.06, derive=_fc_rows_on_the_next_node(2, (5, 10)))
+    assert _hosted(mapping) == [(3, 2, "fc", (1, 10)), (2, 3, "fc", (5, 10))]
 
 
 @pytest.mark.slow
