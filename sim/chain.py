@@ -121,8 +121,11 @@ def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0
 
 
 def cycles_per_sample(run, node):
-    """Median interval between consecutive samples entering ``node`` (steady-state rate)."""
-    return float(np.median(np.diff(run.sample_starts[node]))) if len(run.sample_starts[node]) > 1 else 0.0
+    """Steady-state rate of ``node``: the median interval between samples entering it, over the
+    second half of the run. The first samples enter at the rate of the nodes before it until
+    the buffers behind a slower node downstream fill and push back."""
+    intervals = np.diff(run.sample_starts[node])
+    return float(np.median(intervals[len(intervals) // 2:])) if len(intervals) else 0.0
 
 
 def multiplier_utilisation(config, cycles):
