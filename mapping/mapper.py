@@ -172,7 +172,8 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
     """Partition and balance until the samples in flight the Act-RAMs were sized for
     cover those the resulting timing needs.
 
-    The partitioner reserves only the width of each weight memory; where balancing
+    The partitioner reserves only the width of each weight memory whose rows may move
+    (with ``buildable_balance`` those of fully connected layers); where balancing
     then finds no room for the rest, a longer period (smaller engines, narrower
     memories, work spread closer to the coarse proportions) is tried, up to
     BALANCE_RETRIES times; if none balances, the first refusal is raised."""
@@ -183,8 +184,8 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
         try:
             part = partition(plans, node_budgets, fp_stale=estimate, at_least=period, describe=describe,
                              batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
-                             local_weights=local_weights, fold_inputs=fold_inputs,
-                             offchip_fc=offchip_fc)
+                             local_weights=local_weights, buildable_balance=buildable_balance,
+                             fold_inputs=fold_inputs, offchip_fc=offchip_fc)
         except SpecError:
             if refusals:  # no longer period partitions: balancing was what failed
                 raise refusals[0] from None

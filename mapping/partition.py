@@ -51,8 +51,10 @@ Phases
    multipliers, its DRAM bandwidth and its non-movable on-chip memory: buffers,
    and the width of its weight memories, which every cycle's reads need (their
    depth, the weights themselves, can move to other nodes later,
-   :mod:`mapping.balance`). Where balancing cannot place the weights (rows whose
-   weight-stationary partial sums cost more than the rows free), the mapper
+   :mod:`mapping.balance`; with ``buildable_balance``, the generator's form of
+   balancing, only fully connected rows can, so conv weights count in full).
+   Where balancing cannot place the weights (rows whose weight-stationary partial
+   sums cost more than the rows free, or none the generator can move), the mapper
    tries longer periods, then partitions again with every weight counted locally.
    A greedy fill decides whether a period is feasible; it is exact for a
    contiguous partition with monotone costs. Feasibility is not monotone in the
@@ -356,11 +358,12 @@ class Partitioner:
     nodes get the whole cycles of theirs that fit)."""
 
     def __init__(self, plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch,
-                 local_weights=False, fold_inputs=True, offchip_fc=True):
+                 local_weights=False, buildable_balance=False, fold_inputs=True, offchip_fc=True):
         self.describe = describe
         self.fold_inputs = fold_inputs
         self.batch = batch
         self.local_weights = local_weights
+        self.buildable_balance = buildable_balance
         self.plans = plans
         self.nodes = node_budgets
         self.fp_stale = fp_stale
@@ -453,7 +456,7 @@ class Partitioner:
             mem = balance.fixed_memory(plan, units, shape, self.fp_stale[plan.name], family,
                                        first=first, last=last, latency_cycles=self.latency,
                                        gradient_batch=self.batch if offchip else 0)
-            if self.local_weights:
+            if self.weights_stay(plan):
                 mem += balance.weight_memory_of(plan, units, shape, family, offchip)
             else:
                 mem += balance.weight_floor(plan, units, shape, family, offchip)
@@ -464,6 +467,12 @@ class Partitioner:
             self._costs[key] = (multipliers, mem.bram_blocks,
                                 dram_bytes(plan, units, self.batch) if offchip else 0)
         return self._costs[key]
+
+    def weights_stay(self, plan):
+        """Whether every weight row of ``plan`` stays on the node that uses it: with
+        ``local_weights``, or with ``buildable_balance`` for conv layers (the generator
+        moves only fully connected rows, mapping/balance.py)."""
+        return self.local_weights or (self.buildable_balance and plan.kind != "fc")
 
     def limits(self, node, period):
         """What ``node`` offers at ``period``: multipliers, blocks, DRAM bytes per sample."""
@@ -628,7 +637,7 @@ class Partitioner:
         stale, (_, h, w) = self.fp_stale[plan.name], plan.in_shape
         last = plan.mode == "ocp" or unit + 1 == plan.units
         what = f"Act-RAM for its {h}x{w} input of {stale} samples in flight{others}"
-        if self.local_weights and others:
+        if self.weights_stay(plan) and others:
             what += ", its weights with their 48-bit gradient sums"
         if last:
             outputs = plan.out_shape[0] if plan.mode == "icp" else 1
@@ -658,13 +667,23 @@ class Partitioner:
                             f"the DRAM of {budget.device.name} is too slow for even one channel")
         if one is not None and one[1] > budget.blocks:
             self._refuse_unit(plan, unit, f"{one[1]}", budget, ", line buffers, partial sums")
-        how = "with every weight on the node that uses it, " if self.local_weights else ""
+        how = self._weights_held()
         channel = f"{'input' if plan.mode == 'icp' else 'output'} channel {unit}"
         raise SpecError(
             f"{self.describe()}: cluster too small: {how}its {len(self.nodes)} nodes hold the network "
             f"only up to {channel} of {plan.units} of layer '{plan.name}' at any pipeline period "
             f"({budget.device.name}: {budget.blocks} usable blocks of 18 Kb, {budget.multipliers} "
             f"multipliers)")
+
+    def _weights_held(self):
+        """For a refusal: the weights every period was tried with in full on their node
+        (none where only the width of each weight memory was reserved)."""
+        if self.local_weights:
+            return "with every weight on the node that uses it, "
+        if self.buildable_balance:
+            return ("with every conv weight on the node that uses it (the hardware generator moves "
+                    "only rows of fully connected layers to other nodes), ")
+        return ""
 
     def cuts(self, period, choices):
         """Node boundaries at ``period``: coarse proportional cuts, moved only as far
@@ -758,9 +777,11 @@ def _largest(ok, limit):
 
 
 def partition(plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch=1,
-              local_weights=False, at_least=0, fold_inputs=True, offchip_fc=True):
+              local_weights=False, buildable_balance=False, at_least=0, fold_inputs=True,
+              offchip_fc=True):
     """The fine phase; ``local_weights`` makes every node hold all its weights itself
-    (no balancing), otherwise only their width is reserved (see module docstring).
+    (no balancing), ``buildable_balance`` all its conv weights (the generator balances
+    only fully connected rows), otherwise only their width is reserved (see module docstring).
     ``at_least``: a period (cycles) known to be infeasible below, from an earlier
     partition with smaller buffers; ``describe()`` names the network and cluster in
     refusals; ``batch`` the mini-batch (FC weights in DRAM); ``fold_inputs=False`` gives
@@ -768,7 +789,8 @@ def partition(plans, node_budgets, *, fp_stale, link_latency_cycles, describe, b
     connected weights on chip (both as hw/ generates)."""
     part = Partitioner(plans, node_budgets, fp_stale=fp_stale, link_latency_cycles=link_latency_cycles,
                        describe=describe, batch=batch, local_weights=local_weights,
-                       fold_inputs=fold_inputs, offchip_fc=offchip_fc)
+                       buildable_balance=buildable_balance, fold_inputs=fold_inputs,
+                       offchip_fc=offchip_fc)
     period = part.min_period(at_least)
     choices = part.feasible(period)
     cuts = part.cuts(period, choices)

@@ -161,3 +161,72 @@ def test_fc_rows_of_a_layer_without_eb_stream_once():
     conv = plan_layers(zoo.tiny())[1]
     assert (first.needs_eb, second.needs_eb) == (False, True)
     assert [perf.remote_streams(p) for p in (first, second, conv)] == [1, 2, 1]
+
+
+def lenet(spec, bram_fraction, **options):
+    return map_network(zoo.lenet_digits(), parse_cluster(spec), batch=3, lr=0.05, bram_fraction=bram_fraction,
+                       **options)
+
+
+CONV_LOCAL = ("with every conv weight on the node that uses it (the hardware generator moves only rows of "
+              "fully connected layers to other nodes)")
+
+
+def test_partition_counts_conv_weights_in_full_for_the_generator():
+    # Planned with only the width of conv2's weight memory, node 0 held more conv2 rows than
+    # fit and balancing could not move them: "node 0 needs 25 blocks of 18 Kb but has 24
+    # usable ... the rows that would free memory are of conv layer 'conv2'". Counted in full,
+    # no partition holds lenet with the fc layers' weight width.
+    with pytest.raises(SpecError) as error:
+        lenet("ecp5-85:2", 0.12, **GENERATOR_OPTIONS)
+    assert str(error.value) == (
+        f"network 'lenet-digits' on cluster 'ecp5-85:2': cluster too small: {CONV_LOCAL}, its 2 nodes hold "
+        f"the network only up to input channel 0 of 32 of layer 'fc2' at any pipeline period "
+        f"(lfe5um5g-85f: 24 usable blocks of 18 Kb, 140 multipliers)")
+    # unrestricted, conv2's rows may move: the partitioner still plans with their width only
+    with pytest.raises(SpecError, match="node 0 .* needs 25 blocks of 18 Kb but has 24 usable, and no "
+                                        "other node has room for one more weight row of its layer 'conv2'"):
+        lenet("ecp5-85:2", 0.12, offchip_fc=False)
+
+
+def test_cluster_too_small_names_the_conv_layer_that_stays_local():
+    # before: "... only up to input channel 0 of 64 of layer 'fc1'", as unrestricted
+    message = (f"network 'lenet-digits' on cluster 'ecp5-85:2': cluster too small: {CONV_LOCAL}, its 2 "
+               f"nodes hold the network only up to input channel 5 of 6 of layer 'conv2' at any pipeline "
+               f"period (lfe5um5g-85f: 20 usable blocks of 18 Kb, 140 multipliers)")
+    with pytest.raises(SpecError) as error:
+        lenet("ecp5-85:2", 0.1, **GENERATOR_OPTIONS)
+    assert str(error.value) == message
+    with pytest.raises(SpecError, match="cluster too small: its 2 nodes hold the network only up to input "
+                                        "channel 0 of 64 of layer 'fc1'"):
+        lenet("ecp5-85:2", 0.1, offchip_fc=False)
+
+
+def test_buildable_partition_fits_conv_weights_whole_and_fc_weights_by_width():
+    plans = plan_layers(zoo.lenet_digits())
+    node_budgets = budgets(parse_cluster("ecp5-45:3"), dsp_fraction=0.9, bram_fraction=0.2)
+    stale = {p.name: 2 for p in plans}
+
+    def family_of(node):
+        return node_budgets[node].device.family
+
+    def planned(buildable):
+        """Blocks per node: buffers, conv weights in full, fc weights by width; the slices."""
+        part = partition(plans, node_budgets, fp_stale=stale, describe=lambda: "lenet", batch=3,
+                         link_latency_cycles=balance.LINK_LATENCY_CYCLES, offchip_fc=False,
+                         buildable_balance=buildable)
+        used = [0] * len(node_budgets)
+        for sl in part.slices:
+            family = family_of(sl.node)
+            weights = (balance.weight_memory(sl, family) if sl.plan.kind == "conv" else
+                       balance.weight_floor(sl.plan, sl.units, sl.shape, family, False))
+            used[sl.node] += (mapper._buffers(sl, 2, family_of, 3).cost + weights).bram_blocks
+        return used, [(sl.plan.name, sl.node, sl.lo, sl.hi) for sl in part.slices]
+
+    assert [b.blocks for b in node_budgets] == [21, 21, 21]
+    assert planned(True) == ([17, 20, 20], [("conv1", 0, 0, 6), ("conv2", 0, 0, 2), ("conv2", 1, 2, 5),
+                                            ("conv2", 2, 5, 6), ("fc1", 2, 0, 64), ("fc2", 2, 0, 32)])
+    # unrestricted (the default), node 0 keeps three conv2 input channels, relying on moving
+    # their rows: one block over with their weights in full
+    assert planned(False) == ([22, 21, 14], [("conv1", 0, 0, 6), ("conv2", 0, 0, 3), ("conv2", 1, 3, 6),
+                                            ("fc1", 2, 0, 64), ("fc2", 2, 0, 32)])
