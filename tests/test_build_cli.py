@@ -34,28 +34,28 @@ def test_no_synth_writes_rtlil_verilog_and_the_mapping(tmp_path):
     assert lines[0].startswith("node 3 of 4 on lfe5um5g-45f (ecp5): fc[icp in 0:32 out 0:10]")
 
 
-def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(tmp_path):
-    mapped = subprocess.run([sys.executable, "-m", "mapping", "--network", "tiny", "--cluster", "vc709:2",
-                             "--out", str(tmp_path / "map")], capture_output=True, text=True)
+def _build_refusal(tmp_path, map_args, node):
+    """stderr of hw.build --no-synth on node ``node`` of the mapping ``python -m mapping`` writes
+    with ``map_args``, which must refuse it with status 2."""
+    mapped = subprocess.run([sys.executable, "-m", "mapping", *map_args, "--out", str(tmp_path / "map")],
+                            capture_output=True, text=True)
     assert mapped.returncode == 0, mapped.stderr
     result = subprocess.run([sys.executable, "-m", "hw.build", "--mapping", str(tmp_path / "map" / "mapping.json"),
-                             "--node", "1", "--out", str(tmp_path), "--no-synth"], capture_output=True, text=True)
+                             "--node", str(node), "--out", str(tmp_path), "--no-synth"], capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.strip() == (
+    return result.stderr.strip()
+
+
+def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(tmp_path):
+    assert _build_refusal(tmp_path, ["--network", "tiny", "--cluster", "vc709:2"], 1) == (
         "error: layer 'fc': the slice keeps weights in DRAM, which the generator does not build yet; "
         "map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
 
 
 def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(tmp_path):
     # the unrestricted balancer keeps conv2 rows of node 2 on node 1
-    mapped = subprocess.run([sys.executable, "-m", "mapping", "--network", "tiny", "--cluster", "ecp5-45:4",
-                             "--bram-fraction", "0.08", "--out", str(tmp_path / "map")], capture_output=True,
-                            text=True)
-    assert mapped.returncode == 0, mapped.stderr
-    result = subprocess.run([sys.executable, "-m", "hw.build", "--mapping", str(tmp_path / "map" / "mapping.json"),
-                             "--node", "2", "--out", str(tmp_path), "--no-synth"], capture_output=True, text=True)
-    assert result.returncode == 2
-    assert result.stderr.strip() == (
+    refusal = _build_refusal(tmp_path, ["--network", "tiny", "--cluster", "ecp5-45:4", "--bram-fraction", "0.08"], 2)
+    assert refusal == (
         "error: layer 'conv2' on node 2 keeps weight rows on node 1: the generator streams only fully "
         "connected rows from other nodes (a convolution row would need a weight-stationary engine); map "
         "with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
