@@ -25,7 +25,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, pg_error_slack,
+from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
 from .act_ram import ActRam
 from .bpram_host import remote_block
@@ -268,7 +268,7 @@ class SliceUnit(wiring.Component):
                 connect(m, sfu.bias, bias_ram.a)
             if s.mode == "icp":
                 connect(m, sfu.fp_out, flipped(self.act_out))
-                connect(m, flipped(self.err_in), sfu.eb_in)
+                connect(m, flipped(self.err_in), self._sfu_errors(m, sfu))
             else:
                 self._ocp_outputs(m, sfu)
             z_errors = sfu.eb_out
@@ -413,6 +413,16 @@ class SliceUnit(wiring.Component):
         else:
             connect(m, reduce.o, flipped(self.epsum_out))
 
+    def _sfu_errors(self, m, sfu):
+        """Where the SFU's backward input takes pooled-output errors: behind a FIFO of one
+        pooled row where it pools (``mapping.memories.sfu_error_slack``)."""
+        depth = sfu_error_slack(self.slice)
+        if depth is None:
+            return sfu.eb_in
+        slack = m.submodules.sfu_errors = Fifo(sfu.eb_in.payload.shape(), depth, family=self.family)
+        connect(m, slack.o, sfu.eb_in)
+        return slack.i
+
     def _ocp_outputs(self, m, sfu):
         """OCP: append this slice's finished channels to those of the layer's earlier nodes,
         and take this slice's pooled-output errors out of the backward stream."""
@@ -430,7 +440,7 @@ class SliceUnit(wiring.Component):
         ranges = [(lo, hi)] + ([(0, lo)] if not s.first else [])
         err_split = m.submodules.err_split = ChannelFork(arriving, ranges)
         connect(m, flipped(self.err_in), err_split.i)
-        connect(m, err_split.o0, sfu.eb_in)
+        connect(m, err_split.o0, self._sfu_errors(m, sfu))
         if not s.first:
             connect(m, err_split.o1, flipped(self.err_out))
 

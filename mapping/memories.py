@@ -178,7 +178,19 @@ def _sfu_memories(s, channels, height, width, samples_in_flight):
     if k > 1:
         mems.append(Memory("sfu.band", channels * (WORD_BITS + code_bits), pw))
         mems.append(Memory("sfu.replay", channels * (WORD_BITS + mask_bits), pw))
+        mems += _fifo("sfu_errors", channels * WORD_BITS, sfu_error_slack(s))
     return mems
+
+
+def sfu_error_slack(s):
+    """Pooled-output errors buffered in front of a pooling SFU's backward input: it takes a
+    pooled row's errors during the first conv row of their band and none while it replays
+    them for the other k-1 rows (hw/sfu.py), so without them the EB engine that produces
+    those errors stalls whenever its output lands in that window. One pooled row, None
+    without a pool (no replay)."""
+    if s.pool is None or s.pool.kernel == 1:
+        return None
+    return max(PAB_MIN_DEPTH, s.out_shape[2] // s.pool.kernel)
 
 
 def activation_slack(s):

@@ -2,7 +2,7 @@
 chains whose fully connected rows partly live on the upstream node (weight balancing).
 
 Run with ``python -m pytest sim/bench_chain.py -m bench -s -p no:xdist``. One mini-batch of
-30 samples, so no update boundary stalls the pipeline; cycles per sample are the median
+40 samples, so no update boundary stalls the pipeline; cycles per sample are the median
 interval between samples entering each node over the second half of the run
 (``sim.chain.cycles_per_sample``): enough samples for the buffers in front of the slowest
 node to fill, so every node shows the rate the chain really runs at.
@@ -16,7 +16,7 @@ from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import report, train_chain
 from sim.test_chain import CHAIN, LR, _assert_bit_exact, _data
 
-SAMPLES = 30
+SAMPLES = 40
 
 
 @pytest.mark.bench

@@ -10,7 +10,7 @@ from mapping import golden, numerics, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import WeightBlock
-from sim.chain import report, train_chain
+from sim.chain import cycles_per_sample, report, train_chain
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 CHAIN = "ecp5-85:2+ecp5-45:2"  # the default chain of python -m hw.build
@@ -122,6 +122,23 @@ def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact():
 @pytest.mark.slow
 def test_four_node_chain_with_random_stalls_on_every_link_stays_bit_exact():
     _train(CHAIN, seed=3, stall=0.3)
+
+
+@pytest.mark.slow
+def test_balanced_chain_runs_at_its_bottleneck_rate_in_steady_state():
+    # Node 3's fc engines (10 groups x 16 passes) set the rate: 160 cycles per sample. The
+    # first ~20 samples enter at the 128 of nodes 0-1 until the buffers in front of node 3
+    # fill, so the rate is read over the second half of 40 samples in one mini-batch.
+    # Without the EB rounding point taking beats with their first chunk (hw/map_rounder.py)
+    # and the FIFO in front of the pooling SFU's errors, the chain settled at 200 and 176.
+    network, samples = zoo.tiny(), 40
+    mapping = map_network(network, parse_cluster(CHAIN), batch=samples, lr=LR, bram_fraction=0.06,
+                          **GENERATOR_OPTIONS)
+    inputs, labels, params = _data(network, samples, 9)
+    run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
+    _assert_bit_exact(run, params)
+    assert [cycles_per_sample(run, n) for n in range(4)] == [160] * 4
+    assert mapping.nodes[3].cycles_per_sample == 160
 
 
 @pytest.mark.slow
