@@ -5,7 +5,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from amaranth.hdl import Module
 
+from hw.node import Node, connect_chain
 from mapping import golden, numerics, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
@@ -93,6 +95,15 @@ def test_host_that_computes_the_same_layer_trains_bit_exact():
     assert _hosted(mapping) == [(3, 2, "fc", (1, 10))]
     assert [[(s.layer, s.in_range) for s in mapping.nodes[n].slices] for n in (2, 3)] == [
         [("fc", (0, 1))], [("fc", (1, 32))]]
+
+
+def test_a_chain_without_the_host_of_a_nodes_rows_is_refused():
+    mapping = map_network(zoo.tiny(), parse_cluster(CHAIN), batch=BATCH, lr=LR, bram_fraction=0.06,
+                          **GENERATOR_OPTIONS)
+    with pytest.raises(ValueError) as error:
+        connect_chain(Module(), [Node(mapping.nodes[3])])
+    assert str(error.value) == ("weight-balancing ports with no partner on an adjacent node: "
+                                "[(3, 'bp7n3_eb_in'), (3, 'bp7n3_fp_in'), (3, 'bp7n3_grad_out')]")
 
 
 def _fc_rows_on_the_next_node(owner, rows):
