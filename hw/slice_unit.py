@@ -205,10 +205,13 @@ class SliceUnit(wiring.Component):
             m.d.comb += [bias_lgb.update.eq(gate.update_start), bias_lgb.batch.eq(gate.batch_index),
                          bias_ram.b.weight_en.eq(0)]
             updated.append(bias_lgb.done)
-        if len(updated) == 2:
-            m.d.comb += gate.update_done.eq(_both_done(m, *updated))
-        else:  # nothing to update here: the gate still counts the mini-batches
-            m.d.comb += gate.update_done.eq(updated[0] if updated else gate.update_start)
+        if not updated:
+            # Every row lives on another node and there are no biases: the gate still counts
+            # the mini-batches. It listens for done from the cycle after its strobe.
+            nothing = Signal()
+            m.d.sync += nothing.eq(gate.update_start)
+            updated.append(nothing)
+        m.d.comb += gate.update_done.eq(_both_done(m, *updated) if len(updated) == 2 else updated[0])
 
         # --- forward: input split, Act-RAM, line buffer, FP engine ------------------------
         act_in = flipped(self.act_in)

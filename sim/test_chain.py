@@ -123,11 +123,12 @@ def _fc_rows_on_the_next_node(owner, rows):
     return derive
 
 
-def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact():
+@pytest.mark.parametrize("rows", [(5, 10), (0, 10)])
+def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact(rows):
     # Nodes 2 and 3 each keep fc rows on the other: 3's rows 1..9 on node 2 (the mapper's
-    # choice) and 2's rows 5..9 on node 3.
-    mapping = _train(CHAIN, seed=8, bram_fraction=0.06, derive=_fc_rows_on_the_next_node(2, (5, 10)))
-    assert _hosted(mapping) == [(3, 2, "fc", (1, 10)), (2, 3, "fc", (5, 10))]
+    # choice) and 2's rows 5..9, or all of them (no LPRAM or LGB left on node 2), on node 3.
+    mapping = _train(CHAIN, seed=8, bram_fraction=0.06, derive=_fc_rows_on_the_next_node(2, rows))
+    assert _hosted(mapping) == [(3, 2, "fc", (1, 10)), (2, 3, "fc", rows)]
 
 
 @pytest.mark.slow
