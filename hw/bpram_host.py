@@ -18,8 +18,6 @@ for a sample past the boundary starts only after the update, and the update wait
 until the boundary samples' passes are sent and their gradients summed.
 """
 
-from dataclasses import replace
-
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
