@@ -34,6 +34,7 @@ def assert_buildable(m):
             remote = sum(b.out_range[1] - b.out_range[0] for b in s.remote_weights)
             assert min(b.out_range[0] for b in s.remote_weights) == s.out_range[1] - remote  # contiguous top rows
             assert (s.out_channels - remote) % s.fp.ces == 0
+            assert memories.remote_rows_problem(s.remote_weights, s) is None  # the rule hw/ enforces
 
 
 def tiny(spec, bram_fraction, **options):
