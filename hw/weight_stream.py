@@ -17,7 +17,10 @@ the owner's own LPRAM holds addresses ``0 .. first_remote - 1``, the host's
 - :class:`WeightSource` (owner) stands between an engine and its LPRAM port: a step
   at a local address reads the LPRAM, a step at a remote address takes the next
   beat of the row stream, and the engine's window is held (neither valid to the
-  engine nor ready to its producer) while that beat has not arrived.
+  engine nor ready to its producer) while that beat has not arrived. The window it
+  offers the engine may thus lose ``valid`` before it is taken, as a SampleGate's
+  does at a sample boundary: the engines issue a step in any cycle their window is
+  valid and take it only with its last step, so nothing is lost or repeated.
 - :class:`GradientSplit` (owner) sends the PG beats of local addresses to the LGB and
   those of remote addresses, renumbered, back to the host's BGB.
 
