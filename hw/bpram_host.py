@@ -1,8 +1,10 @@
-"""BPRAM and BGB: weight rows a node hosts for an adjacent node (paper 5.2.2, items 3 and 5).
+"""BPRAM and BGB: weight rows a node hosts for another node (paper 5.2.2, items 3 and 5).
 
-:func:`remote_block` (owner) and :func:`hosted_blocks` (host) merge the WeightBlocks
-of one owner slice into one contiguous range, and refuse in one line what the
-generator does not build (``mapping.memories.remote_rows_problem``).
+:func:`remote_block` (owner), :func:`hosted_blocks` (host) and :func:`relayed_blocks`
+(the nodes in between) merge the WeightBlocks of one owner slice into one contiguous
+range, and refuse in one line what the generator does not build
+(``mapping.memories.remote_rows_problem``). :func:`balance_streams` gives the beats
+of the three streams between host and owner, the same on every node they cross.
 
 :class:`HostedRows` is the host's hardware for one such range: the rows in a
 ParamRam laid out like the owner's LPRAM past its local rows, two
@@ -23,7 +25,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping.errors import SpecError
-from mapping.memories import hosted_groups, merge_blocks, remote_rows_problem
+from mapping.memories import RELAY_DEPTH, hosted_groups, merge_blocks, relayed_groups, remote_rows_problem
+from .fifo import Fifo
 from .grad_buffer import GradientBuffer
 from .param_ram import ParamRam, WeightLayout, bank_layout
 from .pg_engine import grads_layout
@@ -50,6 +53,52 @@ def hosted_blocks(config):
     return [_merged(blocks) for blocks in hosted_groups(config)]
 
 
+def relayed_blocks(config):
+    """The blocks whose streams pass through a NodeConfig, merged per owner slice."""
+    return [_merged(blocks) for blocks in relayed_groups(config)]
+
+
+def balance_streams(block):
+    """{stream: payload layout} between the host and the owner of a merged ``block``: ``fp``
+    and ``eb`` (host to owner; one weight address of the owner's engines each, no ``eb``
+    for a layer without EB) and ``grad`` (owner to host; an address counted from the
+    block's first and its exact gradient products)."""
+    layout = WeightLayout.from_slice(block.owner_slice)
+    rows = bank_layout(layout.banks, layout.words)
+    streams = {"fp": rows, "eb": rows, "grad": grads_layout(layout.rows, layout.banks, layout.words)}
+    if not block.owner_slice.needs_eb:
+        del streams["eb"]
+    return streams
+
+
+def towards_owner(stream_name):
+    return stream_name != "grad"
+
+
+class Relay(wiring.Component):
+    """The streams of a merged ``block`` through a node between its host and owner: each
+    ``bp_<stream>_in`` to ``bp_<stream>_out`` through a FIFO of RELAY_DEPTH beats, which
+    passes one beat per cycle and registers the path (no combinational path crosses a
+    node)."""
+
+    def __init__(self, block, *, family=None):
+        self.block, self.family = block, family
+        self.streams = balance_streams(block)
+        members = {}
+        for name, layout in self.streams.items():
+            members[f"bp_{name}_in"] = In(stream.Signature(layout))
+            members[f"bp_{name}_out"] = Out(stream.Signature(layout))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        for name, layout in self.streams.items():
+            fifo = m.submodules[name] = Fifo(layout, RELAY_DEPTH, family=self.family)
+            connect(m, flipped(getattr(self, f"bp_{name}_in")), fifo.i)
+            connect(m, fifo.o, flipped(getattr(self, f"bp_{name}_out")))
+        return m
+
+
 class HostedRows(wiring.Component):
     """The BPRAM, BGB, row streamers and update gate of one merged hosted ``block``.
 
@@ -65,13 +114,12 @@ class HostedRows(wiring.Component):
 
         rows = self.rows = block.owner_slice
         self.block, self.formats, self.training, self.family = block, formats, training, family
-        layout = self.layout = WeightLayout.from_slice(rows)
+        self.layout = WeightLayout.from_slice(rows)
         self.bpram = ParamRam.from_slice(rows, init=slice_weights(rows, params)[0], family=family)
-        beat = stream.Signature(bank_layout(layout.banks, layout.words))
-        members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS), "bp_fp_out": Out(beat),
-                   "bp_grad_in": In(stream.Signature(grads_layout(layout.rows, layout.banks, layout.words)))}
-        if rows.needs_eb:
-            members["bp_eb_out"] = Out(beat)
+        members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS)}
+        for name, layout in balance_streams(block).items():
+            flow, end = (Out, "out") if towards_owner(name) else (In, "in")
+            members[f"bp_{name}_{end}"] = flow(stream.Signature(layout))
         super().__init__(members)
 
     def elaborate(self, platform):

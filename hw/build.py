@@ -28,7 +28,7 @@ def parse_args(argv):
                         "--network/--cluster)")
     parser.add_argument("--bram-fraction", type=float, help="share of each device's block RAM the mapping "
                         "may use (default that of mapping.mapper); less makes it keep fully connected "
-                        "rows on adjacent nodes")
+                        "rows on other nodes")
     parser.add_argument("--out", default="build", help="build directory (default ./build)")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     return parser.parse_args(argv)

@@ -9,18 +9,19 @@ the labels, which enter node 0 with the images and travel to the last node, wher
 the loss turns the class scores into output errors. Until the link cores exist,
 nodes are chained port to port (``connect_chain``).
 
-Weight balancing adds, per range of rows a node keeps on an adjacent node, the
+Weight balancing adds, per range of rows a node keeps on another node, the
 ``bp_*`` channels of its slice unit and of the host's HostedRows (hw/weight_stream.py,
 hw/bpram_host.py): rows for the owner's FP and EB engines towards the owner, their
 gradients towards the host, on the forward or the backward link as the host lies.
-The node renames them after the block (:func:`balance_port`), the same on both ends.
+Every node in between passes them on (``Relay``). The node renames them after the
+block (:func:`balance_port`), the same on every node they cross.
 """
 
 from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from .bpram_host import HostedRows, hosted_blocks
+from .bpram_host import HostedRows, Relay, hosted_blocks, relayed_blocks, towards_owner
 from .fifo import Fifo
 from .loss import LABEL_BITS, LossUnit
 from .rounding import refuse
@@ -33,9 +34,14 @@ DOWNSTREAM_PORTS = ("act_out", "psum_out", "ocp_out", "err_in", "zerr_in", "epsu
 
 
 def balance_port(block, name):
-    """Node port of a ``bp_*`` member ``name`` of the owner's slice unit or of the host's
-    HostedRows for ``block``: unique on either node (one host per owner slice)."""
+    """Node port of a ``bp_*`` member ``name`` of the owner's slice unit, the host's
+    HostedRows or a Relay for ``block``: unique on every node (one host per owner slice)."""
     return f"bp{block.owner_slice.position}n{block.owner}{name[len('bp'):]}"
+
+
+def balance_destination(block, name):
+    """The node a ``bp_<stream>_out`` member ``name`` for ``block`` sends towards."""
+    return block.owner if towards_owner(name[len("bp_"):-len("_out")]) else block.host
 
 
 class Node(wiring.Component):
@@ -53,6 +59,7 @@ class Node(wiring.Component):
                       for s in config.slices]
         self.hosted = [HostedRows(block, config.formats, config.training, params=params, family=family)
                        for block in hosted_blocks(config)]
+        self.relays = [Relay(block, family=family) for block in relayed_blocks(config)]
         first, last = slice_ports(config.slices[0]), slice_ports(config.slices[-1])
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "label_in": In(stream.Signature(LABEL_BITS))}
@@ -64,15 +71,19 @@ class Node(wiring.Component):
         for name in DOWNSTREAM_PORTS:
             if name in last and not (self.applies_loss and name in ("act_out", "err_in")):
                 members[name] = _port(*last[name])
+        # where each weight-balancing output port sends: connect_chain follows it
+        self.balance_routes = {}
         for unit, block, name, member in self._balance_members():
             members[balance_port(block, name)] = member
+            if name.endswith("_out"):
+                self.balance_routes[balance_port(block, name)] = balance_destination(block, name)
         super().__init__(members)
 
     def _balance_members(self):
         """(unit, block, member name, member) of every ``bp_*`` port of the node's units."""
         owners = [(unit, unit.remote.block) for unit in self.units if unit.remote.block is not None]
-        hosts = [(host, host.block) for host in self.hosted]
-        return [(unit, block, name, member) for unit, block in owners + hosts
+        others = [(unit, unit.block) for unit in self.hosted + self.relays]
+        return [(unit, block, name, member) for unit, block in owners + others
                 for name, member in unit.signature.members.items() if name.startswith("bp_")]
 
     def elaborate(self, platform):
@@ -83,6 +94,8 @@ class Node(wiring.Component):
             m.submodules[f"slice{n}_{unit.slice.layer}"] = unit
         for host in self.hosted:
             m.submodules[f"host_{host.rows.layer}_for{host.block.owner}"] = host
+        for relay in self.relays:
+            m.submodules[f"relay_{relay.block.layer}_for{relay.block.owner}"] = relay
         # Mini-batch updates every slice and hosted range of this node has applied.
         fewest = units[0].updates
         for unit in units + self.hosted:
@@ -134,13 +147,14 @@ def connect_chain(m, nodes, link=None):
     link = link or (lambda m, producer, consumer: connect(m, producer, consumer))
     unpaired = {(node.config.index, name) for node in nodes for name in node.signature.members
                 if name.startswith("bp")}
+    for i, node in enumerate(nodes):  # weight-balancing channels, one hop towards where they go
+        for name, destination in node.balance_routes.items():
+            j = i + (1 if destination > node.config.index else -1)
+            twin = name[:-len("_out")] + "_in"
+            if 0 <= j < len(nodes) and twin in nodes[j].signature.members:
+                link(m, getattr(node, name), getattr(nodes[j], twin))
+                unpaired -= {(node.config.index, name), (nodes[j].config.index, twin)}
     for a, b in zip(nodes, nodes[1:]):
-        for x, y in ((a, b), (b, a)):  # weight-balancing channels, either way
-            for name in x.signature.members:
-                twin = name[:-len("_out")] + "_in"
-                if name.startswith("bp") and name.endswith("_out") and twin in y.signature.members:
-                    link(m, getattr(x, name), getattr(y, twin))
-                    unpaired -= {(x.config.index, name), (y.config.index, twin)}
         pairs = [("act_out", "act_in"), ("psum_out", "psum_in"), ("ocp_out", "ocp_in"),
                  ("err_in", "err_out"), ("zerr_in", "zerr_out"), ("epsum_in", "epsum_out")]
         for a_name, b_name in pairs:
@@ -156,4 +170,5 @@ def connect_chain(m, nodes, link=None):
                 link(m, getattr(b, b_name), getattr(a, a_name))
         link(m, a.label_out, b.label_in)
     if unpaired:
-        raise ValueError(f"weight-balancing ports with no partner on an adjacent node: {sorted(unpaired)}")
+        raise ValueError(f"weight-balancing ports with no partner on the next node towards their "
+                         f"destination: {sorted(unpaired)}")

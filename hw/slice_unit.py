@@ -28,7 +28,7 @@ from mapping.errors import SpecError
 from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
 from .act_ram import ActRam
-from .bpram_host import remote_block
+from .bpram_host import balance_streams, remote_block, towards_owner
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
 from .fifo import Fifo
@@ -37,8 +37,8 @@ from .grad_buffer import GradientBuffer
 from .line_buffer import LineBuffer
 from .map_rounder import MapRounder
 from .pab import PartialActivationBuffer
-from .param_ram import ParamRam, WeightLayout, bank_layout
-from .pg_engine import GradientEngine, grads_layout
+from .param_ram import ParamRam, WeightLayout
+from .pg_engine import GradientEngine
 from .sfu import SFU
 from .stream_util import ChannelConcat, ChannelFork, pixel_layout
 from .update_gate import COUNT_BITS, SampleGate, UpdateGate
@@ -91,13 +91,9 @@ def slice_ports(s):
             else:
                 ports["epsum_out"] = ("out", psum_layout(c_in))
     if s.remote_weights:
-        layout = WeightLayout.from_slice(s)
-        remote = RemoteRows(s)
-        ports["bp_fp_in"] = ("in", bank_layout(layout.banks, layout.words))
-        if s.needs_eb:
-            ports["bp_eb_in"] = ("in", bank_layout(layout.banks, layout.words))
-        ports["bp_grad_out"] = ("out", grads_layout(layout.rows - remote.first_address, layout.banks,
-                                                     layout.words))
+        for name, layout in balance_streams(remote_block(s)).items():
+            end = "in" if towards_owner(name) else "out"
+            ports[f"bp_{name}_{end}"] = (end, layout)
     return {name: port for name, port in ports.items() if port is not None}
 
 
@@ -136,8 +132,8 @@ def slice_weights(s, params):
 
 
 def check_buildable(s):
-    """The generator keeps every weight on chip (rows of fully connected slices may live on an
-    adjacent node, hw/bpram_host.remote_block) and builds the three engines of one shape
+    """The generator keeps every weight on chip (rows of fully connected slices may live on
+    another node, hw/bpram_host.remote_block) and builds the three engines of one shape
     (P x b tiles, b <= the slice's input channels: folded over ceil(S / b) passes)."""
     if s.weights_offchip:
         raise SpecError(f"layer '{s.layer}': the slice keeps weights in DRAM, which the generator does "

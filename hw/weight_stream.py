@@ -1,8 +1,9 @@
-"""Weight rows streamed between adjacent nodes for weight balancing (paper 3.4, Fig. 6).
+"""Weight rows streamed between nodes for weight balancing (paper 3.4, Fig. 6).
 
 Where a fully connected slice's weights do not fit its node, the mapping keeps its
-top output-channel rows in the BPRAM of an adjacent node, the host
-(``WeightBlock.owner_slice``). The host lays them out exactly as the owner's LPRAM
+top output-channel rows in the BPRAM of another node, the host
+(``WeightBlock.owner_slice``; the nodes in between relay the streams,
+hw/bpram_host.Relay). The host lays them out exactly as the owner's LPRAM
 would hold them past its local rows (``hw.param_ram.WeightLayout`` of the owner's
 engines: G_r*v addresses of P rows of b*K*K words), so one address is one beat of
 the owner engine's walk, and the remote rows start at an engine-group boundary:

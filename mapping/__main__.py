@@ -41,7 +41,7 @@ def main(argv=None):
                         help=f"share of each device's block RAM the mapping may use (default {BRAM_FRACTION})")
     parser.add_argument("--for-hardware", action="store_true",
                         help="map as hw/ generates: every weight on chip, balanced only as "
-                             "fully connected rows kept on an adjacent node")
+                             "fully connected rows kept on another node")
     args = parser.parse_args(argv)
 
     sizes = _sizes(args.sizes) if args.sizes else None

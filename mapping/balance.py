@@ -51,8 +51,9 @@ see :mod:`mapping.perf`.
 
 The hardware generator builds balancing in one form only (``buildable=True``,
 ``mapper.GENERATOR_OPTIONS``): rows of fully connected slices (conv rows used
-weight-stationary need an engine mode it does not build), on a node adjacent to
-the owner, all remote rows of a slice on one node, and the rows left local a
+weight-stationary need an engine mode it does not build), on the nearest node with
+room (the nodes in between relay the streams), all remote rows of a slice on one
+node, and the rows left local a
 whole number of engine groups of ``P`` output channels (each move is rounded up
 to that, or cut to fewer groups where the host has no room). Where that cannot
 relieve a node, the mapping is refused, saying why.
@@ -282,7 +283,7 @@ def balance(slices, node_budgets, fixed, family_of, describe, *, buildable=False
                 _refuse(slices, node_budgets, owner, now, describe)
             if buildable:
                 sl, host = _buildable_move(ranked, owner, n, room, host_of) or \
-                    _refuse_unbuildable(ranked, node_budgets, owner, now, describe, room, host_of)
+                    _refuse_unbuildable(ranked, node_budgets, owner, now, describe, host_of)
             else:
                 sl = ranked[0]
                 host = _nearest_host(owner, n, lambda h: room(h, sl.row_words))
@@ -325,10 +326,9 @@ def _ranked(slices, owner, now, usage):
     return [s for _, s in sorted(gains, key=lambda g: -g[0])]
 
 
-def _nearest_host(owner, n, has_room, reach=None):
-    """Nearest node to ``owner`` within ``reach`` hops (any, None) for which ``has_room``,
-    upstream first on a tie."""
-    for distance in range(1, (reach or n - 1) + 1):
+def _nearest_host(owner, n, has_room):
+    """Nearest node to ``owner`` for which ``has_room``, upstream first on a tie."""
+    for distance in range(1, n):
         for host in (owner - distance, owner + distance):
             if 0 <= host < n and has_room(host):
                 return host
@@ -338,7 +338,7 @@ def _nearest_host(owner, n, has_room, reach=None):
 def _buildable_move(ranked, owner, n, room, host_of):
     """(slice, host) of the first fully connected slice in ``ranked`` whose smallest move
     fits where the generator allows its rows: on the node that already keeps its
-    remote rows, else on an adjacent node. None if there is none."""
+    remote rows, else on the nearest node with room. None if there is none."""
     for sl in ranked:
         if sl.plan.kind != "fc":
             continue
@@ -346,7 +346,7 @@ def _buildable_move(ranked, owner, n, room, host_of):
         if id(sl) in host_of:  # all remote rows of a slice on one host
             host = host_of[id(sl)] if room(host_of[id(sl)], words) else None
         else:
-            host = _nearest_host(owner, n, lambda h: room(h, words), reach=1)
+            host = _nearest_host(owner, n, lambda h: room(h, words))
         if host is not None:
             return sl, host
     return None
@@ -383,7 +383,7 @@ def _head(node_budgets, owner, used, describe):
             f"{budget.blocks} usable")
 
 
-def _refuse_unbuildable(ranked, node_budgets, owner, used, describe, room, host_of):
+def _refuse_unbuildable(ranked, node_budgets, owner, used, describe, host_of):
     """Refuse a node over budget whose rows could move, but not as the generator builds:
     say why for the first fully connected candidate, or for the best (conv) one."""
     fc = [s for s in ranked if s.plan.kind == "fc"]
@@ -399,17 +399,13 @@ def _refuse_unbuildable(ranked, node_budgets, owner, used, describe, room, host_
         what = (f"{'one more row' if rows == 1 else f'{rows} more rows'} of layer '{sl.plan.name}' "
                 f"({rows * sl.row_words:,} 16-bit weights and their 48-bit gradient sums{groups})")
         host = host_of.get(id(sl))
-        if host is not None:
-            reason = (f"node {host}, which keeps the slice's other remote rows (all on one node), has "
-                      f"no room for {what}")
-        else:
-            # no adjacent node has room (else the rows would have moved there)
-            nearest = _nearest_host(owner, len(node_budgets), lambda h: room(h, rows * sl.row_words))
-            reason = (f"no other node has room for {what}" if nearest is None else
-                      f"the nearest node with room for {what} is node {nearest}, "
-                      f"{abs(nearest - owner)} hops away")
+        # no other node has room (else the rows would have moved there)
+        reason = (f"no other node has room for {what}" if host is None else
+                  f"node {host}, which keeps the slice's other remote rows (all on one node), has "
+                  f"no room for {what}")
     raise SpecError(f"{_head(node_budgets, owner, used, describe)}, and the hardware generator balances "
-                    f"weights only as rows of fully connected layers kept on an adjacent node: {reason}")
+                    f"weights only as rows of fully connected layers, all of a slice's on one node: "
+                    f"{reason}")
 
 
 def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc):

@@ -75,8 +75,8 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     tile per input channel), the engines the hardware generator builds;
     ``offchip_fc=False``: fully connected weights stay on chip even on boards with
     DRAM (the generator keeps every weight on chip); ``buildable_balance=True``: weight
-    balancing moves only what the generator builds, rows of fully connected slices
-    to an adjacent node (:func:`mapping.balance.balance`)."""
+    balancing moves only what the generator builds, rows of fully connected slices,
+    all of a slice's to one node (:func:`mapping.balance.balance`)."""
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
@@ -263,11 +263,16 @@ def _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates
 
 def _with_blocks(nodes, blocks):
     """Each WeightBlock, carrying its owner's slice cut to its rows, on its owner's slice
-    (``remote_weights``) and on its host (``hosted``)."""
+    (``remote_weights``), on its host (``hosted``) and on the nodes in between (``relays``)."""
     slice_of = {(node.index, s.layer): s for node in nodes for s in node.slices}
     blocks = [replace(b, owner_slice=replace(slice_of[b.owner, b.layer], out_range=b.out_range))
               for b in blocks]
+
+    def between(b, node):
+        return min(b.host, b.owner) < node < max(b.host, b.owner)
+
     return [replace(node, hosted=tuple(b for b in blocks if b.host == node.index),
+                    relays=tuple(b for b in blocks if between(b, node.index)),
                     slices=tuple(replace(s, remote_weights=tuple(b for b in blocks if b.owner == node.index
                                                                  and b.layer == s.layer))
                                  for s in node.slices))

@@ -5,7 +5,7 @@ memory of the elaborated hardware), and every hardware memory carries the
 ``ram_style`` that :func:`mapping.resources.ram_style` gives its depth, so the
 block RAM count below is what Yosys produces. It covers the slices hw/ builds:
 engines of one shape (folded or not), weights on chip, fully connected rows kept
-on an adjacent node (``mapper.GENERATOR_OPTIONS``; :func:`remote_rows_problem`).
+on another node (``mapper.GENERATOR_OPTIONS``; :func:`remote_rows_problem`).
 The partitioner plans with the coarser model of mapping/balance.py, which also
 covers folded engines and weight balancing.
 """
@@ -22,6 +22,7 @@ GRANULAR_WORD_BITS = 18
 LABEL_FIFO_DEPTH = 8
 PAB_MIN_DEPTH = 3  # hw/fifo.py passes one beat per cycle from depth 3
 LABEL_BITS = 16
+RELAY_DEPTH = PAB_MIN_DEPTH  # a relayed weight or gradient stream: one beat per cycle
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,9 @@ def remote_rows_problem(blocks, owner=None):
     """Why hw/ cannot stream the weight rows ``blocks`` of one owner slice from their host
     (hw/weight_stream.py), or None. The generator streams fully connected rows only (a
     convolution row used from another node would need a weight-stationary engine), from
-    one adjacent node, in one range of whole engine groups at the top of the slice's
-    output channels; the last two are checked where the ``owner`` slice is known."""
+    one node (through the nodes in between: ``NodeConfig.relays``), in one range of whole
+    engine groups at the top of the slice's output channels; the last two are checked
+    where the ``owner`` slice is known."""
     if not blocks:
         return None
     blocks = sorted(blocks, key=lambda b: b.out_range)
@@ -65,9 +67,9 @@ def remote_rows_problem(blocks, owner=None):
         return (f"{where} keeps weight rows on node {first.host}: the generator streams only fully "
                 f"connected rows from other nodes (a convolution row would need a weight-stationary "
                 f"engine){hint}")
-    if len(hosts) > 1 or abs(hosts[0] - first.owner) != 1:
-        return (f"{where} keeps weight rows on node(s) {', '.join(map(str, hosts))}: the generator "
-                f"streams a slice's rows from one adjacent node{hint}")
+    if len(hosts) > 1:
+        return (f"{where} keeps weight rows on nodes {', '.join(map(str, hosts))}: the generator "
+                f"streams a slice's rows from one node{hint}")
     if any(a.out_range[1] != b.out_range[0] for a, b in zip(blocks, blocks[1:])):
         return f"{where}: its remote rows {[b.out_range for b in blocks]} are not one range{hint}"
     lo, hi = first.out_range[0], blocks[-1].out_range[1]
@@ -87,12 +89,36 @@ def merge_blocks(blocks):
                    owner_slice=replace(blocks[0].owner_slice, out_range=rows))
 
 
+def owner_groups(blocks):
+    """WeightBlocks grouped per owner slice, in chain order."""
+    groups = {}
+    for block in blocks:
+        groups.setdefault((block.owner, block.layer), []).append(block)
+    return [group for _, group in sorted(groups.items())]
+
+
 def hosted_groups(config):
     """The blocks a NodeConfig hosts, grouped per owner slice, in chain order."""
-    groups = {}
-    for block in config.hosted:
-        groups.setdefault((block.owner, block.layer), []).append(block)
-    return [blocks for _, blocks in sorted(groups.items())]
+    return owner_groups(config.hosted)
+
+
+def relayed_groups(config):
+    """The blocks whose streams pass through a NodeConfig, grouped per owner slice."""
+    return owner_groups(config.relays)
+
+
+def balance_stream_bits(cut):
+    """Bits of one beat of each stream between a host and the owner of rows ``cut`` (the
+    owner's slice cut to them): ``fp``/``eb`` carry one weight address (P rows of
+    b x K x K words), ``grad`` an address and the P x b x K x K exact 32-bit products
+    (hw/bpram_host.balance_streams); no ``eb`` for a layer without EB."""
+    ces, row_words = cut.fp.ces, cut.fp.tiles * cut.kernel * cut.kernel
+    rows = math.ceil(cut.out_channels / ces) * passes(cut)
+    beat = ces * row_words * WORD_BITS
+    bits = {"fp": beat, "eb": beat, "grad": (rows - 1).bit_length() + ces * row_words * 2 * WORD_BITS}
+    if not cut.needs_eb:
+        del bits["eb"]
+    return bits
 
 
 def local_rows(s):
@@ -225,6 +251,9 @@ def node_memories(config):
     for blocks in hosted_groups(config):
         cut = merge_blocks(blocks).owner_slice
         mems += _weight_memories("bpram", "bgb", cut, cut.out_channels)
+    for blocks in relayed_groups(config):
+        for name, bits in balance_stream_bits(merge_blocks(blocks).owner_slice).items():
+            mems += _fifo(f"relay_{name}", bits, RELAY_DEPTH)
     return mems
 
 

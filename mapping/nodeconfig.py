@@ -25,7 +25,9 @@ Conventions
   same WeightBlocks. Each carries ``owner_slice``, the owner's slice cut to the
   block's output channels, so the host can lay out, stream and update those rows
   exactly as the owner's LPRAM would (same engines, weight versions and rounding
-  indices) from its own NodeConfig alone.
+  indices) from its own NodeConfig alone. A host more than one link away from its
+  owner sends the rows and receives their gradients through the nodes in between:
+  each of those lists the block in ``relays``.
 """
 
 from dataclasses import dataclass, field, asdict, replace
@@ -162,6 +164,7 @@ class NodeConfig:
     link_bytes_forward: int   # bytes per sample sent to the successor
     link_bytes_backward: int  # bytes per sample sent to the predecessor
     chain_length: int = 0     # nodes in the mapping; the last one applies the loss
+    relays: tuple = ()        # WeightBlocks whose rows and gradients pass through this node
 
     def to_dict(self):
         return asdict(self)
@@ -171,6 +174,7 @@ class NodeConfig:
         d = dict(d)
         d["slices"] = tuple(_slice_from_dict(s) for s in d["slices"])
         d["hosted"] = tuple(_block_from_dict(b) for b in d["hosted"])
+        d["relays"] = tuple(_block_from_dict(b) for b in d.get("relays", ()))
         d["formats"] = Formats(**d["formats"])
         d["training"] = Training(**d["training"])
         d["estimate"] = Resources(**d["estimate"])

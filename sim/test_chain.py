@@ -1,5 +1,5 @@
 """Chained nodes train the tiny CNN bit-exactly (issue 5): one node, chains of 3 and 4 nodes,
-folded engines, fully connected rows kept on an adjacent node (weight balancing)."""
+folded engines, fully connected rows kept on another node (weight balancing)."""
 
 import gc
 from dataclasses import replace
@@ -89,6 +89,14 @@ def test_fc_rows_hosted_on_the_upstream_node_train_bit_exact():
     assert [s.layer for s in mapping.nodes[2].slices] == ["conv2", "fc"]
 
 
+def test_fc_rows_hosted_two_links_away_train_bit_exact_with_stalls():
+    # With a twentieth of the block RAM, only node 0 has room for node 2's fc rows 8..9:
+    # node 1 relays the rows forward and their gradients back, every link stalling 30%.
+    mapping = _train("ecp5-85:3", seed=10, stall=0.3, bram_fraction=0.05)
+    assert _hosted(mapping) == [(2, 0, "fc", (8, 10))]
+    assert [[(b.owner, b.host) for b in node.relays] for node in mapping.nodes] == [[], [(2, 0)], []]
+
+
 def test_host_that_computes_the_same_layer_trains_bit_exact():
     # fc is split by ICP over nodes 2 and 3; node 3 keeps its rows 1..9 on node 2, which
     # computes fc's first input channel itself.
@@ -104,7 +112,8 @@ def test_a_chain_without_the_host_of_a_nodes_rows_is_refused():
                           **GENERATOR_OPTIONS)
     with pytest.raises(ValueError) as error:
         connect_chain(Module(), [Node(mapping.nodes[3])])
-    assert str(error.value) == ("weight-balancing ports with no partner on an adjacent node: "
+    assert str(error.value) == ("weight-balancing ports with no partner on the next node towards their "
+                                "destination: "
                                 "[(3, 'bp7n3_eb_in'), (3, 'bp7n3_fp_in'), (3, 'bp7n3_grad_out')]")
     del error
     gc.collect()  # the unelaborated node and module warn here, under this test's filter
