@@ -1,8 +1,8 @@
 """BPRAM and BGB: weight rows a node hosts for another node (paper 5.2.2, items 3 and 5).
 
-:func:`remote_block` (owner), :func:`hosted_blocks` (host) and :func:`relayed_blocks`
-(the nodes in between) merge the WeightBlocks of one owner slice into one contiguous
-range, and refuse in one line what the generator does not build
+:func:`remote_blocks` (owner), :func:`hosted_blocks` (host) and :func:`relayed_blocks`
+(the nodes in between) merge the WeightBlocks of one owner slice on one host into one
+contiguous range, and refuse in one line what the generator does not build
 (``mapping.memories.remote_rows_problem``). :func:`balance_streams` gives the beats
 of the three streams between host and owner, the same on every node they cross.
 
@@ -25,7 +25,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping.errors import SpecError
-from mapping.memories import RELAY_DEPTH, hosted_groups, merge_blocks, relayed_groups, remote_rows_problem
+from mapping.memories import (RELAY_DEPTH, hosted_groups, merge_blocks, relayed_groups, remote_groups,
+                              remote_rows_problem)
 from .fifo import Fifo
 from .grad_buffer import GradientBuffer
 from .param_ram import ParamRam, WeightLayout, bank_layout
@@ -43,9 +44,13 @@ def _merged(blocks, owner=None):
     return merge_blocks(blocks)
 
 
-def remote_block(s):
-    """The rows slice ``s`` keeps on another node as one WeightBlock (owner side), or None."""
-    return _merged(s.remote_weights, s) if s.remote_weights else None
+def remote_blocks(s):
+    """The rows slice ``s`` keeps on other nodes, one merged WeightBlock per host, in row
+    order (owner side)."""
+    problem = remote_rows_problem(s.remote_weights, s)
+    if problem:
+        raise SpecError(problem)
+    return [merge_blocks(group) for group in remote_groups(s)]
 
 
 def hosted_blocks(config):
@@ -75,9 +80,20 @@ def towards_owner(stream_name):
     return stream_name != "grad"
 
 
+def balance_member(block, stream_name, end):
+    """Name of the ``end`` ("in"/"out") port of ``block``'s ``stream_name`` on the owner's
+    slice unit, the host's HostedRows or a Relay: ``bp_h<host>_<stream>_<end>``."""
+    return f"bp_h{block.host}_{stream_name}_{end}"
+
+
+def member_stream(member):
+    """The stream a :func:`balance_member` name carries."""
+    return member.split("_")[2]
+
+
 class Relay(wiring.Component):
     """The streams of a merged ``block`` through a node between its host and owner: each
-    ``bp_<stream>_in`` to ``bp_<stream>_out`` through a FIFO of RELAY_DEPTH beats, which
+    ``bp_h<host>_<stream>_in`` to ``..._out`` through a FIFO of RELAY_DEPTH beats, which
     passes one beat per cycle and registers the path (no combinational path crosses a
     node)."""
 
@@ -86,24 +102,25 @@ class Relay(wiring.Component):
         self.streams = balance_streams(block)
         members = {}
         for name, layout in self.streams.items():
-            members[f"bp_{name}_in"] = In(stream.Signature(layout))
-            members[f"bp_{name}_out"] = Out(stream.Signature(layout))
+            members[balance_member(block, name, "in")] = In(stream.Signature(layout))
+            members[balance_member(block, name, "out")] = Out(stream.Signature(layout))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         for name, layout in self.streams.items():
             fifo = m.submodules[name] = Fifo(layout, RELAY_DEPTH, family=self.family)
-            connect(m, flipped(getattr(self, f"bp_{name}_in")), fifo.i)
-            connect(m, fifo.o, flipped(getattr(self, f"bp_{name}_out")))
+            connect(m, flipped(getattr(self, balance_member(self.block, name, "in"))), fifo.i)
+            connect(m, fifo.o, flipped(getattr(self, balance_member(self.block, name, "out"))))
         return m
 
 
 class HostedRows(wiring.Component):
     """The BPRAM, BGB, row streamers and update gate of one merged hosted ``block``.
 
-    Ports (the owner's ``bp_*`` ports mirrored): ``bp_fp_out`` / ``bp_eb_out`` (beats to the
-    owner's FP / EB engine; no ``bp_eb_out`` for a layer without EB), ``bp_grad_in`` (the
+    Ports (the owner's ``bp_h<host>_*`` ports mirrored, :func:`balance_member`): ``fp_out`` /
+    ``eb_out`` (beats to the owner's FP / EB engine; no ``eb_out`` for a layer without EB),
+    ``grad_in`` (the
     owner's gradient beats, addresses renumbered from 0), ``total_samples``, ``updates``
     (mini-batch updates applied).
     ``params``: the network's initial parameter words (golden layout) or None for zeros.
@@ -119,8 +136,11 @@ class HostedRows(wiring.Component):
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS)}
         for name, layout in balance_streams(block).items():
             flow, end = (Out, "out") if towards_owner(name) else (In, "in")
-            members[f"bp_{name}_{end}"] = flow(stream.Signature(layout))
+            members[balance_member(block, name, end)] = flow(stream.Signature(layout))
         super().__init__(members)
+
+    def _port(self, stream_name, end):
+        return getattr(self, balance_member(self.block, stream_name, end))
 
     def elaborate(self, platform):
         m = Module()
@@ -137,19 +157,20 @@ class HostedRows(wiring.Component):
 
         fp = m.submodules.fp_stream = RowStreamer(layout, group_major=True)
         connect(m, fp.port, bpram.a)
-        connect(m, fp.rows, flipped(self.bp_fp_out))
+        connect(m, fp.rows, flipped(self._port("fp", "out")))
         m.d.comb += [fp.allow.eq(gate.fp_allow), gate.fp_start.eq(fp.start), gate.fp_done.eq(fp.done)]
         if rows.needs_eb:
             eb = m.submodules.eb_stream = RowStreamer(layout, group_major=False)
             connect(m, eb.port, bpram.b)
-            connect(m, eb.rows, flipped(self.bp_eb_out))
+            connect(m, eb.rows, flipped(self._port("eb", "out")))
             m.d.comb += [eb.allow.eq(gate.eb_allow), gate.eb_start.eq(eb.start), gate.eb_done.eq(eb.done)]
         else:
             m.d.comb += bpram.b.weight_en.eq(0)
 
         # A sample's gradients enter the BGB only while its mini-batch is the one being summed.
-        grads = m.submodules.grads = SampleGate(self.bp_grad_in.payload.shape(), layout.rows)
-        connect(m, flipped(self.bp_grad_in), grads.i)
+        grad_in = self._port("grad", "in")
+        grads = m.submodules.grads = SampleGate(grad_in.payload.shape(), layout.rows)
+        connect(m, flipped(grad_in), grads.i)
         connect(m, grads.o, bgb.i)
         m.d.comb += [grads.allow.eq(gate.pg_allow), gate.pg_start.eq(grads.start),
                      gate.pg_done.eq(grads.done)]

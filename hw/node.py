@@ -21,7 +21,8 @@ from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from .bpram_host import HostedRows, Relay, hosted_blocks, relayed_blocks, towards_owner
+from .bpram_host import (HostedRows, Relay, balance_member, balance_streams, hosted_blocks, member_stream,
+                         relayed_blocks, towards_owner)
 from .fifo import Fifo
 from .loss import LABEL_BITS, LossUnit
 from .rounding import refuse
@@ -34,14 +35,15 @@ DOWNSTREAM_PORTS = ("act_out", "psum_out", "ocp_out", "err_in", "zerr_in", "epsu
 
 
 def balance_port(block, name):
-    """Node port of a ``bp_*`` member ``name`` of the owner's slice unit, the host's
-    HostedRows or a Relay for ``block``: unique on every node (one host per owner slice)."""
+    """Node port of a member ``name`` (hw/bpram_host.balance_member) of the owner's slice unit,
+    the host's HostedRows or a Relay for ``block``: ``bp<layer>n<owner>_h<host>_<stream>_<end>``,
+    unique on every node."""
     return f"bp{block.owner_slice.position}n{block.owner}{name[len('bp'):]}"
 
 
 def balance_destination(block, name):
-    """The node a ``bp_<stream>_out`` member ``name`` for ``block`` sends towards."""
-    return block.owner if towards_owner(name[len("bp_"):-len("_out")]) else block.host
+    """The node an output member ``name`` for ``block`` sends towards."""
+    return block.owner if towards_owner(member_stream(name)) else block.host
 
 
 class Node(wiring.Component):
@@ -80,11 +82,17 @@ class Node(wiring.Component):
         super().__init__(members)
 
     def _balance_members(self):
-        """(unit, block, member name, member) of every ``bp_*`` port of the node's units."""
-        owners = [(unit, unit.remote.block) for unit in self.units if unit.remote.block is not None]
+        """(unit, block, member name, member) of every weight-balancing port of the node's units."""
+        owners = [(unit, block) for unit in self.units for block in unit.remote.blocks]
         others = [(unit, unit.block) for unit in self.hosted + self.relays]
-        return [(unit, block, name, member) for unit, block in owners + others
-                for name, member in unit.signature.members.items() if name.startswith("bp_")]
+        members = []
+        for unit, block in owners + others:
+            for stream_name in balance_streams(block):
+                for end in ("in", "out"):
+                    name = balance_member(block, stream_name, end)
+                    if name in unit.signature.members:
+                        members.append((unit, block, name, unit.signature.members[name]))
+        return members
 
     def elaborate(self, platform):
         m = Module()

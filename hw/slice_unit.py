@@ -28,7 +28,7 @@ from mapping.errors import SpecError
 from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
 from .act_ram import ActRam
-from .bpram_host import balance_streams, remote_block, towards_owner
+from .bpram_host import balance_member, balance_streams, remote_blocks, towards_owner
 from .conv_engine import ConvEngine, psum_layout
 from .eb_engine import ErrorEngine
 from .fifo import Fifo
@@ -90,26 +90,24 @@ def slice_ports(s):
                 ports["err_out"] = ("out", _err_out_layout(s, pixel_layout(c_in)))
             else:
                 ports["epsum_out"] = ("out", psum_layout(c_in))
-    if s.remote_weights:
-        for name, layout in balance_streams(remote_block(s)).items():
+    for block in remote_blocks(s):
+        for name, layout in balance_streams(block).items():
             end = "in" if towards_owner(name) else "out"
-            ports[f"bp_{name}_{end}"] = (end, layout)
+            ports[balance_member(block, name, end)] = (end, layout)
     return {name: port for name, port in ports.items() if port is not None}
 
 
 class RemoteRows:
     """Where slice ``s``'s weight rows live: its own LPRAM holds ``local`` (the slice cut to its
-    local rows, None if every row is remote), the host the rest from engine address
-    ``first_address`` on (hw/weight_stream.py)."""
+    local rows, None if every row is remote), host k of ``blocks`` (merged, in row order)
+    the rows from engine address ``starts[k]`` on (hw/weight_stream.py)."""
 
     def __init__(self, s):
-        self.block = remote_block(s)
-        if self.block is None:
-            self.local, self.first_address = s, WeightLayout.from_slice(s).rows
-            return
-        lo, first_remote = s.out_range[0], self.block.out_range[0]
+        self.blocks = remote_blocks(s)
+        lo, passes = s.out_range[0], WeightLayout.from_slice(s).passes
+        self.starts = tuple((b.out_range[0] - lo) // s.fp.ces * passes for b in self.blocks)
+        first_remote = self.blocks[0].out_range[0] if self.blocks else s.out_range[1]
         self.local = replace(s, out_range=(lo, first_remote), remote_weights=()) if first_remote > lo else None
-        self.first_address = (first_remote - lo) // s.fp.ces * WeightLayout.from_slice(s).passes
 
 
 def _err_out_layout(s, flat_layout):
@@ -133,12 +131,12 @@ def slice_weights(s, params):
 
 def check_buildable(s):
     """The generator keeps every weight on chip (rows of fully connected slices may live on
-    another node, hw/bpram_host.remote_block) and builds the three engines of one shape
+    other nodes, hw/bpram_host.remote_blocks) and builds the three engines of one shape
     (P x b tiles, b <= the slice's input channels: folded over ceil(S / b) passes)."""
     if s.weights_offchip:
         raise SpecError(f"layer '{s.layer}': the slice keeps weights in DRAM, which the generator does "
                         f"not build yet; map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
-    remote_block(s)
+    remote_blocks(s)
     if not buildable(s):
         raise SpecError(
             f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): "
@@ -330,33 +328,33 @@ class SliceUnit(wiring.Component):
 
     def _weights(self, m, role, engine, windows, ram_port):
         """Connect ``engine``'s weight port to the LPRAM, or with remote rows through a
-        WeightSource to the LPRAM and the ``bp_<role>_in`` row stream; returns the window
+        WeightSource to the LPRAM and each host's ``<role>`` row stream; returns the window
         stream the engine takes."""
-        if not self.slice.remote_weights:
+        if not self.remote.blocks:
             _connect_weight_port(m, engine, ram_port)
             return windows
         source = m.submodules[f"{role}_weights"] = WeightSource(
-            rows=engine.rows, banks=self.slice.fp.ces, words=engine.words,
-            first_remote=self.remote.first_address, window=windows.payload.shape())
+            rows=engine.rows, banks=self.slice.fp.ces, words=engine.words, starts=self.remote.starts,
+            window=windows.payload.shape())
         _connect_weight_port(m, engine, source.engine)
         if ram_port is not None:
             connect(m, source.ram, ram_port)
-        connect(m, flipped(getattr(self, f"bp_{role}_in")), source.remote)
+        for k, block in enumerate(self.remote.blocks):
+            connect(m, flipped(getattr(self, balance_member(block, role, "in"))), getattr(source, f"remote{k}"))
         connect(m, windows, source.windows_in)
         return source.windows_out
 
     def _gradient_sink(self, m, lgb):
-        """Where PG's weight-gradient beats go: the LGB, or split between the LGB and the host."""
-        if not self.slice.remote_weights:
+        """Where PG's weight-gradient beats go: the LGB, or split between the LGB and the hosts."""
+        if not self.remote.blocks:
             return lgb.i
-        if lgb is None:
-            return flipped(self.bp_grad_out)
         layout = WeightLayout.from_slice(self.slice)
         split = m.submodules.grad_split = GradientSplit(rows=layout.rows, banks=layout.banks,
-                                                        words=layout.words,
-                                                        first_remote=self.remote.first_address)
-        connect(m, split.local, lgb.i)
-        connect(m, split.remote, flipped(self.bp_grad_out))
+                                                        words=layout.words, starts=self.remote.starts)
+        if lgb is not None:
+            connect(m, split.local, lgb.i)
+        for k, block in enumerate(self.remote.blocks):
+            connect(m, getattr(split, f"remote{k}"), flipped(getattr(self, balance_member(block, "grad", "out"))))
         return split.i
 
     def _window_slack(self, m, role, windows):

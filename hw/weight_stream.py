@@ -6,9 +6,9 @@ top output-channel rows in the BPRAM of another node, the host
 hw/bpram_host.Relay). The host lays them out exactly as the owner's LPRAM
 would hold them past its local rows (``hw.param_ram.WeightLayout`` of the owner's
 engines: G_r*v addresses of P rows of b*K*K words), so one address is one beat of
-the owner engine's walk, and the remote rows start at an engine-group boundary:
-the owner's own LPRAM holds addresses ``0 .. first_remote - 1``, the host's
-``first_remote .. G*v - 1`` (renumbered from 0).
+the owner engine's walk, and each host's rows start at an engine-group boundary:
+the owner's own LPRAM holds addresses ``0 .. starts[0] - 1``, host k's
+``starts[k] .. starts[k+1] - 1`` (renumbered from 0; the last host's up to G*v - 1).
 
 - :class:`RowStreamer` (host) walks the block's addresses once per sample, in the
   order the owner's engine reads them (FP group-major, EB pass-major), through a
@@ -17,13 +17,13 @@ the owner's own LPRAM holds addresses ``0 .. first_remote - 1``, the host's
   versions); once started it runs to its end.
 - :class:`WeightSource` (owner) stands between an engine and its LPRAM port: a step
   at a local address reads the LPRAM, a step at a remote address takes the next
-  beat of the row stream, and the engine's window is held (neither valid to the
+  beat of its host's row stream, and the engine's window is held (neither valid to the
   engine nor ready to its producer) while that beat has not arrived. The window it
   offers the engine may thus lose ``valid`` before it is taken, as a SampleGate's
   does at a sample boundary: the engines issue a step in any cycle their window is
   valid and take it only with its last step, so nothing is lost or repeated.
 - :class:`GradientSplit` (owner) sends the PG beats of local addresses to the LGB and
-  those of remote addresses, renumbered, back to the host's BGB.
+  those of remote addresses, renumbered, back to their host's BGB.
 
 A fully connected slice has one window per sample, so per sample and weight one
 16-bit word crosses towards the owner for FP, one for EB, and one 48-bit gradient
@@ -78,50 +78,71 @@ class RowStreamer(wiring.Component):
         return m
 
 
+def _check_starts(owner, what, starts, rows):
+    """Refuse remote range starts that are not ascending addresses of the engine's ``rows``."""
+    if not starts or list(starts) != sorted(set(starts)) or starts[0] < 0 or starts[-1] >= rows:
+        refuse(owner, f"{what}: the remote ranges' first addresses {list(starts)} are not ascending "
+                      f"addresses below the engine's {rows}")
+
+
+def _ranges(starts, rows):
+    """(first, end) of each remote range."""
+    return list(zip(starts, list(starts[1:]) + [rows]))
+
+
+def _within(addr, first, end, rows):
+    return (addr >= first) & (addr < end) if end < rows else addr >= first
+
+
 class WeightSource(wiring.Component):
-    """An engine's weight port split between the LPRAM (addresses below ``first_remote``) and a
-    row stream from the host (the rest); ``windows_in`` -> ``windows_out`` is the engine's
-    window stream, held while a remote step's row has not arrived.
+    """An engine's weight port split between the LPRAM (addresses below ``starts[0]``) and
+    the row streams ``remote<k>`` of the hosts of ranges ``starts[k]`` .. ``starts[k+1] - 1``
+    (the last to the end); ``windows_in`` -> ``windows_out`` is the engine's window stream,
+    held while a remote step's row has not arrived.
 
     ``rows``: the engine's G*v addresses of ``banks`` rows of ``words`` words;
-    ``first_remote`` = 0 when every row is remote (no ``ram`` port then).
+    ``starts[0]`` = 0 when every row is remote (no ``ram`` port then).
     """
 
-    def __init__(self, *, rows, banks, words, first_remote, window):
-        if not 0 <= first_remote < rows:
-            refuse(self, f"weight source: the first remote address {first_remote} is not below the "
-                         f"engine's {rows} addresses")
-        self.rows, self.first_remote = rows, first_remote
+    def __init__(self, *, rows, banks, words, starts, window):
+        _check_starts(self, "weight source", starts, rows)
+        self.rows, self.starts = rows, tuple(starts)
         members = {
             "engine": In(weight_port_signature(rows, banks, words)),
-            "remote": In(stream.Signature(bank_layout(banks, words))),
             "windows_in": In(stream.Signature(window)),
             "windows_out": Out(stream.Signature(window)),
         }
-        if first_remote:
-            members["ram"] = Out(weight_port_signature(first_remote, banks, words))
+        for k in range(len(starts)):
+            members[f"remote{k}"] = In(stream.Signature(bank_layout(banks, words)))
+        if starts[0]:
+            members["ram"] = Out(weight_port_signature(starts[0], banks, words))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        engine, remote = self.engine, self.remote
+        engine = self.engine
         # The engine's address is a register holding the step it issues next.
-        is_remote = engine.weight_addr >= self.first_remote
-        ready_to_step = ~is_remote | remote.valid
+        addr = engine.weight_addr
+        is_remote = addr >= self.starts[0]
+        arrived = 0
+        held, from_stream = Signal(self.remote0.payload.shape()), Signal()
+        for k, (first, end) in enumerate(_ranges(self.starts, self.rows)):
+            remote, mine = getattr(self, f"remote{k}"), _within(addr, first, end, self.rows)
+            arrived |= mine & remote.valid
+            m.d.comb += remote.ready.eq(engine.weight_en & mine)
+            # Both sources hold their word while the engine stalls, like a RAM read register.
+            with m.If(remote.ready):
+                m.d.sync += held.eq(remote.payload)
+        ready_to_step = ~is_remote | arrived
         m.d.comb += [
             self.windows_out.payload.eq(self.windows_in.payload),
             self.windows_out.valid.eq(self.windows_in.valid & ready_to_step),
             self.windows_in.ready.eq(self.windows_out.ready & ready_to_step),
-            remote.ready.eq(engine.weight_en & is_remote),
         ]
-        # Both sources hold their word while the engine stalls, like a RAM read register.
-        held, from_stream = Signal.like(remote.payload), Signal()
         with m.If(engine.weight_en):
             m.d.sync += from_stream.eq(is_remote)
-        with m.If(remote.ready):
-            m.d.sync += held.eq(remote.payload)
-        if self.first_remote:
-            m.d.comb += [self.ram.weight_addr.eq(engine.weight_addr),
+        if self.starts[0]:
+            m.d.comb += [self.ram.weight_addr.eq(addr),
                          self.ram.weight_en.eq(engine.weight_en & ~is_remote),
                          engine.weight_data.eq(Mux(from_stream, held.as_value(),
                                                    self.ram.weight_data.as_value()))]
@@ -131,30 +152,31 @@ class WeightSource(wiring.Component):
 
 
 class GradientSplit(wiring.Component):
-    """PG beats of addresses below ``first_remote`` to ``local``, the others to ``remote`` with
-    their address less ``first_remote`` (the host's numbering)."""
+    """PG beats of addresses below ``starts[0]`` to ``local`` (none if ``starts[0]`` is 0),
+    those of range k to ``remote<k>`` with their address less ``starts[k]`` (the host's
+    numbering)."""
 
-    def __init__(self, *, rows, banks, words, first_remote):
-        if not 0 < first_remote < rows:
-            refuse(self, f"gradient split: the first remote address {first_remote} does not split the "
-                         f"engine's {rows} addresses")
-        self.first_remote = first_remote
-        super().__init__({
-            "i": In(stream.Signature(grads_layout(rows, banks, words))),
-            "local": Out(stream.Signature(grads_layout(first_remote, banks, words))),
-            "remote": Out(stream.Signature(grads_layout(rows - first_remote, banks, words))),
-        })
+    def __init__(self, *, rows, banks, words, starts):
+        _check_starts(self, "gradient split", starts, rows)
+        self.rows, self.starts = rows, tuple(starts)
+        members = {"i": In(stream.Signature(grads_layout(rows, banks, words)))}
+        if starts[0]:
+            members["local"] = Out(stream.Signature(grads_layout(starts[0], banks, words)))
+        for k, (first, end) in enumerate(_ranges(starts, rows)):
+            members[f"remote{k}"] = Out(stream.Signature(grads_layout(end - first, banks, words)))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         beat = self.i.payload
-        to_remote = beat.row >= self.first_remote
-        m.d.comb += [
-            self.local.payload.row.eq(beat.row), self.local.payload.values.eq(beat.values),
-            self.remote.payload.row.eq(beat.row - self.first_remote),
-            self.remote.payload.values.eq(beat.values),
-            self.local.valid.eq(self.i.valid & ~to_remote),
-            self.remote.valid.eq(self.i.valid & to_remote),
-            self.i.ready.eq(Mux(to_remote, self.remote.ready, self.local.ready)),
-        ]
+        outputs = [(getattr(self, f"remote{k}"), first, _within(beat.row, first, end, self.rows))
+                   for k, (first, end) in enumerate(_ranges(self.starts, self.rows))]
+        if self.starts[0]:
+            outputs.append((self.local, 0, beat.row < self.starts[0]))
+        ready = 0
+        for out, first, mine in outputs:
+            m.d.comb += [out.payload.row.eq(beat.row - first), out.payload.values.eq(beat.values),
+                         out.valid.eq(self.i.valid & mine)]
+            ready |= mine & out.ready
+        m.d.comb += self.i.ready.eq(ready)
         return m

@@ -52,8 +52,8 @@ see :mod:`mapping.perf`.
 The hardware generator builds balancing in one form only (``buildable=True``,
 ``mapper.GENERATOR_OPTIONS``): rows of fully connected slices (conv rows used
 weight-stationary need an engine mode it does not build), on the nearest node with
-room (the nodes in between relay the streams), all remote rows of a slice on one
-node, and the rows left local a
+room (the nodes in between relay the streams), each host's rows of a slice one range
+(a slice moves on to another host once its current one is full), and the rows left local a
 whole number of engine groups of ``P`` output channels (each move is rounded up
 to that, or cut to fewer groups where the host has no room). Where that cannot
 relieve a node, the mapping is refused, saying why.
@@ -263,7 +263,7 @@ def balance(slices, node_budgets, fixed, family_of, describe, *, buildable=False
     n = len(node_budgets)
     hosted = [0] * n
     blocks = []
-    host_of = {}  # id(slice) -> the node its remote rows live on
+    hosts_of = {}  # id(slice) -> the nodes its remote rows live on, the current one last
 
     def usage(node):
         return node_memory(slices, node, fixed, hosted[node], family_of(node)).total.bram_blocks
@@ -282,8 +282,8 @@ def balance(slices, node_budgets, fixed, family_of, describe, *, buildable=False
             if not ranked:
                 _refuse(slices, node_budgets, owner, now, describe)
             if buildable:
-                sl, host = _buildable_move(ranked, owner, n, room, host_of) or \
-                    _refuse_unbuildable(ranked, node_budgets, owner, now, describe, host_of)
+                sl, host = _buildable_move(ranked, owner, n, room, hosts_of) or \
+                    _refuse_unbuildable(ranked, node_budgets, owner, now, describe)
             else:
                 sl = ranked[0]
                 host = _nearest_host(owner, n, lambda h: room(h, sl.row_words))
@@ -305,7 +305,8 @@ def balance(slices, node_budgets, fixed, family_of, describe, *, buildable=False
                                 out_range=(hi - move, hi), words=move * sl.row_words)
             sl.remote_rows += move
             hosted[host] += block.words
-            host_of[id(sl)] = host
+            if hosts_of.setdefault(id(sl), [host])[-1] != host:
+                hosts_of[id(sl)].append(host)
             blocks.append(block)
     return blocks, hosted
 
@@ -335,18 +336,20 @@ def _nearest_host(owner, n, has_room):
     return None
 
 
-def _buildable_move(ranked, owner, n, room, host_of):
+def _buildable_move(ranked, owner, n, room, hosts_of):
     """(slice, host) of the first fully connected slice in ``ranked`` whose smallest move
-    fits where the generator allows its rows: on the node that already keeps its
-    remote rows, else on the nearest node with room. None if there is none."""
+    fits where the generator allows its rows: on the node that took its last remote rows,
+    else on the nearest node with room that holds none of them yet (each host's rows one
+    range). None if there is none."""
     for sl in ranked:
         if sl.plan.kind != "fc":
             continue
         words = _moves(sl, _group(sl, True))[0] * sl.row_words
-        if id(sl) in host_of:  # all remote rows of a slice on one host
-            host = host_of[id(sl)] if room(host_of[id(sl)], words) else None
+        used = hosts_of.get(id(sl), [])
+        if used and room(used[-1], words):
+            host = used[-1]
         else:
-            host = _nearest_host(owner, n, lambda h: room(h, words))
+            host = _nearest_host(owner, n, lambda h: h not in used and room(h, words))
         if host is not None:
             return sl, host
     return None
@@ -383,7 +386,7 @@ def _head(node_budgets, owner, used, describe):
             f"{budget.blocks} usable")
 
 
-def _refuse_unbuildable(ranked, node_budgets, owner, used, describe, host_of):
+def _refuse_unbuildable(ranked, node_budgets, owner, used, describe):
     """Refuse a node over budget whose rows could move, but not as the generator builds:
     say why for the first fully connected candidate, or for the best (conv) one."""
     fc = [s for s in ranked if s.plan.kind == "fc"]
@@ -396,16 +399,11 @@ def _refuse_unbuildable(ranked, node_budgets, owner, used, describe, host_of):
         rows = _moves(sl, _group(sl, True))[0]
         groups = (f"; the rows left local must be whole engine groups of {sl.shape.P}"
                   if sl.shape.P > 1 else "")
-        what = (f"{'one more row' if rows == 1 else f'{rows} more rows'} of layer '{sl.plan.name}' "
-                f"({rows * sl.row_words:,} 16-bit weights and their 48-bit gradient sums{groups})")
-        host = host_of.get(id(sl))
-        # no other node has room (else the rows would have moved there)
-        reason = (f"no other node has room for {what}" if host is None else
-                  f"node {host}, which keeps the slice's other remote rows (all on one node), has "
-                  f"no room for {what}")
+        reason = (f"no other node has room for {'one more row' if rows == 1 else f'{rows} more rows'} of "
+                  f"layer '{sl.plan.name}' ({rows * sl.row_words:,} 16-bit weights and their 48-bit "
+                  f"gradient sums{groups}) next to the rows it already hosts")
     raise SpecError(f"{_head(node_budgets, owner, used, describe)}, and the hardware generator balances "
-                    f"weights only as rows of fully connected layers, all of a slice's on one node: "
-                    f"{reason}")
+                    f"weights only as rows of fully connected layers: {reason}")
 
 
 def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc):

@@ -144,15 +144,16 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
     nodes = _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates, summary,
                           formats, training)
-    if all(memories.buildable(s) for node in nodes for s in node.slices):
+    if buildable_balance and all(memories.buildable(s) for node in nodes for s in node.slices):
         nodes = [_exact_memories(node) for node in nodes]
     return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
 
 
 def _exact_memories(node):
     """Block and distributed RAM of a node the generator builds, memory by memory
-    (mapping/memories.py); only for a mapping it builds whole (a host's rows are laid
-    out as their owner's engines read them)."""
+    (mapping/memories.py); only for a mapping made for the generator and built whole (a
+    host's rows are laid out as their owner's engines read them; a mapping balanced
+    without ``buildable_balance`` keeps the estimates of the model it was planned with)."""
     lut, _ = logic_estimate(len(node.slices), sum(s.needs_eb for s in node.slices), node.estimate.dsp,
                             memories.node_lutram_luts(node), node.family)
     return replace(node, estimate=replace(node.estimate, bram_blocks=memories.node_bram_blocks(node),

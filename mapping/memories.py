@@ -50,39 +50,52 @@ def buildable(s):
 
 
 def remote_rows_problem(blocks, owner=None):
-    """Why hw/ cannot stream the weight rows ``blocks`` of one owner slice from their host
+    """Why hw/ cannot stream the weight rows ``blocks`` of one owner slice from their hosts
     (hw/weight_stream.py), or None. The generator streams fully connected rows only (a
-    convolution row used from another node would need a weight-stationary engine), from
-    one node (through the nodes in between: ``NodeConfig.relays``), in one range of whole
-    engine groups at the top of the slice's output channels; the last two are checked
-    where the ``owner`` slice is known."""
+    convolution row used from another node would need a weight-stationary engine), each
+    host's rows one range (through the nodes in between: ``NodeConfig.relays``), the
+    ranges together the top of the slice's output channels, each starting at an engine
+    group; the last two are checked where the ``owner`` slice is known."""
     if not blocks:
         return None
     blocks = sorted(blocks, key=lambda b: b.out_range)
     first, cut = blocks[0], blocks[0].owner_slice
     where = f"layer '{cut.layer}' on node {first.owner}"
     hint = "; map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)"
-    hosts = sorted({b.host for b in blocks})
     if cut.kind != "fc":
         return (f"{where} keeps weight rows on node {first.host}: the generator streams only fully "
                 f"connected rows from other nodes (a convolution row would need a weight-stationary "
                 f"engine){hint}")
-    if len(hosts) > 1:
-        return (f"{where} keeps weight rows on nodes {', '.join(map(str, hosts))}: the generator "
-                f"streams a slice's rows from one node{hint}")
     if any(a.out_range[1] != b.out_range[0] for a, b in zip(blocks, blocks[1:])):
         return f"{where}: its remote rows {[b.out_range for b in blocks]} are not one range{hint}"
-    lo, hi = first.out_range[0], blocks[-1].out_range[1]
-    if owner is not None and (hi != owner.out_range[1] or (lo - owner.out_range[0]) % owner.fp.ces):
-        return (f"{where}: its remote rows {lo}..{hi - 1} are not whole groups of {owner.fp.ces} "
-                f"engine rows at the top of its output channels "
-                f"{owner.out_range[0]}..{owner.out_range[1] - 1}{hint}")
+    ranges = host_ranges(blocks)
+    if len(ranges) != len({b.host for b in blocks}):
+        return (f"{where}: its remote rows {[(b.out_range, b.host) for b in blocks]} are not one range "
+                f"per host{hint}")
+    if owner is not None:
+        lo, hi = owner.out_range
+        cuts = [r[0] for r in ranges]
+        if ranges[-1][1] != hi or any((c - lo) % owner.fp.ces for c in cuts):
+            return (f"{where}: its remote rows {cuts[0]}..{ranges[-1][1] - 1} (hosts from rows {cuts}) "
+                    f"are not whole groups of {owner.fp.ces} engine rows at the top of its output "
+                    f"channels {lo}..{hi - 1}{hint}")
     return None
 
 
+def host_ranges(blocks):
+    """(first row, end row, host) of each run of ``blocks`` (in row order) on one host."""
+    runs = []
+    for b in sorted(blocks, key=lambda b: b.out_range):
+        if runs and runs[-1][2] == b.host and runs[-1][1] == b.out_range[0]:
+            runs[-1] = (runs[-1][0], b.out_range[1], b.host)
+        else:
+            runs.append((*b.out_range, b.host))
+    return runs
+
+
 def merge_blocks(blocks):
-    """The WeightBlocks of one owner slice, one range of rows (as remote_rows_problem admits),
-    as one block whose owner_slice is cut to all of them."""
+    """The WeightBlocks of one owner slice on one host, one range of rows (as
+    remote_rows_problem admits), as one block whose owner_slice is cut to all of them."""
     blocks = sorted(blocks, key=lambda b: b.out_range)
     rows = (blocks[0].out_range[0], blocks[-1].out_range[1])
     return replace(blocks[0], out_range=rows, words=sum(b.words for b in blocks),
@@ -90,10 +103,10 @@ def merge_blocks(blocks):
 
 
 def owner_groups(blocks):
-    """WeightBlocks grouped per owner slice, in chain order."""
+    """WeightBlocks grouped per owner slice and host, in chain order."""
     groups = {}
     for block in blocks:
-        groups.setdefault((block.owner, block.layer), []).append(block)
+        groups.setdefault((block.owner, block.layer, block.host), []).append(block)
     return [group for _, group in sorted(groups.items())]
 
 
@@ -103,8 +116,13 @@ def hosted_groups(config):
 
 
 def relayed_groups(config):
-    """The blocks whose streams pass through a NodeConfig, grouped per owner slice."""
+    """The blocks whose streams pass through a NodeConfig, grouped per owner slice and host."""
     return owner_groups(config.relays)
+
+
+def remote_groups(s):
+    """The blocks of slice ``s``'s remote rows, grouped per host, in row order."""
+    return sorted(owner_groups(s.remote_weights), key=lambda g: min(b.out_range for b in g))
 
 
 def balance_stream_bits(cut):

@@ -9,7 +9,7 @@ import pytest
 from amaranth.hdl import Module
 
 from hw.node import Node, connect_chain
-from mapping import golden, numerics, zoo
+from mapping import golden, mapper, numerics, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import WeightBlock
@@ -114,25 +114,25 @@ def test_a_chain_without_the_host_of_a_nodes_rows_is_refused():
         connect_chain(Module(), [Node(mapping.nodes[3])])
     assert str(error.value) == ("weight-balancing ports with no partner on the next node towards their "
                                 "destination: "
-                                "[(3, 'bp7n3_eb_in'), (3, 'bp7n3_fp_in'), (3, 'bp7n3_grad_out')]")
+                                "[(3, 'bp7n3_h2_eb_in'), (3, 'bp7n3_h2_fp_in'), (3, 'bp7n3_h2_grad_out')]")
     del error
     gc.collect()  # the unelaborated node and module warn here, under this test's filter
 
 
-def _fc_rows_on_the_next_node(owner, rows):
-    """The mapping with ``rows`` of node ``owner``'s fc slice kept on node owner + 1. The
-    balancer takes the downstream node where the upstream one has no room; no tiny mapping
-    needs it, so this derives one: weights then travel on the backward link, gradients
-    on the forward link."""
+def _rebalanced(*blocks):
+    """A derive: the mapping with its WeightBlocks replaced by ``blocks`` (owner, host, rows)
+    of fully connected rows, placed as the mapper places its own (``_with_blocks``). No tiny
+    mapping hosts rows downstream of their owner (the balancer takes the downstream node
+    only where the upstream one has no room) or on two hosts, so these derive them."""
     def derive(mapping):
-        nodes = list(mapping.nodes)
-        fc = next(s for s in nodes[owner].slices if s.kind == "fc")
-        block = WeightBlock(owner=owner, host=owner + 1, layer=fc.layer, in_range=fc.in_range, out_range=rows,
-                            words=(rows[1] - rows[0]) * fc.in_channels, owner_slice=replace(fc, out_range=rows))
-        nodes[owner] = replace(nodes[owner], slices=tuple(replace(s, remote_weights=(block,)) if s is fc else s
-                                                          for s in nodes[owner].slices))
-        nodes[owner + 1] = replace(nodes[owner + 1], hosted=nodes[owner + 1].hosted + (block,))
-        return replace(mapping, nodes=tuple(nodes))
+        bare = [replace(node, hosted=(), relays=(), slices=tuple(replace(s, remote_weights=()) for s in node.slices))
+                for node in mapping.nodes]
+        placed = []
+        for owner, host, rows in blocks:
+            fc = next(s for s in bare[owner].slices if s.kind == "fc")
+            placed.append(WeightBlock(owner=owner, host=host, layer=fc.layer, in_range=fc.in_range, out_range=rows,
+                                      words=(rows[1] - rows[0]) * fc.in_channels))
+        return replace(mapping, nodes=tuple(mapper._with_blocks(bare, placed)))
     return derive
 
 
@@ -140,8 +140,16 @@ def _fc_rows_on_the_next_node(owner, rows):
 def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact(rows):
     # Nodes 2 and 3 each keep fc rows on the other: 3's rows 1..9 on node 2 (the mapper's
     # choice) and 2's rows 5..9, or all of them (no LPRAM or LGB left on node 2), on node 3.
-    mapping = _train(CHAIN, seed=8, bram_fraction=0.06, derive=_fc_rows_on_the_next_node(2, rows))
+    mapping = _train(CHAIN, seed=8, bram_fraction=0.06, derive=_rebalanced((3, 2, (1, 10)), (2, 3, rows)))
     assert _hosted(mapping) == [(3, 2, "fc", (1, 10)), (2, 3, "fc", rows)]
+
+
+def test_rows_of_one_slice_on_two_hosts_train_bit_exact():
+    # Node 3 keeps fc rows 1..4 on node 1 (two links away: node 2 relays them) and rows 5..9
+    # on node 2, which computes fc's input channel 0 itself.
+    mapping = _train(CHAIN, seed=11, bram_fraction=0.06, derive=_rebalanced((3, 2, (5, 10)), (3, 1, (1, 5))))
+    assert _hosted(mapping) == [(3, 1, "fc", (1, 5)), (3, 2, "fc", (5, 10))]
+    assert [b.out_range for b in mapping.nodes[2].relays] == [(1, 5)]
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """RowStreamer, WeightSource and GradientSplit (hw/weight_stream.py), bit for bit, with random stalls."""
 
+import re
 import numpy as np
 import pytest
 from amaranth.hdl import Module
@@ -128,22 +129,23 @@ def test_row_streamer_one_pass_per_allow_in_engine_order(kernel, group_major):
 
 
 class SourcedEngine(wiring.Component):
-    """An engine whose weight port goes through a WeightSource: addresses below
-    ``first_remote`` from a ParamRam holding ``local`` rows, the others from ``remote``.
+    """An engine whose weight port goes through a WeightSource: addresses below ``starts[0]``
+    from a ParamRam holding ``local`` rows, those of range k from ``remote<k>``.
 
     ``ports``: the engine's window and output streams, forwarded as they are.
     """
 
-    def __init__(self, engine, local, first_remote, ports):
-        self.engine, self.ports = engine, ports
+    def __init__(self, engine, local, starts, ports):
+        self.engine, self.ports, self.starts = engine, ports, starts
         self.source = WeightSource(rows=engine.rows, banks=engine.ces, words=engine.words,
-                                   first_remote=first_remote, window=engine.windows.payload.shape())
-        self.ram = (ParamRam(banks=engine.ces, rows=first_remote, words=engine.words,
-                             init=local.reshape(-1, engine.words)) if first_remote else None)
+                                   starts=starts, window=engine.windows.payload.shape())
+        self.ram = (ParamRam(banks=engine.ces, rows=starts[0], words=engine.words,
+                             init=local.reshape(-1, engine.words)) if starts[0] else None)
         inp, out = ports
-        super().__init__({inp: In(getattr(engine, inp).signature.flip()),
-                          out: Out(getattr(engine, out).signature),
-                          "remote": In(self.source.remote.signature.flip())})
+        members = {inp: In(getattr(engine, inp).signature.flip()), out: Out(getattr(engine, out).signature)}
+        for k in range(len(starts)):
+            members[f"remote{k}"] = In(self.source.remote0.signature.flip())
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -154,7 +156,8 @@ class SourcedEngine(wiring.Component):
             m.submodules.ram = self.ram
             connect(m, source.ram, self.ram.a)
         inp, out = self.ports
-        connect(m, flipped(self.remote), source.remote)
+        for k in range(len(self.starts)):
+            connect(m, flipped(getattr(self, f"remote{k}")), getattr(source, f"remote{k}"))
         connect(m, flipped(getattr(self, inp)), source.windows_in)
         connect(m, source.windows_out, engine.windows)
         connect(m, getattr(engine, out), flipped(getattr(self, out)))
@@ -167,10 +170,15 @@ S, O, P, B = 6, 7, 2, 2
 GROUPS, PASSES = 4, 3
 
 
-@pytest.mark.parametrize("remote_groups", [2, 4], ids=["half-remote", "all-remote"])
+# Engine groups each host's rows start at: half the rows on one host, all on one host,
+# the top three groups on two hosts (one group, then two), all four groups on three hosts.
+HOST_GROUPS = {"half-remote": (2,), "all-remote": (0,), "two-hosts": (1, 2), "three-hosts": (0, 1, 3)}
+
+
+@pytest.mark.parametrize("hosts", HOST_GROUPS.values(), ids=HOST_GROUPS.keys())
 @pytest.mark.parametrize("role", ["fp", "eb"])
-def test_weight_source_feeds_the_engine_the_full_weight_matrix(role, remote_groups):
-    rng = np.random.default_rng(remote_groups * 10 + len(role))
+def test_weight_source_feeds_the_engine_the_full_weight_matrix(role, hosts):
+    rng = np.random.default_rng(sum(hosts) * 10 + len(hosts) + len(role))
     weights = random_words(rng, (O, S))
     group_major = role == "fp"
     if group_major:
@@ -181,14 +189,16 @@ def test_weight_source_feeds_the_engine_the_full_weight_matrix(role, remote_grou
         ports, width = ("windows", "errors"), O
     assert (engine.groups, engine.passes) == (GROUPS, PASSES)
     layout = WeightLayout(O, S, 1, P, B)
-    local_groups = GROUPS - remote_groups
-    first_remote = local_groups * PASSES
+    starts = [g * PASSES for g in hosts]
     folded = layout.fold(weights)
-    # The host's rows: output channels from the first remote group on, laid out by themselves.
-    host = WeightLayout(O - local_groups * P, S, 1, P, B)
-    np.testing.assert_array_equal(host.fold(weights[local_groups * P:]), folded[first_remote:])
-    pass_beats = [host.fold(weights[local_groups * P:])[a].tolist() for a in walk(host, group_major)]
-    dut = SourcedEngine(engine, folded[:first_remote], first_remote, ports)
+    # Each host's rows: its output channels, laid out by themselves.
+    host_beats = []
+    for first, end in zip(hosts, list(hosts[1:]) + [GROUPS]):
+        rows = weights[first * P:end * P]
+        host = WeightLayout(len(rows), S, 1, P, B)
+        np.testing.assert_array_equal(host.fold(rows), folded[first * PASSES:end * PASSES])
+        host_beats.append([host.fold(rows)[a].tolist() for a in walk(host, group_major)])
+    dut = SourcedEngine(engine, folded[:starts[0]], starts, ports)
 
     windows = 5
     xs = random_words(rng, (windows, width))
@@ -201,61 +211,70 @@ def test_weight_source_feeds_the_engine_the_full_weight_matrix(role, remote_grou
     async def producer(ctx):
         await put(ctx, getattr(dut, ports[0]), [x.tolist() for x in xs], rng, STALL)
 
-    async def host_rows(ctx):
-        # One pass of the remote rows per window, in the engine's order.
-        await put(ctx, dut.remote, pass_beats * windows, rng, STALL)
+    def host_rows(k):
+        async def testbench(ctx):
+            # One pass of host k's rows per window, in the engine's order.
+            await put(ctx, getattr(dut, f"remote{k}"), host_beats[k] * windows, rng, STALL)
+        return testbench
 
     async def consumer(ctx):
         got["beats"] = await get(ctx, getattr(dut, ports[1]), len(want), rng, STALL,
                                  decode=lambda p: as_ints(p.values))
         # Every remote row sent was taken, none twice.
-        assert not ctx.get(dut.remote.valid)
+        assert not any(ctx.get(getattr(dut, f"remote{k}").valid) for k in range(len(hosts)))
 
-    simulate(dut, producer, host_rows, consumer, deadline=windows * layout.rows * 20 + 100)
+    simulate(dut, producer, *map(host_rows, range(len(hosts))), consumer,
+             deadline=windows * layout.rows * 20 + 100)
     np.testing.assert_array_equal(np.array(got["beats"]), want)
 
 
-@pytest.mark.parametrize("first_remote", [-1, 12, 13])
-def test_weight_source_refuses_a_first_remote_address_outside_the_engine(first_remote):
-    with pytest.raises(ValueError, match=rf"^weight source: the first remote address {first_remote} is "
-                                         r"not below the engine's 12 addresses$"):
-        WeightSource(rows=12, banks=P, words=B, first_remote=first_remote, window=1)
+@pytest.mark.parametrize("starts", [[-1], [12], [13], [3, 3], [6, 3], []])
+def test_weight_source_refuses_remote_ranges_outside_the_engine(starts):
+    with pytest.raises(ValueError, match=rf"^weight source: the remote ranges' first addresses "
+                                         rf"{re.escape(str(starts))} are not ascending addresses below "
+                                         r"the engine's 12$"):
+        WeightSource(rows=12, banks=P, words=B, starts=starts, window=1)
 
 
 # ---------------------------------------------------------------------------------------
 # GradientSplit
 
 
-def test_gradient_split_routes_and_renumbers_in_order():
-    rows, banks, words, first_remote = 12, 2, 2, 6
-    split = GradientSplit(rows=rows, banks=banks, words=words, first_remote=first_remote)
-    rng = np.random.default_rng(3)
+@pytest.mark.parametrize("starts", [[6], [0, 5], [3, 4, 9]], ids=["local+1", "2-hosts", "local+3"])
+def test_gradient_split_routes_and_renumbers_in_order(starts):
+    rows, banks, words = 12, 2, 2
+    split = GradientSplit(rows=rows, banks=banks, words=words, starts=starts)
+    rng = np.random.default_rng(len(starts))
     low, high = -(1 << (PRODUCT_BITS - 1)), (1 << (PRODUCT_BITS - 1)) - 1
     beats = [{"row": int(rng.integers(0, rows)),
-              "values": rng.integers(low, high, (banks, words), endpoint=True).tolist()} for _ in range(120)]
-    beats[0]["row"], beats[1]["row"] = first_remote - 1, first_remote  # both sides of the cut
-    beats[2]["values"][0][0], beats[3]["values"][1][1] = low, high
-    local = [(b["row"], b["values"]) for b in beats if b["row"] < first_remote]
-    remote = [(b["row"] - first_remote, b["values"]) for b in beats if b["row"] >= first_remote]
+              "values": rng.integers(low, high, (banks, words), endpoint=True).tolist()} for _ in range(150)]
+    for n, first in enumerate(starts):  # both sides of every cut
+        beats[2 * n]["row"], beats[2 * n + 1]["row"] = max(first - 1, 0), first
+    beats[-2]["values"][0][0], beats[-1]["values"][1][1] = low, high
+    bounds = [0, *starts, rows]
+    outputs = (["local"] if starts[0] else []) + [f"remote{k}" for k in range(len(starts))]
+    firsts = ([0] if starts[0] else []) + starts
+    want = {name: [] for name in outputs}
+    for b in beats:
+        k = np.searchsorted(bounds, b["row"], side="right") - 1 - (0 if starts[0] else 1)
+        want[outputs[k]].append((b["row"] - firsts[k], b["values"]))
     got = {}
     decode = lambda p: (int(p.row), as_rows(p.values))  # noqa: E731
 
     async def producer(ctx):
         await put(ctx, split.i, beats, rng, STALL)
 
-    async def local_sink(ctx):
-        got["local"] = await get(ctx, split.local, len(local), rng, STALL, decode=decode)
+    def sink(name):
+        async def testbench(ctx):
+            got[name] = await get(ctx, getattr(split, name), len(want[name]), rng, STALL, decode=decode)
+        return testbench
 
-    async def remote_sink(ctx):
-        got["remote"] = await get(ctx, split.remote, len(remote), rng, STALL, decode=decode)
-
-    simulate(split, producer, local_sink, remote_sink, deadline=len(beats) * 10)
-    assert got == {"local": local, "remote": remote}
-    assert min(len(local), len(remote)) > 40
+    simulate(split, producer, *map(sink, outputs), deadline=len(beats) * 10)
+    assert got == want
+    assert min(map(len, want.values())) >= 10
 
 
-@pytest.mark.parametrize("first_remote", [0, 12])
-def test_gradient_split_refuses_a_cut_that_splits_nothing(first_remote):
-    with pytest.raises(ValueError, match=rf"^gradient split: the first remote address {first_remote} does "
-                                         r"not split the engine's 12 addresses$"):
-        GradientSplit(rows=12, banks=2, words=2, first_remote=first_remote)
+def test_gradient_split_refuses_ranges_that_are_not_ascending():
+    with pytest.raises(ValueError, match=r"^gradient split: the remote ranges' first addresses \[4, 2\] are "
+                                         r"not ascending addresses below the engine's 12$"):
+        GradientSplit(rows=12, banks=2, words=2, starts=[4, 2])

@@ -1,6 +1,6 @@
 """Weight balancing in the form the hardware generator builds (mapper.GENERATOR_OPTIONS):
-rows of fully connected slices, on the nearest node with room, one host per slice, the local
-rows whole engine groups; and the traffic and timing of FC rows kept on another node."""
+rows of fully connected slices, on the nearest node with room, each host's rows one range, the
+local rows whole engine groups; and the traffic and timing of FC rows kept on another node."""
 
 from dataclasses import replace
 from types import SimpleNamespace
@@ -15,8 +15,7 @@ from mapping.network import Layer, infer
 from mapping.nodeconfig import Mapping
 from mapping.partition import budgets, partition, plan_layers
 
-HEAD = ("and the hardware generator balances weights only as rows of fully connected layers, all of a "
-        "slice's on one node")
+HEAD = "and the hardware generator balances weights only as rows of fully connected layers"
 
 
 def blocks_of(m):
@@ -30,12 +29,16 @@ def assert_buildable(m):
             if not s.remote_weights:
                 continue
             assert s.kind == "fc"
-            (host,) = {b.host for b in s.remote_weights}
-            between = range(min(host, node.index) + 1, max(host, node.index))
-            assert [n.index for n in m.nodes if set(s.remote_weights) <= set(n.relays)] == list(between)
+            for host in {b.host for b in s.remote_weights}:
+                mine = [b for b in s.remote_weights if b.host == host]
+                between = range(min(host, node.index) + 1, max(host, node.index))
+                assert [n.index for n in m.nodes if set(mine) <= set(n.relays)] == list(between)
+                rows = sum(b.out_range[1] - b.out_range[0] for b in mine)
+                lo, hi = min(b.out_range[0] for b in mine), max(b.out_range[1] for b in mine)
+                assert hi - lo == rows  # one range per host
+                assert (lo - s.out_range[0]) % s.fp.ces == 0  # starting at an engine group
             remote = sum(b.out_range[1] - b.out_range[0] for b in s.remote_weights)
             assert min(b.out_range[0] for b in s.remote_weights) == s.out_range[1] - remote  # contiguous top rows
-            assert (s.out_channels - remote) % s.fp.ces == 0
             assert memories.remote_rows_problem(s.remote_weights, s) is None  # the rule hw/ enforces
 
 
@@ -86,13 +89,20 @@ def test_conv_rows_never_move():
         f"be used weight-stationary from another node, an engine mode the generator does not build")
 
 
-def test_lenet_fc_rows_stay_on_the_slices_first_host():
-    with pytest.raises(SpecError) as error:
-        map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:4"), bram_fraction=0.08, **GENERATOR_OPTIONS)
+def test_lenet_fc_rows_move_on_to_the_next_host_when_one_is_full():
+    m = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:4"), bram_fraction=0.08, **GENERATOR_OPTIONS)
+    # node 3's fc1 rows on nodes 2, 1 and 0 (the nearest with room first), its fc2 rows on
+    # node 0; node 2's fc1 rows on nodes 1 and 0
+    assert sorted((b.owner, b.layer, b.host, b.out_range) for n in m.nodes for b in n.hosted) == [
+        (2, "fc1", 0, (8, 11)), (2, "fc1", 1, (11, 32)),
+        (3, "fc1", 0, (8, 30)), (3, "fc1", 1, (30, 31)), (3, "fc1", 2, (31, 32)), (3, "fc2", 0, (0, 10))]
+    assert_buildable(m)
+    with pytest.raises(SpecError) as error:  # less room: no node holds a row of fc1 more
+        map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:4"), bram_fraction=0.06, **GENERATOR_OPTIONS)
     assert str(error.value) == (
-        f"network 'lenet-digits' on cluster 'ecp5-85:4': node 2 (lfe5um5g-85f) needs 17 blocks of 18 Kb "
-        f"but has 16 usable, {HEAD}: node 1, which keeps the slice's other remote rows (all on one node), "
-        f"has no room for one more row of layer 'fc1' (48 16-bit weights and their 48-bit gradient sums)")
+        f"network 'lenet-digits' on cluster 'ecp5-85:4': node 2 (lfe5um5g-85f) needs 26 blocks of 18 Kb "
+        f"but has 12 usable, {HEAD}: no other node has room for one more row of layer 'fc1' (56 16-bit "
+        f"weights and their 48-bit gradient sums) next to the rows it already hosts")
 
 
 def test_a_node_only_conv_rows_would_relieve_is_refused():
