@@ -40,3 +40,16 @@ def test_weight_balanced_nodes_use_exactly_the_estimated_multipliers_and_block_r
           f"(estimate {estimate.ff})")
     assert (result.dsp, result.bram) == (estimate.dsp, estimate.bram_blocks) == \
         {2: (9, 5), 3: (12, 2)}[node]
+
+
+@pytest.mark.slow
+def test_relaying_node_uses_exactly_the_estimated_multipliers_and_block_ram(tmp_path):
+    # tiny on three ECP5-85s with 5% of the block RAM: node 0 hosts node 2's fc rows 8..9 and
+    # node 1 relays their streams (three FIFOs in distributed RAM, no multiplier)
+    config, _, result = build(parse_args(["--node", "1", "--cluster", "ecp5-85:3", "--bram-fraction", "0.05",
+                                          "--out", str(tmp_path)]), log=lambda *a, **k: None)
+    assert [(b.owner, b.host, b.out_range) for b in config.relays] == [(2, 0, (8, 10))]
+    estimate = config.estimate
+    print(f"\nrelaying node 1: multipliers {result.dsp}, block RAM {result.bram}, LUT {result.lut} "
+          f"(estimate {estimate.lut}), FF {result.ff} (estimate {estimate.ff})")
+    assert (result.dsp, result.bram) == (estimate.dsp, estimate.bram_blocks)

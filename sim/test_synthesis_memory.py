@@ -19,7 +19,7 @@ import pytest
 from amaranth.back import rtlil
 
 from hw.act_ram import ActRam
-from hw.bpram_host import HostedRows, hosted_blocks
+from hw.bpram_host import HostedRows, Relay, hosted_blocks, relayed_blocks
 from hw.fifo import Fifo
 from hw.grad_buffer import GradientBuffer
 from hw.param_ram import ParamRam
@@ -201,3 +201,21 @@ def test_fifo_memory_style_switches_at_the_lutram_depth(family, depth, cells, tm
             if cell.startswith(("DP16KD", "RAMB", "TRELLIS_DPR", "RAM32", "RAM64", "RAM128", "RAM256"))}
     assert rams == cells
     assert result.bram == (depth > LUTRAM_MAX_DEPTH[family])
+
+
+def test_relayed_streams_in_lut_ram(tmp_path):
+    # tiny on three ECP5-85s with a twentieth of the block RAM: node 0 hosts node 2's fc rows
+    # 8..9, node 1 relays their three streams through FIFOs of RELAY_DEPTH = 3 beats.
+    mapping = map_network(tiny(), parse_cluster("ecp5-85:3"), batch=3, lr=0.05, bram_fraction=0.05,
+                          **GENERATOR_OPTIONS)
+    (block,) = relayed_blocks(mapping.nodes[1])
+    assert (block.owner, block.host, block.out_range) == (2, 0, (8, 10))
+    relay = Relay(block, family="ecp5")
+    # towards the owner (FP, EB) one address of P = 1 row of b = 2 words; back, the address
+    # (2 groups x 16 passes: 5 bits) and 2 exact 32-bit products
+    assert memories(relay) == {"fp.mem": (32, 3, "distributed"), "eb.mem": (32, 3, "distributed"),
+                               "grad.mem": (5 + 2 * 32, 3, "distributed")}
+    result = synthesize(relay, "ecp5", tmp_path)
+    assert bram_cells(result) == {} and result.dsp == 0
+    # TRELLIS_DPR16X4: 16 x 4 bits per cell, one read port each
+    assert result.cells.get("TRELLIS_DPR16X4") == 32 // 4 + 32 // 4 + math.ceil(69 / 4) == 34
