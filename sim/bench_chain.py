@@ -1,5 +1,5 @@
-"""Benchmark: cycles per sample of every node, measured vs predicted: the default chain, and two
-chains whose fully connected rows partly live on the upstream node (weight balancing).
+"""Benchmark: cycles per sample of every node, measured vs predicted: the default chain, and three
+chains whose fully connected rows partly live on an upstream node (weight balancing).
 
 Run with ``python -m pytest sim/bench_chain.py -m bench -s -p no:xdist``. One mini-batch of
 40 samples, so no update boundary stalls the pipeline; cycles per sample are the median
@@ -24,6 +24,7 @@ SAMPLES = 40
     (CHAIN, 0.9),
     (CHAIN, 0.06),        # node 3 keeps fc rows 1..9 on node 2
     ("ecp5-85:3", 0.1),   # node 2 keeps fc rows 8..9 on node 1
+    ("ecp5-85:3", 0.05),  # node 2 keeps fc rows 8..9 on node 0, node 1 relays them
 ])
 def test_chain_cycles_per_sample(cluster, bram_fraction):
     network = zoo.tiny()
