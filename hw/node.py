@@ -103,7 +103,7 @@ class Node(wiring.Component):
         for host in self.hosted:
             m.submodules[f"host_{host.rows.layer}_for{host.block.owner}"] = host
         for relay in self.relays:
-            m.submodules[f"relay_{relay.block.layer}_for{relay.block.owner}"] = relay
+            m.submodules[f"relay_{relay.block.layer}_for{relay.block.owner}_from{relay.block.host}"] = relay
         # Mini-batch updates every slice and hosted range of this node has applied.
         fewest = units[0].updates
         for unit in units + self.hosted:

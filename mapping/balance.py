@@ -2,6 +2,14 @@
 
 Memories of a slice (16-bit words unless said; widths are what one cycle reads)
 ------------------------------------------------------------------------------
+The model below (:class:`CoarseMemory`) prices the paper-scale mappings, and covers
+what the hardware generator does not build. The generator's mappings
+(``buildable_balance``) are priced with the memories hw/ builds instead, memory by
+memory (:class:`ExactMemory`, mapping/memories.py): it also keeps window FIFOs,
+activation and error slack, a wider and shallower LGB, one BPRAM and BGB per hosted
+range laid out as the owner's LPRAM and LGB, and so on; :func:`layer_slice` builds
+the slice hw/ builds from the partitioner's.
+
 Non-movable, sized by the partitioner:
 
 - Act-RAM: the slice's input activations from FP until PG consumes them, for the
@@ -59,14 +67,14 @@ to that, or cut to fewer groups where the host has no room). Where that cannot
 relieve a node, the mapping is refused, saying why.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 import math
 
-from . import resources
+from . import memories, resources
 from .errors import SpecError
 from .memories import sfu_mask_bits
-from .nodeconfig import WeightBlock
+from .nodeconfig import Engine, LayerSlice, WeightBlock
 from .numerics import ACC_BITS, WORD_BITS
 from .resources import MemoryCost
 
@@ -145,13 +153,6 @@ def fixed_buffers(plan, units, shape, fp_stale, family, *, first, last, latency_
     return FixedWords(act_words, lb_words, pab_words, cost)
 
 
-def fixed_memory(plan, units, shape, fp_stale, family, *, first, last, latency_cycles,
-                 gradient_batch=0):
-    """Cost of the non-movable buffers."""
-    return fixed_buffers(plan, units, shape, fp_stale, family, first=first, last=last,
-                         latency_cycles=latency_cycles, gradient_batch=gradient_batch).cost
-
-
 def _weight_cost(sl_plan, shape, rows, family, remote_rows=0, depth_cap=None):
     k2 = sl_plan.kernel ** 2
     depth = math.ceil(rows / shape.P) * shape.v
@@ -195,26 +196,79 @@ def hosted_memory(words, family):
     return memory_cost(WORD_BITS, words, family) + memory_cost(ACC_BITS, words, family)
 
 
-@dataclass
-class NodeMemory:
-    fixed: MemoryCost = field(default_factory=MemoryCost)
-    weights: MemoryCost = field(default_factory=MemoryCost)
-    hosted_words: int = 0
-    hosted: MemoryCost = field(default_factory=MemoryCost)
+def layer_slice(sl, buffers, fp_stale, remote_weights=(), cycles_per_sample=0):
+    """The LayerSlice of partition slice ``sl`` (the NodeConfig's, which hw/ builds): its
+    engines, ``buffers`` (:func:`fixed_buffers` for ``fp_stale`` samples in flight), its
+    local weights and the partial sums of its ``sl.remote_rows`` remote rows, which
+    ``remote_weights`` describe."""
+    p, shape = sl.plan, sl.shape
+    local_rows = sl.out_channels - sl.remote_rows
+    sfu = sl.last or p.mode == "ocp"
+    lgb = 0 if sl.offchip else local_rows * sl.row_words + (sl.out_channels if p.bias and sfu else 0)
+    return LayerSlice(
+        layer=p.name, position=p.position, kind=p.kind, mode=p.mode,
+        in_shape=p.in_shape, out_shape=p.out_shape, kernel=p.kernel, stride=p.stride,
+        padding=p.padding, bias=p.bias, relu=p.relu, pool=p.pool,
+        in_range=sl.in_range, out_range=sl.out_range, first=sl.first, last=sl.last,
+        needs_eb=p.needs_eb,
+        fp=Engine(shape.P, shape.b, p.kernel),
+        eb=Engine(shape.b, shape.P, p.kernel) if p.needs_eb else Engine(0, 0, p.kernel),
+        pg=Engine(shape.P, shape.b, p.kernel),
+        act_ram_words=buffers.act_ram, line_buffer_words=buffers.line_buffer,
+        pab_words=buffers.pab + sl.remote_rows * p.out_pixels,
+        lgb_words=lgb, weights_offchip=sl.offchip, remote_weights=remote_weights,
+        flatten_from=p.flatten_from, fp_stale=fp_stale, cycles_per_sample=cycles_per_sample)
 
-    @property
-    def total(self):
-        return self.fixed + self.weights + self.hosted
+
+def planned_slice(sl, buffers, fp_stale):
+    """:func:`layer_slice` with its remote rows, the top ``sl.remote_rows`` output channels
+    (as the generator keeps them), as one block on a host not yet known: a slice's memories
+    depend on how many rows it keeps, not on where the others live."""
+    hi = sl.out_range[1]
+    remote = (WeightBlock(owner=sl.node, host=None, layer=sl.plan.name, in_range=sl.in_range,
+                          out_range=(hi - sl.remote_rows, hi), words=sl.remote_rows * sl.row_words),)
+    return layer_slice(sl, buffers, fp_stale, remote if sl.remote_rows else ())
 
 
-def node_memory(slices, node, fixed, hosted_words, family):
-    mem = NodeMemory(hosted_words=hosted_words)
-    for sl in slices:
-        if sl.node == node:
-            mem.fixed += fixed[id(sl)]
-            mem.weights += weight_memory(sl, family)
-    mem.hosted = hosted_memory(hosted_words, family)
-    return mem
+def exact_slice_memory(sl, buffers, fp_stale, family):
+    """The memories hw/ builds for partition slice ``sl`` (mapping/memories.py)."""
+    return memories.cost(memories.slice_memories(planned_slice(sl, buffers, fp_stale)), family)
+
+
+class CoarseMemory:
+    """Node memory as this module's docstring models it, from each slice's
+    :func:`fixed_buffers` (``buffers[id(slice)]``): what the paper-scale figures are
+    planned with."""
+
+    def __init__(self, buffers, family_of):
+        self.buffers, self.family_of = buffers, family_of
+
+    def node(self, slices, node, hosted):
+        """Memory of ``node`` computing its ``slices`` and hosting, for each (owner slice,
+        rows) of ``hosted``, that many rows of the owner's weights."""
+        family = self.family_of(node)
+        total = hosted_memory(sum(rows * sl.row_words for sl, rows in hosted), family)
+        for sl in slices:
+            if sl.node == node:
+                total += self.buffers[id(sl)].cost + weight_memory(sl, family)
+        return total
+
+
+class ExactMemory:
+    """Node memory as hw/ builds it, memory by memory (mapping/memories.py), from each
+    slice's buffer depths (``buffers[id(slice)]``) and samples in flight
+    (``stale[id(slice)]``): what the generator's mappings are planned with."""
+
+    def __init__(self, buffers, stale, family_of):
+        self.buffers, self.stale, self.family_of = buffers, stale, family_of
+
+    def node(self, slices, node, hosted):
+        def planned(sl):
+            return planned_slice(sl, self.buffers[id(sl)], self.stale[id(sl)])
+
+        mems = memories.inventory([planned(sl) for sl in slices if sl.node == node],
+                                  [(planned(sl), rows) for sl, rows in hosted])
+        return memories.cost(mems, self.family_of(node))
 
 
 def _smallest_r(ok, limit):
@@ -254,25 +308,26 @@ def _group(sl, buildable):
     return sl.shape.P if buildable else 1
 
 
-def balance(slices, node_budgets, fixed, family_of, describe, *, buildable=False):
-    """Move weight rows off nodes over budget; returns the WeightBlocks (chain order).
+def balance(slices, node_budgets, memory, describe, *, buildable=False):
+    """Move weight rows off nodes over budget. Returns the WeightBlocks (chain order) and,
+    per node, the rows it hosts: {id(owner slice): (owner slice, rows)}.
 
-    ``fixed[id(slice)]`` is each slice's non-movable memory; ``describe()`` gives
-    the refusal's context (network, cluster). ``buildable``: move only what the
-    hardware generator builds (module docstring, Weight balancing)."""
+    ``memory`` prices a node (:class:`CoarseMemory` or :class:`ExactMemory`);
+    ``describe()`` gives the refusal's context (network, cluster). ``buildable``: move
+    only what the hardware generator builds (module docstring, Weight balancing)."""
     n = len(node_budgets)
-    hosted = [0] * n
+    hosted = [{} for _ in range(n)]
     blocks = []
     hosts_of = {}  # id(slice) -> the nodes its remote rows live on, the current one last
 
-    def usage(node):
-        return node_memory(slices, node, fixed, hosted[node], family_of(node)).total.bram_blocks
+    def usage(node, rows_of=None):
+        """Blocks of ``node`` hosting ``rows_of`` (default: what it hosts)."""
+        rows = hosted[node] if rows_of is None else rows_of
+        return memory.node(slices, node, rows.values()).bram_blocks
 
-    def room(host, words):
-        """Whether ``host`` can store ``words`` more hosted weights and their gradient sums."""
-        fam = family_of(host)
-        base = usage(host) - hosted_memory(hosted[host], fam).bram_blocks
-        return base + hosted_memory(hosted[host] + words, fam).bram_blocks <= node_budgets[host].blocks
+    def room(host, sl, rows):
+        """Whether ``host`` can store ``rows`` more rows of ``sl`` and their gradient sums."""
+        return usage(host, _with_rows(hosted[host], sl, rows)) <= node_budgets[host].blocks
 
     for owner in range(n):
         budget = node_budgets[owner].blocks
@@ -286,12 +341,12 @@ def balance(slices, node_budgets, fixed, family_of, describe, *, buildable=False
                     _refuse_unbuildable(ranked, node_budgets, owner, now, describe)
             else:
                 sl = ranked[0]
-                host = _nearest_host(owner, n, lambda h: room(h, sl.row_words))
+                host = _nearest_host(owner, n, lambda h: room(h, sl, 1))
                 if host is None:
                     _refuse(slices, node_budgets, owner, now, describe, homeless=sl)
             moves = _moves(sl, _group(sl, buildable))
             # the host chosen has room for moves[0]
-            can = _largest_r(lambda i: room(host, moves[i] * sl.row_words), len(moves) - 1)
+            can = _largest_r(lambda i: room(host, sl, moves[i]), len(moves) - 1)
 
             def relieved(i):
                 sl.remote_rows += moves[i]
@@ -304,11 +359,18 @@ def balance(slices, node_budgets, fixed, family_of, describe, *, buildable=False
             block = WeightBlock(owner=owner, host=host, layer=sl.plan.name, in_range=sl.in_range,
                                 out_range=(hi - move, hi), words=move * sl.row_words)
             sl.remote_rows += move
-            hosted[host] += block.words
+            hosted[host] = _with_rows(hosted[host], sl, move)
             if hosts_of.setdefault(id(sl), [host])[-1] != host:
                 hosts_of[id(sl)].append(host)
             blocks.append(block)
     return blocks, hosted
+
+
+def _with_rows(hosted, sl, rows):
+    """``hosted`` ({id(owner slice): (owner slice, rows)}) with ``rows`` more rows of ``sl``."""
+    more = dict(hosted)
+    more[id(sl)] = (sl, hosted.get(id(sl), (sl, 0))[1] + rows)
+    return more
 
 
 def _ranked(slices, owner, now, usage):
@@ -344,12 +406,12 @@ def _buildable_move(ranked, owner, n, room, hosts_of):
     for sl in ranked:
         if sl.plan.kind != "fc":
             continue
-        words = _moves(sl, _group(sl, True))[0] * sl.row_words
+        rows = _moves(sl, _group(sl, True))[0]
         used = hosts_of.get(id(sl), [])
-        if used and room(used[-1], words):
+        if used and room(used[-1], sl, rows):
             host = used[-1]
         else:
-            host = _nearest_host(owner, n, lambda h: h not in used and room(h, words))
+            host = _nearest_host(owner, n, lambda h: h not in used and room(h, sl, rows))
         if host is not None:
             return sl, host
     return None
@@ -401,7 +463,7 @@ def _refuse_unbuildable(ranked, node_budgets, owner, used, describe):
                   if sl.shape.P > 1 else "")
         reason = (f"no other node has room for {'one more row' if rows == 1 else f'{rows} more rows'} of "
                   f"layer '{sl.plan.name}' ({rows * sl.row_words:,} 16-bit weights and their 48-bit "
-                  f"gradient sums{groups}) next to the rows it already hosts")
+                  f"gradient sums{groups})")
     raise SpecError(f"{_head(node_budgets, owner, used, describe)}, and the hardware generator balances "
                     f"weights only as rows of fully connected layers: {reason}")
 

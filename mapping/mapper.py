@@ -11,7 +11,10 @@ Estimated resources of a node (``NodeConfig.estimate``): ``dsp`` = its
 multipliers (one per 16 x 16 product); ``bram_blocks`` = 18 Kb blocks of every
 memory through :func:`mapping.resources.bram_blocks`, ``bram_bits`` their
 payload; ``lut``/``ff`` from :func:`mapping.resources.logic_estimate` plus the
-LUTs of distributed RAM.
+LUTs of distributed RAM. The memories are those of mapping/balance.py's model,
+or with ``buildable_balance`` (the generator's mappings) those hw/ builds,
+memory by memory (mapping/memories.py), which the mapping is then planned with:
+every node of such a mapping fits its block RAM as built.
 """
 
 from dataclasses import replace
@@ -19,7 +22,7 @@ import math
 
 from . import balance, memories, perf, resources
 from .errors import SpecError
-from .nodeconfig import Engine, LayerSlice, Mapping, NodeConfig, Resources, Training
+from .nodeconfig import Mapping, NodeConfig, Resources, Training
 from .numerics import ACC_BITS, Formats, acc_bits_needed, lr_constant
 from .partition import budgets, partition, plan_layers
 from .resources import logic_estimate, tile_multipliers
@@ -101,6 +104,11 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     def family_of(node):
         return node_budgets[node].device.family
 
+    if buildable_balance and offchip_fc and any(b.device.dram_gb > 0 for b in node_budgets):
+        # balance.ExactMemory prices the memories of slices hw/ builds, all weights on chip
+        raise SpecError(f"{describe()}: buildable_balance plans the memories the hardware generator "
+                        f"builds, which keeps every weight on chip: pass offchip_fc=False too "
+                        f"(mapper.GENERATOR_OPTIONS)")
     balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
                         offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0)
 
@@ -110,20 +118,20 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
                        buildable_balance=buildable_balance)
 
     try:
-        part, slices, blocks, hosted_words, stale = settle(local_weights=False)
+        part, slices, blocks, hosted, stale = settle(local_weights=False)
     except SpecError as balanced:
         # Where balancing cannot place the weights, try keeping each on its own node; if
         # that fails too, the balancing attempt's reason (node, layer, numbers) is the
         # one to report: it is the mapping the user asked for.
         try:
-            part, slices, blocks, hosted_words, stale = settle(local_weights=True)
+            part, slices, blocks, hosted, stale = settle(local_weights=True)
         except SpecError:
             raise balanced from None
-    buffers = {id(sl): _buffers(sl, stale[id(sl)], family_of, batch) for sl in slices}
-    fixed = {key: value.cost for key, value in buffers.items()}
+    memory = _memory(slices, lambda sl: stale[id(sl)], family_of, batch, buildable_balance)
     estimates = []
     for node, budget in enumerate(node_budgets):
-        mem = balance.node_memory(slices, node, fixed, hosted_words[node], family_of(node)).total
+        # with fewer samples in flight than balancing assumed, no memory is deeper
+        mem = memory.node(slices, node, hosted[node].values())
         if mem.bram_blocks > budget.blocks:
             raise RuntimeError(f"{describe()}: node {node} needs {mem.bram_blocks} blocks after "
                                f"balancing, over its {budget.blocks}")  # balance guarantees this
@@ -142,22 +150,22 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
                                    lut=lut, ff=ff))
 
     summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
-    nodes = _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates, summary,
+    nodes = _node_configs(plans, slices, blocks, memory.buffers, stale, node_budgets, estimates, summary,
                           formats, training)
-    if buildable_balance and all(memories.buildable(s) for node in nodes for s in node.slices):
-        nodes = [_exact_memories(node) for node in nodes]
+    if buildable_balance:
+        _check_inventory(nodes, describe)
     return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
 
 
-def _exact_memories(node):
-    """Block and distributed RAM of a node the generator builds, memory by memory
-    (mapping/memories.py); only for a mapping made for the generator and built whole (a
-    host's rows are laid out as their owner's engines read them; a mapping balanced
-    without ``buildable_balance`` keeps the estimates of the model it was planned with)."""
-    lut, _ = logic_estimate(len(node.slices), sum(s.needs_eb for s in node.slices), node.estimate.dsp,
-                            memories.node_lutram_luts(node), node.family)
-    return replace(node, estimate=replace(node.estimate, bram_blocks=memories.node_bram_blocks(node),
-                                          lut=lut))
+def _check_inventory(nodes, describe):
+    """Each node's block RAM as hw/ builds it (mapping/memories.py) is what the node was
+    planned and held to its budget with (balance.ExactMemory): both come from one
+    construction of its slices, so a difference is a bug."""
+    for node in nodes:
+        built = memories.node_bram_blocks(node)
+        if built != node.estimate.bram_blocks:
+            raise RuntimeError(f"{describe()}: node {node.index} was planned with "
+                               f"{node.estimate.bram_blocks} blocks of 18 Kb, but hw/ builds {built}")
 
 
 def _multipliers(sl, family):
@@ -173,8 +181,8 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
     """Partition and balance until the samples in flight the Act-RAMs were sized for
     cover those the resulting timing needs.
 
-    The partitioner reserves only the width of each weight memory whose rows may move
-    (with ``buildable_balance`` those of fully connected layers); where balancing
+    The partitioner reserves only part of each weight memory whose rows may move
+    (Partitioner._memory; with ``buildable_balance`` those of fully connected layers); where balancing
     then finds no room for the rest, a longer period (smaller engines, narrower
     memories, work spread closer to the coarse proportions) is tried, up to
     BALANCE_RETRIES times; if none balances, the first refusal is raised."""
@@ -193,10 +201,10 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
             raise
         period = part.period
         slices = part.slices
-        fixed = {id(sl): _buffers(sl, estimate[sl.plan.name], family_of, batch).cost for sl in slices}
+        memory = _memory(slices, lambda sl: estimate[sl.plan.name], family_of, batch, buildable_balance)
         try:
-            blocks, hosted_words = balance.balance(slices, node_budgets, fixed, family_of, describe,
-                                                   buildable=buildable_balance)
+            blocks, hosted = balance.balance(slices, node_budgets, memory, describe,
+                                             buildable=buildable_balance)
         except SpecError as error:
             refusals.append(error)
             if len(refusals) > BALANCE_RETRIES:
@@ -206,11 +214,21 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
         stale = perf.fp_stale(plans, slices, node_budgets, perf.period(slices, node_budgets, batch), batch)
         grown = {sl.plan.name: stale[id(sl)] for sl in slices if stale[id(sl)] > estimate[sl.plan.name]}
         if not grown:
-            return part, slices, blocks, hosted_words, stale
+            return part, slices, blocks, hosted, stale
         for name, value in grown.items():
             estimate[name] = max(estimate[name], value)
     raise RuntimeError(f"{describe()}: samples in flight did not settle after "
                        f"{MAX_STALE_ROUNDS} rounds: {estimate}")
+
+
+def _memory(slices, stale_of, family_of, batch, exact):
+    """The model a mapping's node memory is priced with, the buffers of each slice sized for
+    ``stale_of(slice)`` samples in flight: with ``exact`` (the generator's mappings) the
+    memories hw/ builds, else the coarse model of mapping/balance.py."""
+    buffers = {id(sl): _buffers(sl, stale_of(sl), family_of, batch) for sl in slices}
+    if exact:
+        return balance.ExactMemory(buffers, {id(sl): stale_of(sl) for sl in slices}, family_of)
+    return balance.CoarseMemory(buffers, family_of)
 
 
 def _buffers(sl, fp_stale, family_of, batch):
@@ -233,25 +251,10 @@ def _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates
     for node, budget in enumerate(node_budgets):
         layer_slices = []
         for sl in (s for s in slices if s.node == node):
-            p, shape, buf = sl.plan, sl.shape, buffers[id(sl)]
-            local_rows = sl.out_channels - sl.remote_rows
-            sfu = sl.last or p.mode == "ocp"
-            lgb = 0 if sl.offchip else local_rows * sl.row_words + (sl.out_channels if p.bias and sfu else 0)
-            layer_slices.append(LayerSlice(
-                layer=p.name, position=p.position, kind=p.kind, mode=p.mode,
-                in_shape=p.in_shape, out_shape=p.out_shape, kernel=p.kernel, stride=p.stride,
-                padding=p.padding, bias=p.bias, relu=p.relu, pool=p.pool,
-                in_range=sl.in_range, out_range=sl.out_range, first=sl.first, last=sl.last,
-                needs_eb=p.needs_eb,
-                fp=Engine(shape.P, shape.b, p.kernel),
-                eb=Engine(shape.b, shape.P, p.kernel) if p.needs_eb else Engine(0, 0, p.kernel),
-                pg=Engine(shape.P, shape.b, p.kernel),
-                act_ram_words=buf.act_ram, line_buffer_words=buf.line_buffer,
-                pab_words=buf.pab + sl.remote_rows * p.out_pixels,
-                lgb_words=lgb, weights_offchip=sl.offchip,
-                remote_weights=(),  # filled below, once every slice exists
-                flatten_from=p.flatten_from,
-                fp_stale=stale[id(sl)], cycles_per_sample=perf.cycles(sl, budget, training.batch)))
+            # remote_weights filled below, once every slice exists
+            cycles = perf.cycles(sl, budget, training.batch)
+            layer_slices.append(balance.layer_slice(sl, buffers[id(sl)], stale[id(sl)],
+                                                    cycles_per_sample=cycles))
         nodes.append(NodeConfig(
             index=node, device=budget.device.name, family=budget.device.family,
             clock_mhz=budget.device.clock_mhz, slices=tuple(layer_slices),

@@ -5,16 +5,19 @@ memory of the elaborated hardware), and every hardware memory carries the
 ``ram_style`` that :func:`mapping.resources.ram_style` gives its depth, so the
 block RAM count below is what Yosys produces. It covers the slices hw/ builds:
 engines of one shape (folded or not), weights on chip, fully connected rows kept
-on another node (``mapper.GENERATOR_OPTIONS``; :func:`remote_rows_problem`).
-The partitioner plans with the coarser model of mapping/balance.py, which also
-covers folded engines and weight balancing.
+on other nodes (``mapper.GENERATOR_OPTIONS``; :func:`remote_rows_problem`).
+The generator's mappings (``buildable_balance``) are planned with these memories
+(``balance.ExactMemory``, ``Partitioner._memory``), so each of their nodes fits its
+block RAM as built; the paper-scale mappings with the coarser model of
+mapping/balance.py, which also covers what hw/ does not build (weights in DRAM,
+convolution rows kept on another node).
 """
 
 from dataclasses import dataclass, replace
 import math
 
 from .numerics import ACC_BITS, WORD_BITS
-from .resources import bram_blocks, lutram_luts
+from .resources import MemoryCost, bram_blocks, lutram_luts
 
 # Word-granular writes (LPRAM, bias RAM) give every 16-bit word its own 18-bit
 # column of a block RAM: two 9-bit byte enables.
@@ -160,8 +163,8 @@ def _fifo(name, width, depth):
     return [Memory(name, width, depth)]
 
 
-def slice_memories(s, samples_in_flight):
-    """Memories of one LayerSlice; ``samples_in_flight``: the SFU mask FIFO's samples."""
+def slice_memories(s):
+    """Memories of one LayerSlice."""
     kernel, own_in, own_out, ces = s.kernel, s.in_channels, s.out_channels, s.fp.ces
     groups = math.ceil(own_out / ces)
     c_in, _, width = s.in_shape
@@ -192,7 +195,7 @@ def slice_memories(s, samples_in_flight):
     if s.needs_eb:
         mems += _fifo("pg_errors", own_out * WORD_BITS, pg_error_slack(s))
     if s.mode == "ocp" or s.last:
-        mems += _sfu_memories(s, own_out, oh, ow, samples_in_flight)
+        mems += _sfu_memories(s, own_out, oh, ow, sfu_samples_in_flight(s))
     return mems
 
 
@@ -262,22 +265,43 @@ def sfu_samples_in_flight(s):
     return s.fp_stale + 2
 
 
-def node_memories(config):
+def hosted_memories(owner, rows):
+    """BPRAM and BGB of ``rows`` output channels of the ``owner`` slice kept on its host:
+    laid out as the owner's LPRAM and LGB (hw/bpram_host.py)."""
+    return _weight_memories("bpram", "bgb", owner, rows)
+
+
+def inventory(slices, hosted, relayed=()):
+    """Memories of a node computing ``slices``, hosting, for each (owner slice, rows) of
+    ``hosted``, that many rows of the owner's weights, and relaying the streams of the
+    rows ``relayed`` (owner slices cut to them). The relay FIFOs, RELAY_DEPTH deep, are
+    distributed RAM on every family: planning leaves them out of the block RAM."""
     mems = [Memory("labels", LABEL_BITS, LABEL_FIFO_DEPTH)]
-    for s in config.slices:
-        mems += slice_memories(s, sfu_samples_in_flight(s))
-    for blocks in hosted_groups(config):
-        cut = merge_blocks(blocks).owner_slice
-        mems += _weight_memories("bpram", "bgb", cut, cut.out_channels)
-    for blocks in relayed_groups(config):
-        for name, bits in balance_stream_bits(merge_blocks(blocks).owner_slice).items():
+    for s in slices:
+        mems += slice_memories(s)
+    for owner, rows in hosted:
+        mems += hosted_memories(owner, rows)
+    for cut in relayed:
+        for name, bits in balance_stream_bits(cut).items():
             mems += _fifo(f"relay_{name}", bits, RELAY_DEPTH)
     return mems
 
 
+def node_memories(config):
+    cuts = [merge_blocks(blocks).owner_slice for blocks in hosted_groups(config)]
+    relayed = [merge_blocks(blocks).owner_slice for blocks in relayed_groups(config)]
+    return inventory(config.slices, [(cut, cut.out_channels) for cut in cuts], relayed)
+
+
+def cost(mems, family):
+    """Block RAM, distributed-RAM LUTs and payload bits of the memories ``mems``."""
+    return MemoryCost(sum(m.blocks(family) for m in mems), sum(m.lutram_luts(family) for m in mems),
+                      sum(m.width * m.depth for m in mems))
+
+
 def node_bram_blocks(config):
-    return sum(m.blocks(config.family) for m in node_memories(config))
+    return cost(node_memories(config), config.family).bram_blocks
 
 
 def node_lutram_luts(config):
-    return sum(m.lutram_luts(config.family) for m in node_memories(config))
+    return cost(node_memories(config), config.family).lut

@@ -51,8 +51,10 @@ Phases
    multipliers, its DRAM bandwidth and its non-movable on-chip memory: buffers,
    and the width of its weight memories, which every cycle's reads need (their
    depth, the weights themselves, can move to other nodes later,
-   :mod:`mapping.balance`; with ``buildable_balance``, the generator's form of
-   balancing, only fully connected rows can, so conv weights count in full).
+   :mod:`mapping.balance`). With ``buildable_balance``, the generator's mappings,
+   memory is priced as hw/ builds it, memory by memory (mapping/memories.py), and
+   only fully connected rows can move (the generator's form of balancing): conv
+   weights count in full, a fully connected slice one engine group of rows.
    Where balancing cannot place the weights (rows whose weight-stationary partial
    sums cost more than the rows free, or none the generator can move), the mapper
    tries longer periods, then partitions again with every weight counted locally.
@@ -64,7 +66,10 @@ Phases
    coarse phase's boundaries rounded to whole channels and moved only as far as
    feasibility requires, so work spreads over every node in proportion to its
    capacity; every node gets at least one unit (a chain with more nodes than the
-   network has units is refused: the generator builds no pass-through node).
+   network has units is refused: the generator builds no pass-through node). Slice
+   costs are not monotone in the units, so every node's slices are checked against
+   its budget and a boundary that would overfill a node gives way to the next
+   nearest (:meth:`Partitioner.cuts`).
 """
 
 from bisect import bisect_right
@@ -106,6 +111,10 @@ FC_SPEEDUP = 8
 # gradient travels to DRAM).
 FC_READ_BYTES = 2
 FC_UPDATE_BYTES = 2
+# Node ends the search for cuts near the proportional targets tries before it takes the
+# greedy cuts (Partitioner._cuts_near_targets): it mostly tries one per node, a few
+# hundred where it backtracks on a small chain; this bounds it to some 30 ms.
+SEARCH_ENDS = 2048
 
 
 @dataclass(frozen=True)
@@ -440,9 +449,9 @@ class Partitioner:
     def offchip(self, plan, node):
         return plan.kind == "fc" and self.has_dram[node]
 
-    def _cost(self, plan, choice, units, node, period, first, last):
-        """(multipliers, fixed memory blocks, DRAM bytes per sample) of a candidate slice,
-        or None if it cannot run.
+    def _cost(self, plan, choice, lo, units, node, period, first, last):
+        """(multipliers, fixed memory blocks, DRAM bytes per sample) of a candidate slice of
+        units [lo, lo + units), or None if it cannot run.
 
         Remembered per engine shape: neighbouring periods mostly give the same shapes."""
         vmax = self.vmax(plan, choice, node, period)
@@ -450,16 +459,11 @@ class Partitioner:
             return None
         offchip = self.offchip(plan, node)
         family = self.families[node]
-        key = (plan.index, choice, units, min(vmax, units), family, offchip, first, last)
+        key = (plan.index, choice, units, min(vmax, units), family, offchip, first, last,
+               self._start_key(plan, lo))
         if key not in self._costs:
             shape = _shape(plan, choice, units, vmax)
-            mem = balance.fixed_memory(plan, units, shape, self.fp_stale[plan.name], family,
-                                       first=first, last=last, latency_cycles=self.latency,
-                                       gradient_batch=self.batch if offchip else 0)
-            if self.weights_stay(plan):
-                mem += balance.weight_memory_of(plan, units, shape, family, offchip)
-            else:
-                mem += balance.weight_floor(plan, units, shape, family, offchip)
+            mem = self._memory(plan, shape, lo, units, node, offchip, first, last)
             # The budget also pays for the weight update's multipliers, and for the bias
             # update's on every slice of a layer with biases (only the slice owning them has
             # one: the safe side; mapper.py counts exactly).
@@ -467,6 +471,30 @@ class Partitioner:
             self._costs[key] = (multipliers, mem.bram_blocks,
                                 dram_bytes(plan, units, self.batch) if offchip else 0)
         return self._costs[key]
+
+    def _start_key(self, plan, lo):
+        """What a candidate's memory depends on besides its size: with ``buildable_balance``
+        (the memories hw/ builds), an ICP slice buffers the inputs of every channel from its
+        first one up (the later nodes' channels pass through it); none otherwise."""
+        return lo if self.buildable_balance and plan.mode == "icp" else None
+
+    def _memory(self, plan, shape, lo, units, node, offchip, first, last):
+        """Memory a candidate slice holds whatever weight balancing does: its buffers and its
+        weights, or where its rows may move (:meth:`weights_stay`), what of them cannot:
+        with ``buildable_balance`` one engine group of rows (the generator's balancing
+        leaves whole groups), else the weight memories' width."""
+        family, fp_stale = self.families[node], self.fp_stale[plan.name]
+        buffers = balance.fixed_buffers(plan, units, shape, fp_stale, family, first=first, last=last,
+                                        latency_cycles=self.latency,
+                                        gradient_batch=self.batch if offchip else 0)
+        if self.buildable_balance:
+            sl = Slice(plan, node, lo, lo + units, shape, offchip, first, last)
+            if not self.weights_stay(plan):
+                sl.remote_rows = sl.out_channels - min(shape.P, sl.out_channels)
+            return balance.exact_slice_memory(sl, buffers, fp_stale, family)
+        if self.weights_stay(plan):
+            return buffers.cost + balance.weight_memory_of(plan, units, shape, family, offchip)
+        return buffers.cost + balance.weight_floor(plan, units, shape, family, offchip)
 
     def weights_stay(self, plan):
         """Whether every weight row of ``plan`` stays on the node that uses it: with
@@ -492,14 +520,16 @@ class Partitioner:
         the layer. Returns (units, cost) or (0, None).
 
         A slice that stops short of the layer's far end costs the same wherever it
-        starts, so the most units such a slice holds are remembered per period and
-        reused by every node in the same situation (most of a long chain)."""
+        starts (but for :meth:`_start_key`), so the most units such a slice holds are
+        remembered per period and reused by every node in the same situation (most of a
+        long chain)."""
         plan, choice, limits = self.plans[l], choices[l], self.limits(node, period)
         edge = fixed == (self.starts[l] if forward else self.starts[l + 1])
 
         def cost(n, reach):
             first, last = (edge, reach) if forward else (reach, edge)
-            return self._cost(plan, choice, n, node, period, first, last)
+            lo = fixed - self.starts[l] if forward else fixed - self.starts[l] - n
+            return self._cost(plan, choice, lo, n, node, period, first, last)
 
         (mult, blocks, dram), (used_mult, used_blocks, used_dram) = limits, used
 
@@ -512,7 +542,7 @@ class Partitioner:
             return rem, whole
         if period != self._memo_period:
             self._memo, self._memo_period = {}, period
-        key = (l, choice, self.nodes[node], used, forward, edge)
+        key = (l, choice, self.nodes[node], used, forward, edge, self._start_key(plan, fixed))
         if key not in self._memo:
             self._memo[key] = _largest(lambda n: fits(cost(n, False)), plan.units - 1)
         n = min(self._memo[key], rem - 1)
@@ -661,7 +691,7 @@ class Partitioner:
         node = max(range(len(self.nodes)), key=lambda d: (self.nodes[d].blocks, self.nodes[d].multipliers))
         budget = self.nodes[node]
         first, last = unit == 0, unit + 1 == plan.units
-        one = self._cost(plan, choices[l], 1, node, period, first, last)
+        one = self._cost(plan, choices[l], unit, 1, node, period, first, last)
         if one is not None and one[2] > self.limits(node, period)[2]:
             raise SpecError(f"{self.describe()}: layer '{plan.name}' streams its weights from DRAM, and "
                             f"the DRAM of {budget.device.name} is too slow for even one channel")
@@ -687,38 +717,117 @@ class Partitioner:
 
     def cuts(self, period, choices):
         """Node boundaries at ``period``: coarse proportional cuts, moved only as far
-        as feasibility requires. Returns n+1 unit positions."""
-        n = len(self.nodes)
-        # earliest[d]: the smallest start of node d from which nodes d..n-1 hold the rest
+        as feasibility requires. Returns n+1 unit positions.
+
+        Slice costs are not monotone in the units (a shorter slice can have another
+        engine shape, a memory past distributed RAM, the partial-sum input a layer's
+        first slice does without), so a boundary between the bounds the greedy fills
+        give can still overfill its node or strand the nodes after it. Each node's
+        slices are therefore checked against its budget, and a boundary that fails
+        gives way to the next nearest one (:meth:`_cuts_near_targets`); where none
+        holds the network, the cuts are the greedy fill's, which :meth:`feasible`
+        found to hold it."""
+        self._check_enough_units()
+        cuts = self._cuts_near_targets(period, choices) or self._greedy_cuts(period, choices)
+        self._check_no_empty_node(cuts)
+        self._check_holds(period, choices, cuts)
+        return cuts
+
+    def _cuts_near_targets(self, period, choices):
+        """Cuts with every node's slices within its budget, each as near its proportional
+        target as the cuts before it allow, or None.
+
+        A depth-first search along the chain: node d tries the ends of its units from
+        the one nearest its target outwards, between the smallest start from which the
+        greedy backward fill holds the rest on nodes d+1.. and what the forward fill
+        reaches from its start; where no end lets the later nodes hold the rest, node
+        d-1 tries its next end. Starts found to strand the rest are not tried twice,
+        and the search gives up after SEARCH_ENDS ends."""
+        n, target = len(self.nodes), self.proportional_cuts()
         earliest = [0] * (n + 1)
         earliest[n] = self.total
         for node in range(n - 1, -1, -1):
             earliest[node] = self.fill_back(choices, node, earliest[node + 1], period)
-        target = self.proportional_cuts()
+        budget = SEARCH_ENDS
+
+        def ends(node, start):
+            """The ends of node's units from ``start`` that fit it, nearest the target first."""
+            nonlocal budget
+            if node == n - 1:
+                tried = [self.total]
+            else:
+                # Every node gets at least one unit and leaves one to each later node: an
+                # empty node would only pass the streams through.
+                room = self.total - (n - 1 - node)
+                lower = max(earliest[node + 1], start + 1)
+                upper = min(max(self.fill(choices, node, start, period), lower), room)
+                tried = _nearest_first(target[node + 1], lower, upper)
+            for end in tried:
+                budget -= 1
+                if budget < 0:
+                    return
+                if self._fits(choices, node, start, end, period):
+                    yield end
+
+        # A loop, not recursion: chains may be longer than Python's recursion limit.
+        # cuts[d] is node d's start, untried[d] the ends of its units left to try.
+        cuts, untried, stranded = [0], [ends(0, 0)], set()
+        while untried:
+            node = len(untried) - 1
+            end = next(untried[-1], None)
+            if end is None:  # every end tried strands a later node
+                stranded.add((node, cuts.pop()))
+                untried.pop()
+            elif node == n - 1:
+                return cuts + [end]
+            elif (node + 1, end) not in stranded:
+                cuts.append(end)
+                untried.append(ends(node + 1, end))
+        return None
+
+    def _greedy_cuts(self, period, choices):
+        """The greedy fill's cuts, each node taking all it holds (some may be empty)."""
         cuts = [0]
-        for node in range(n - 1):
-            start = cuts[-1]
-            upper = self.fill(choices, node, start, period)
-            lower = max(earliest[node + 1], start)
-            # Every node gets at least one unit and leaves one to each later node, where
-            # feasibility allows: an empty node would only pass the streams through.
-            lower = max(lower, min(start + 1, upper))
-            upper = max(lower, min(upper, self.total - (n - 1 - node)))
-            cuts.append(min(max(target[node + 1], lower), upper))
-        cuts.append(self.total)
-        self._check_no_empty_node(cuts)
+        for node in range(len(self.nodes)):
+            cuts.append(self.fill(choices, node, cuts[-1], period))
         return cuts
+
+    def _fits(self, choices, node, lo, hi, period):
+        """Whether units [lo, hi) fit on ``node`` at ``period``, each slice first or last
+        of its layer where it reaches that end, as :meth:`slices` marks them."""
+        used, g = (0, 0, 0), lo
+        while g < hi:
+            l = self._layer_at(g)
+            end = min(hi, self.starts[l + 1])
+            cost = self._cost(self.plans[l], choices[l], g - self.starts[l], end - g, node, period,
+                              g == self.starts[l], end == self.starts[l + 1])
+            if cost is None:
+                return False
+            used, g = tuple(u + c for u, c in zip(used, cost)), end
+        return all(u <= limit for u, limit in zip(used, self.limits(node, period)))
+
+    def _check_holds(self, period, choices, cuts):
+        """Never hand on a partition that overfills a node or leaves units out."""
+        over = [node for node in range(len(self.nodes))
+                if not self._fits(choices, node, cuts[node], cuts[node + 1], period)]
+        if over or cuts[-1] != self.total:
+            raise RuntimeError(f"{self.describe()}: cuts {cuts} at period {period} overfill nodes "
+                               f"{over} or miss units")  # feasible() guarantees the greedy cuts
+
+    def _check_enough_units(self):
+        n = len(self.nodes)
+        if self.total < n:
+            self._refuse_empty_node(self.total, f"the network has only {self.total} channel units to "
+                                    f"spread (input channels of ICP layers, output channels of OCP "
+                                    f"layers), fewer than the {n} nodes")
 
     def _check_no_empty_node(self, cuts):
         empty = [node for node in range(len(self.nodes)) if cuts[node] == cuts[node + 1]]
-        if not empty:
-            return
-        node, n = empty[0], len(self.nodes)
-        if self.total < n:
-            why = (f"the network has only {self.total} channel units to spread (input channels of "
-                   f"ICP layers, output channels of OCP layers), fewer than the {n} nodes")
-        else:
-            why = "the nodes before it must take every unit they hold to keep the rest feasible"
+        if empty:
+            self._refuse_empty_node(empty[0], "the nodes before it must take every unit they hold to "
+                                    "keep the rest feasible")
+
+    def _refuse_empty_node(self, node, why):
         raise SpecError(f"{self.describe()}: node {node} ({self.nodes[node].device.name}) would get no "
                         f"layer slice: {why}; use a shorter chain")
 
@@ -765,6 +874,21 @@ class Partition:
     slices: list                   # Slice objects in chain order
     coarse: tuple
     choices: list = field(default_factory=list)
+
+
+def _nearest_first(target, lower, upper):
+    """lower..upper by distance from ``target``, the lower of two equally near first."""
+    if lower > upper:
+        return
+    below = min(max(target, lower), upper)
+    above = below + 1
+    while below >= lower or above <= upper:
+        if above > upper or (below >= lower and target - below <= above - target):
+            yield below
+            below -= 1
+        else:
+            yield above
+            above += 1
 
 
 def _largest(ok, limit):

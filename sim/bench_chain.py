@@ -1,5 +1,5 @@
 """Benchmark: cycles per sample of every node, measured vs predicted: the default chain, and three
-chains whose fully connected rows partly live on an upstream node (weight balancing).
+chains whose fully connected rows partly live on upstream nodes (weight balancing).
 
 Run with ``python -m pytest sim/bench_chain.py -m bench -s -p no:xdist``. One mini-batch of
 40 samples, so no update boundary stalls the pipeline; cycles per sample are the median
@@ -14,7 +14,7 @@ from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import report, train_chain
-from sim.test_chain import CHAIN, LR, _assert_bit_exact, _data
+from sim.test_chain import BALANCED_BRAM, CHAIN, LR, _assert_bit_exact, _data
 
 SAMPLES = 40
 
@@ -22,9 +22,9 @@ SAMPLES = 40
 @pytest.mark.bench
 @pytest.mark.parametrize("cluster, bram_fraction", [
     (CHAIN, 0.9),
-    (CHAIN, 0.06),        # node 3 keeps fc rows 1..9 on node 2
-    ("ecp5-85:3", 0.1),   # node 2 keeps fc rows 8..9 on node 1
-    ("ecp5-85:3", 0.05),  # node 2 keeps fc rows 8..9 on node 0, node 1 relays them
+    (CHAIN, BALANCED_BRAM),  # node 3 keeps fc rows 2..9 on nodes 0, 1 and 2
+    (CHAIN, 0.04),           # node 3 keeps fc rows 1..8 on node 1 (node 2 relays), 9 on node 2
+    ("ecp5-85:3", 0.06),     # node 2 keeps fc rows 2..9 on node 1
 ])
 def test_chain_cycles_per_sample(cluster, bram_fraction):
     network = zoo.tiny()

@@ -101,19 +101,23 @@ def test_lpram_wide_rows(tmp_path):
 
 
 def hosted_fc_block():
-    """The block node 1 hosts in tiny on three ECP5-85s: fc's output channels 8..9 for node 2,
-    whose FP engine has P = 1 CE of b = 4 tiles over S = 32 inputs: G = 2 groups x v = 8
-    passes, 16 addresses of P*b = 4 words."""
-    mapping = map_network(tiny(), parse_cluster("ecp5-85:3"), batch=3, lr=0.05, bram_fraction=0.1,
+    """The block node 1 hosts in tiny on three ECP5-85s at 6% of their block RAM: fc's output
+    channels 2..9 for node 2, whose FP engine has P = 1 CE of b = 4 tiles over S = 32 inputs:
+    G = 8 groups x v = 8 passes, 64 addresses of P*b = 4 words."""
+    mapping = map_network(tiny(), parse_cluster("ecp5-85:3"), batch=3, lr=0.05, bram_fraction=0.06,
                           **GENERATOR_OPTIONS)
     config = mapping.nodes[1]
     (block,) = hosted_blocks(config)
-    assert (block.owner, block.layer, block.out_range) == (2, "fc", (8, 10))
+    assert (block.owner, block.layer, block.out_range) == (2, "fc", (2, 10))
     return block, config
 
 
 def test_hosted_rows_in_lut_ram(tmp_path):
+    # The block cut to its top two rows (not a mapping's: its rows reach past the LUT-RAM
+    # depth): G = 2 groups x v = 8 passes = 16 addresses.
     block, config = hosted_fc_block()
+    block = replace(block, out_range=(8, 10), words=2 * 32,
+                    owner_slice=replace(block.owner_slice, out_range=(8, 10)))
     hosted = HostedRows(block, config.formats, config.training, family="ecp5")
     # Both memories laid out like the owner's LPRAM / LGB: 16 addresses of 4 words (16-bit
     # weights, 48-bit sums). 16 deep is the ECP5 LUT-RAM depth: distributed RAM, no DP16KD.
@@ -132,18 +136,14 @@ def test_hosted_rows_in_lut_ram(tmp_path):
 
 
 def test_hosted_rows_in_block_ram(tmp_path):
-    # The same block grown to all ten fc rows (not a mapping's: it takes real hosted blocks
-    # past the LUT-RAM depth): G = 10 groups x v = 8 passes = 80 addresses.
     block, config = hosted_fc_block()
-    block = replace(block, out_range=(0, 10), words=10 * 32,
-                    owner_slice=replace(block.owner_slice, out_range=(0, 10)))
     hosted = HostedRows(block, config.formats, config.training, family="ecp5")
-    assert memories(hosted) == {"bpram.mem": (4 * 16, 80, "block"), "bgb.mem": (4 * 48, 80, "block")}
+    assert memories(hosted) == {"bpram.mem": (4 * 16, 64, "block"), "bgb.mem": (4 * 48, 64, "block")}
     result = synthesize(hosted, "ecp5", tmp_path)
     # BPRAM: 4 words of 18 bits (word writes), read by both streamers: 1024 x 18 true dual
     # port, 4 blocks. BGB: 192 bits, one read and one write port: 512 x 36, 6 blocks.
-    assert result.bram == (predicted_blocks("ecp5", 4 * 18, 80, True)
-                           + predicted_blocks("ecp5", 4 * 48, 80, False)) == 4 + 6
+    assert result.bram == (predicted_blocks("ecp5", 4 * 18, 64, True)
+                           + predicted_blocks("ecp5", 4 * 48, 64, False)) == 4 + 6
     assert bram_cells(result) == {"DP16KD": 10}
     assert result.cells.get("MULT18X18D") == result.dsp == 3
 
@@ -204,18 +204,18 @@ def test_fifo_memory_style_switches_at_the_lutram_depth(family, depth, cells, tm
 
 
 def test_relayed_streams_in_lut_ram(tmp_path):
-    # tiny on three ECP5-85s with a twentieth of the block RAM: node 0 hosts node 2's fc rows
-    # 8..9, node 1 relays their three streams through FIFOs of RELAY_DEPTH = 3 beats.
-    mapping = map_network(tiny(), parse_cluster("ecp5-85:3"), batch=3, lr=0.05, bram_fraction=0.05,
+    # tiny on three ECP5-85s with 6.5% of the block RAM: node 0 hosts node 2's fc rows 2..7,
+    # node 1 relays their three streams through FIFOs of RELAY_DEPTH = 3 beats.
+    mapping = map_network(tiny(), parse_cluster("ecp5-85:3"), batch=3, lr=0.05, bram_fraction=0.065,
                           **GENERATOR_OPTIONS)
     (block,) = relayed_blocks(mapping.nodes[1])
-    assert (block.owner, block.host, block.out_range) == (2, 0, (8, 10))
+    assert (block.owner, block.host, block.out_range) == (2, 0, (2, 8))
     relay = Relay(block, family="ecp5")
-    # towards the owner (FP, EB) one address of P = 1 row of b = 2 words; back, the address
-    # (2 groups x 16 passes: 5 bits) and 2 exact 32-bit products
-    assert memories(relay) == {"fp.mem": (32, 3, "distributed"), "eb.mem": (32, 3, "distributed"),
-                               "grad.mem": (5 + 2 * 32, 3, "distributed")}
+    # towards the owner (FP, EB) one address of P = 1 row of b = 4 words; back, the address
+    # (6 groups x 8 passes: 6 bits) and 4 exact 32-bit products
+    assert memories(relay) == {"fp.mem": (64, 3, "distributed"), "eb.mem": (64, 3, "distributed"),
+                               "grad.mem": (6 + 4 * 32, 3, "distributed")}
     result = synthesize(relay, "ecp5", tmp_path)
     assert bram_cells(result) == {} and result.dsp == 0
     # TRELLIS_DPR16X4: 16 x 4 bits per cell, one read port each
-    assert result.cells.get("TRELLIS_DPR16X4") == 32 // 4 + 32 // 4 + math.ceil(69 / 4) == 34
+    assert result.cells.get("TRELLIS_DPR16X4") == 64 // 4 + 64 // 4 + math.ceil(134 / 4) == 66

@@ -49,86 +49,82 @@ def tiny(spec, bram_fraction, **options):
 
 def test_generator_options_balance_fc_rows_onto_the_adjacent_node():
     assert GENERATOR_OPTIONS == {"offchip_fc": False, "buildable_balance": True}
-    m = tiny("ecp5-85:3", 0.1, **GENERATOR_OPTIONS)
-    assert blocks_of(m) == [(2, 1, "fc", (0, 32), (8, 10), 64)]
+    m = tiny("ecp5-85:3", 0.06, **GENERATOR_OPTIONS)
+    assert blocks_of(m) == [(2, 1, "fc", (0, 32), (2, 10), 256)]
     assert_buildable(m)
     assert Mapping.from_json(m.to_json()) == m
 
 
-def test_fc_split_over_two_nodes_keeps_its_rows_next_door():
-    m = tiny("ecp5-85:2+ecp5-45:2", 0.06, **GENERATOR_OPTIONS)
-    assert blocks_of(m) == [(3, 2, "fc", (1, 32), (1, 10), 279)]
+def test_fc_rows_move_on_to_the_next_host_when_one_is_full():
+    m = tiny("ecp5-85:2+ecp5-45:2", 0.04, **GENERATOR_OPTIONS)
+    # node 3 computes fc whole; it keeps fc rows 1..8 on node 1 (node 2 relays them) and, node
+    # 1 full, row 9 on node 2
+    assert [[(s.layer, s.in_range) for s in n.slices] for n in m.nodes] == [
+        [("conv1", (0, 1)), ("conv2", (0, 1))], [("conv2", (1, 3))], [("conv2", (3, 4))], [("fc", (0, 32))]]
+    assert blocks_of(m) == [(3, 1, "fc", (0, 32), (1, 9), 256), (3, 2, "fc", (0, 32), (9, 10), 32)]
+    assert [[(b.owner, b.host) for b in n.relays] for n in m.nodes] == [[], [], [(3, 1)], []]
     assert_buildable(m)
-    # Block RAM the generator builds (exact inventory): node 3 would need 7 of its 6 usable
-    # blocks with every row local; balanced it needs 2, and its host 5 of 6.
-    assert [n.estimate.bram_blocks for n in m.nodes] == [3, 5, 5, 2]
-    assert m.summary["usable_blocks"] == [12, 12, 6, 6]
+    # Block RAM the generator builds (exact inventory): node 3 would need 5 of its 4 usable
+    # blocks with every row local; balanced it needs none, its hosts 8 of 8 and 4 of 4.
+    assert [n.estimate.bram_blocks for n in m.nodes] == [3, 8, 4, 0]
+    assert m.summary["usable_blocks"] == [8, 8, 4, 4]
     local = replace(m.nodes[3], slices=tuple(replace(s, remote_weights=()) for s in m.nodes[3].slices))
-    assert memories.node_bram_blocks(local) == 7
-
-
-def test_rows_whose_nearest_room_is_two_hops_away_are_relayed():
-    # as the unrestricted balancer: node 2's rows on node 0, node 1 relays their streams
-    m = tiny("ecp5-85:3", 0.05, **GENERATOR_OPTIONS)
-    assert blocks_of(m) == blocks_of(tiny("ecp5-85:3", 0.05, offchip_fc=False)) == [
-        (2, 0, "fc", (0, 32), (8, 10), 64)]
-    assert [[(b.owner, b.host, b.out_range) for b in n.relays] for n in m.nodes] == [[], [(2, 0, (8, 10))], []]
-    assert_buildable(m)
+    assert memories.node_bram_blocks(local) == 5
     assert Mapping.from_json(m.to_json()) == m
+
+
+def test_rows_no_node_has_room_for_are_refused():
+    with pytest.raises(SpecError) as error:
+        lenet("ecp5-85+ecp5-25+ecp5-25", 0.14, **GENERATOR_OPTIONS)
+    assert str(error.value) == (
+        f"network 'lenet-digits' on cluster 'ecp5-85+ecp5-25+ecp5-25': node 0 (lfe5um5g-85f) needs 30 "
+        f"blocks of 18 Kb but has 29 usable, {HEAD}: no other node has room for one more row of layer "
+        f"'fc1' (48 16-bit weights and their 48-bit gradient sums)")
 
 
 def test_conv_rows_never_move():
-    # unrestricted, node 2 keeps its conv2 rows on node 1
-    plain = tiny("ecp5-45:4", 0.08, offchip_fc=False)
-    assert blocks_of(plain) == [(2, 1, "conv2", (1, 4), (0, 8), 216), (3, 1, "fc", (0, 32), (4, 10), 192)]
+    # unrestricted, node 1 keeps its conv2 rows on node 0
+    plain = lenet("ecp5-45:4", 0.16)
+    assert blocks_of(plain) == [(1, 0, "conv2", (0, 4), (4, 16), 432)]
+    # the generator's mapping keeps every conv weight local: then no partition holds lenet
     with pytest.raises(SpecError) as error:
-        tiny("ecp5-45:4", 0.08, **GENERATOR_OPTIONS)
+        lenet("ecp5-45:4", 0.16, **GENERATOR_OPTIONS)
     assert str(error.value) == (
-        f"network 'tiny' on cluster 'ecp5-45:4': node 2 (lfe5um5g-45f) needs 9 blocks of 18 Kb but has "
-        f"8 usable, {HEAD}: the rows that would free memory are of conv layer 'conv2', which would have to "
-        f"be used weight-stationary from another node, an engine mode the generator does not build")
-
-
-def test_lenet_fc_rows_move_on_to_the_next_host_when_one_is_full():
-    m = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:4"), bram_fraction=0.08, **GENERATOR_OPTIONS)
-    # node 3's fc1 rows on nodes 2, 1 and 0 (the nearest with room first), its fc2 rows on
-    # node 0; node 2's fc1 rows on nodes 1 and 0
-    assert sorted((b.owner, b.layer, b.host, b.out_range) for n in m.nodes for b in n.hosted) == [
-        (2, "fc1", 0, (8, 11)), (2, "fc1", 1, (11, 32)),
-        (3, "fc1", 0, (8, 30)), (3, "fc1", 1, (30, 31)), (3, "fc1", 2, (31, 32)), (3, "fc2", 0, (0, 10))]
+        f"network 'lenet-digits' on cluster 'ecp5-45:4': cluster too small: {CONV_LOCAL}, its 4 nodes hold "
+        f"the network only up to input channel 4 of 6 of layer 'conv2' at any pipeline period "
+        f"(lfe5um5g-45f: 17 usable blocks of 18 Kb, 64 multipliers)")
+    # tiny on the same chain at half the share: fc rows only, onto the node next door
+    m = tiny("ecp5-45:4", 0.08, **GENERATOR_OPTIONS)
+    assert blocks_of(m) == [(3, 2, "fc", (0, 32), (1, 10), 288)]
     assert_buildable(m)
-    with pytest.raises(SpecError) as error:  # less room: no node holds a row of fc1 more
-        map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:4"), bram_fraction=0.06, **GENERATOR_OPTIONS)
-    assert str(error.value) == (
-        f"network 'lenet-digits' on cluster 'ecp5-85:4': node 2 (lfe5um5g-85f) needs 26 blocks of 18 Kb "
-        f"but has 12 usable, {HEAD}: no other node has room for one more row of layer 'fc1' (56 16-bit "
-        f"weights and their 48-bit gradient sums) next to the rows it already hosts")
 
 
 def test_a_node_only_conv_rows_would_relieve_is_refused():
-    # The partition of tiny on ecp5-45:4 at bram_fraction 0.08 the unrestricted mapping settles
-    # on: node 2 holds only conv2, whose rows the unrestricted balancer moves to node 1.
-    plans = plan_layers(zoo.tiny())
-    node_budgets = budgets(parse_cluster("ecp5-45:4"), dsp_fraction=0.9, bram_fraction=0.08)
-    stale = {"conv1": 8, "conv2": 6, "fc": 2}
+    # The partition of lenet-digits on ecp5-45:4 at bram_fraction 0.16 the unrestricted mapping
+    # (fc weights on chip) settles on: node 1 holds only conv2, whose rows the unrestricted
+    # balancer moves to node 0. Both balance with the unrestricted mapping's memory model:
+    # only which rows may move differs.
+    plans = plan_layers(zoo.lenet_digits())
+    node_budgets = budgets(parse_cluster("ecp5-45:4"), dsp_fraction=0.9, bram_fraction=0.16)
+    stale = {"conv1": 7, "conv2": 5, "fc1": 2, "fc2": 2}
 
     def family_of(node):
         return node_budgets[node].device.family
 
     def run(buildable):
-        part = partition(plans, node_budgets, fp_stale=stale, at_least=256, describe=lambda: "tiny",
-                         batch=1, link_latency_cycles=balance.LINK_LATENCY_CYCLES, offchip_fc=False)
-        fixed = {id(sl): mapper._buffers(sl, stale[sl.plan.name], family_of, 1).cost for sl in part.slices}
-        return balance.balance(part.slices, node_budgets, fixed, family_of, lambda: "tiny",
-                               buildable=buildable)
+        part = partition(plans, node_budgets, fp_stale=stale, at_least=1200, describe=lambda: "lenet",
+                         batch=3, link_latency_cycles=balance.LINK_LATENCY_CYCLES, offchip_fc=False)
+        assert [(sl.node, sl.plan.name) for sl in part.slices if sl.node == 1] == [(1, "conv2")]
+        memory = mapper._memory(part.slices, lambda sl: stale[sl.plan.name], family_of, 3, exact=False)
+        return balance.balance(part.slices, node_budgets, memory, lambda: "lenet", buildable=buildable)
 
     blocks, _ = run(False)
-    assert [(b.owner, b.host, b.layer, b.out_range) for b in blocks] == [(2, 1, "conv2", (0, 8)),
-                                                                          (3, 1, "fc", (4, 10))]
+    assert [(b.owner, b.host, b.layer, b.out_range) for b in blocks] == [
+        (1, 0, "conv2", (4, 16)), (3, 1, "fc2", (0, 10)), (3, 1, "fc1", (21, 32)), (3, 0, "fc1", (4, 21))]
     with pytest.raises(SpecError) as error:
         run(True)
     assert str(error.value) == (
-        f"tiny: node 2 (lfe5um5g-45f) needs 9 blocks of 18 Kb but has 8 usable, {HEAD}: the rows that "
+        f"lenet: node 1 (lfe5um5g-45f) needs 18 blocks of 18 Kb but has 17 usable, {HEAD}: the rows that "
         f"would free memory are of conv layer 'conv2', which would have to be used weight-stationary from "
         f"another node, an engine mode the generator does not build")
 
@@ -142,13 +138,13 @@ def test_moves_leave_whole_engine_groups():
 
 
 def test_fc_rows_stream_twice_and_send_48_bit_gradients_back():
-    m = tiny("ecp5-85:3", 0.1, **GENERATOR_OPTIONS)
+    m = tiny("ecp5-85:3", 0.06, **GENERATOR_OPTIONS)
     (block,) = m.nodes[1].hosted
     # link 1 -> 2: conv2's bypassed inputs of channels 2:4 (4x4) and partial sums of its
     # 8x4x4 outputs, the label, and the FC rows once for FP and once for EB
-    assert m.nodes[1].link_bytes_forward == 2 * 16 * 2 + 8 * 16 * 6 + 2 + block.words * 2 * 2 == 1090
+    assert m.nodes[1].link_bytes_forward == 2 * 16 * 2 + 8 * 16 * 6 + 2 + block.words * 2 * 2 == 1858
     # link 2 -> 1: conv2's output errors and input errors of channels 2:4, the rows' gradients
-    assert m.nodes[2].link_bytes_backward == 8 * 16 * 2 + 2 * 16 * 2 + block.words * 6 == 704
+    assert m.nodes[2].link_bytes_backward == 8 * 16 * 2 + 2 * 16 * 2 + block.words * 6 == 1856
     # no extra period for FC rows streamed in: fc's FP and PG are 2 samples apart, as without
     fc = next(s for s in m.nodes[2].slices if s.layer == "fc")
     assert fc.fp_stale == 2
@@ -183,60 +179,77 @@ CONV_LOCAL = ("with every conv weight on the node that uses it (the hardware gen
 
 
 def test_partition_counts_conv_weights_in_full_for_the_generator():
-    # Planned with only the width of conv2's weight memory, node 0 held more conv2 rows than
-    # fit and balancing could not move them: "node 0 needs 25 blocks of 18 Kb but has 24
-    # usable ... the rows that would free memory are of conv layer 'conv2'". Counted in full,
-    # no partition holds lenet with the fc layers' weight width.
-    with pytest.raises(SpecError) as error:
-        lenet("ecp5-85:2", 0.12, **GENERATOR_OPTIONS)
-    assert str(error.value) == (
-        f"network 'lenet-digits' on cluster 'ecp5-85:2': cluster too small: {CONV_LOCAL}, its 2 nodes hold "
-        f"the network only up to input channel 0 of 32 of layer 'fc2' at any pipeline period "
-        f"(lfe5um5g-85f: 24 usable blocks of 18 Kb, 140 multipliers)")
-    # unrestricted, conv2's rows may move: the partitioner still plans with their width only
+    # Unrestricted, the partitioner plans conv2 with only the width of its weight memory,
+    # node 0 holds more conv2 rows than fit, and no node has room for them.
     with pytest.raises(SpecError, match="node 0 .* needs 25 blocks of 18 Kb but has 24 usable, and no "
                                         "other node has room for one more weight row of its layer 'conv2'"):
         lenet("ecp5-85:2", 0.12, offchip_fc=False)
+    # The generator's partition counts every conv weight where it is used, as hw/ builds it:
+    # only fc1's rows move.
+    m = lenet("ecp5-85:2", 0.12, **GENERATOR_OPTIONS)
+    assert [[(s.layer, s.in_range) for s in n.slices] for n in m.nodes] == [
+        [("conv1", (0, 1)), ("conv2", (0, 3))], [("conv2", (3, 6)), ("fc1", (0, 64)), ("fc2", (0, 32))]]
+    assert blocks_of(m) == [(1, 0, "fc1", (0, 64), (2, 32), 1920)]
+    assert [n.estimate.bram_blocks for n in m.nodes] == [23, 14]
+    assert m.summary["usable_blocks"] == [24, 24]
 
 
 def test_cluster_too_small_names_the_conv_layer_that_stays_local():
-    # before: "... only up to input channel 0 of 64 of layer 'fc1'", as unrestricted
-    message = (f"network 'lenet-digits' on cluster 'ecp5-85:2': cluster too small: {CONV_LOCAL}, its 2 "
-               f"nodes hold the network only up to input channel 5 of 6 of layer 'conv2' at any pipeline "
-               f"period (lfe5um5g-85f: 20 usable blocks of 18 Kb, 140 multipliers)")
     with pytest.raises(SpecError) as error:
-        lenet("ecp5-85:2", 0.1, **GENERATOR_OPTIONS)
-    assert str(error.value) == message
-    with pytest.raises(SpecError, match="cluster too small: its 2 nodes hold the network only up to input "
-                                        "channel 0 of 64 of layer 'fc1'"):
-        lenet("ecp5-85:2", 0.1, offchip_fc=False)
+        lenet("ecp5-45:4", 0.08, **GENERATOR_OPTIONS)
+    assert str(error.value) == (
+        f"network 'lenet-digits' on cluster 'ecp5-45:4': cluster too small: {CONV_LOCAL}, its 4 nodes hold "
+        f"the network only up to input channel 4 of 6 of layer 'conv2' at any pipeline period "
+        f"(lfe5um5g-45f: 8 usable blocks of 18 Kb, 64 multipliers)")
+    with pytest.raises(SpecError, match="cluster too small: its 4 nodes hold the network only up to input "
+                                        "channel 3 of 6 of layer 'conv2'"):
+        lenet("ecp5-45:4", 0.08, offchip_fc=False)
 
 
-def test_buildable_partition_fits_conv_weights_whole_and_fc_weights_by_width():
+def partitioned(bram_fraction, buildable):
+    """lenet's partition on three ECP5-45s at 2 samples in flight, and its budgets."""
+    node_budgets = budgets(parse_cluster("ecp5-45:3"), dsp_fraction=0.9, bram_fraction=bram_fraction)
     plans = plan_layers(zoo.lenet_digits())
-    node_budgets = budgets(parse_cluster("ecp5-45:3"), dsp_fraction=0.9, bram_fraction=0.2)
-    stale = {p.name: 2 for p in plans}
+    part = partition(plans, node_budgets, fp_stale={p.name: 2 for p in plans}, describe=lambda: "lenet",
+                     batch=3, link_latency_cycles=balance.LINK_LATENCY_CYCLES, offchip_fc=False,
+                     buildable_balance=buildable)
+    return part.slices, node_budgets
+
+
+def layout(slices):
+    return [(sl.plan.name, sl.node, sl.lo, sl.hi) for sl in slices]
+
+
+def test_buildable_partition_fits_conv_weights_whole_and_one_engine_group_of_fc_rows():
+    slices, node_budgets = partitioned(0.25, True)
+    assert [b.blocks for b in node_budgets] == [27, 27, 27]
+    assert layout(slices) == [("conv1", 0, 0, 6), ("conv2", 0, 0, 2), ("conv2", 1, 2, 5), ("conv2", 2, 5, 6),
+                              ("fc1", 2, 0, 64), ("fc2", 2, 0, 32)]
+    memory = mapper._memory(slices, lambda sl: 2, lambda node: node_budgets[node].device.family, 3,
+                            exact=True)
+    # what the partitioner held to the budget: the memories hw/ builds, with every conv row
+    # and one engine group of each fc slice's rows local (the rest could move)
+    for sl in slices:
+        if sl.plan.kind == "fc":
+            sl.remote_rows = sl.out_channels - sl.shape.P
+    assert [memory.node(slices, node, ()).bram_blocks for node in range(3)] == [24, 25, 16]
+
+
+def test_unrestricted_partition_plans_weights_by_width():
+    slices, node_budgets = partitioned(0.2, False)
 
     def family_of(node):
         return node_budgets[node].device.family
 
-    def planned(buildable):
-        """Blocks per node: buffers, conv weights in full, fc weights by width; the slices."""
-        part = partition(plans, node_budgets, fp_stale=stale, describe=lambda: "lenet", batch=3,
-                         link_latency_cycles=balance.LINK_LATENCY_CYCLES, offchip_fc=False,
-                         buildable_balance=buildable)
-        used = [0] * len(node_budgets)
-        for sl in part.slices:
-            family = family_of(sl.node)
-            weights = (balance.weight_memory(sl, family) if sl.plan.kind == "conv" else
-                       balance.weight_floor(sl.plan, sl.units, sl.shape, family, False))
-            used[sl.node] += (mapper._buffers(sl, 2, family_of, 3).cost + weights).bram_blocks
-        return used, [(sl.plan.name, sl.node, sl.lo, sl.hi) for sl in part.slices]
-
+    used = [0] * len(node_budgets)
+    for sl in slices:
+        family = family_of(sl.node)
+        weights = (balance.weight_memory(sl, family) if sl.plan.kind == "conv" else
+                   balance.weight_floor(sl.plan, sl.units, sl.shape, family, False))
+        used[sl.node] += (mapper._buffers(sl, 2, family_of, 3).cost + weights).bram_blocks
+    # node 0 keeps three conv2 input channels, relying on moving their rows: one block over
+    # its 21 with their weights in full
     assert [b.blocks for b in node_budgets] == [21, 21, 21]
-    assert planned(True) == ([17, 20, 20], [("conv1", 0, 0, 6), ("conv2", 0, 0, 2), ("conv2", 1, 2, 5),
-                                            ("conv2", 2, 5, 6), ("fc1", 2, 0, 64), ("fc2", 2, 0, 32)])
-    # unrestricted (the default), node 0 keeps three conv2 input channels, relying on moving
-    # their rows: one block over with their weights in full
-    assert planned(False) == ([22, 21, 14], [("conv1", 0, 0, 6), ("conv2", 0, 0, 3), ("conv2", 1, 3, 6),
-                                            ("fc1", 2, 0, 64), ("fc2", 2, 0, 32)])
+    assert used == [22, 21, 14]
+    assert layout(slices) == [("conv1", 0, 0, 6), ("conv2", 0, 0, 3), ("conv2", 1, 3, 6), ("fc1", 2, 0, 64),
+                              ("fc2", 2, 0, 32)]

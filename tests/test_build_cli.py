@@ -53,10 +53,11 @@ def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(tmp_path):
 
 
 def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(tmp_path):
-    # the unrestricted balancer keeps conv2 rows of node 2 on node 1
-    refusal = _build_refusal(tmp_path, ["--network", "tiny", "--cluster", "ecp5-45:4", "--bram-fraction", "0.08"], 2)
+    # the unrestricted balancer keeps conv2 rows of node 1 on node 0
+    refusal = _build_refusal(tmp_path, ["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction",
+                                        "0.16", "--batch", "3"], 1)
     assert refusal == (
-        "error: layer 'conv2' on node 2 keeps weight rows on node 1: the generator streams only fully "
+        "error: layer 'conv2' on node 1 keeps weight rows on node 0: the generator streams only fully "
         "connected rows from other nodes (a convolution row would need a weight-stationary engine); map "
         "with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
 

@@ -4,12 +4,13 @@ from dataclasses import replace
 
 import pytest
 
-from mapping import balance, zoo
+from mapping import balance, partition as partition_module, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import Mapping
-from mapping.partition import Partitioner, Shape, budgets, coarse, dram_bytes, plan_layers
+from mapping.partition import (Partitioner, Shape, _nearest_first, budgets, coarse, dram_bytes, partition,
+                               plan_layers)
 from mapping.resources import update_multipliers
 
 
@@ -167,6 +168,103 @@ def test_period_search_passes_infeasible_periods():
                        describe=lambda: "lenet")
     assert [part.feasible(c) is not None for c in (255, 256, 512)] == [False, True, False]
     assert part.lower_bound() < 255 and part.min_period() == 256
+
+
+def fine_phase(network, spec, bram_fraction, *, stale=None, at_least=0, **options):
+    """The partition at the shortest feasible period from ``at_least`` (samples in flight 2
+    unless ``stale`` says otherwise), and a Partitioner with the same inputs to judge it."""
+    plans = plan_layers(network)
+    node_budgets = budgets(parse_cluster(spec), dsp_fraction=0.9, bram_fraction=bram_fraction)
+    inputs = dict(fp_stale={p.name: (stale or {}).get(p.name, 2) for p in plans},
+                  link_latency_cycles=balance.LINK_LATENCY_CYCLES, describe=lambda: spec, batch=1, **options)
+    return partition(plans, node_budgets, at_least=at_least, **inputs), Partitioner(plans, node_budgets, **inputs)
+
+
+def cut_positions(part, judge):
+    """The unit each node starts at, then the network's total units."""
+    starts = {}
+    for s in part.slices:
+        starts.setdefault(s.node, judge.starts[s.plan.index] + s.lo)
+    return [starts[node] for node in range(len(judge.nodes))] + [judge.total]
+
+
+def overfull(part, judge):
+    """(node, multipliers, blocks) of every node whose slices, first or last of their layer
+    as the partition marks them, cost more than the node offers at the partition's period."""
+    over = []
+    for node in range(len(judge.nodes)):
+        costs = [judge._cost(s.plan, part.choices[s.plan.index], s.lo, s.units, node, part.period, s.first,
+                             s.last)
+                 for s in part.slices if s.node == node]
+        used = [sum(c[i] for c in costs) for i in range(3)] if None not in costs else None
+        if used is None or any(u > limit for u, limit in zip(used, judge.limits(node, part.period))):
+            over.append((node, *(used or (None, None))[:2]))
+    return over
+
+
+@pytest.mark.parametrize("spec, bram_fraction, stale, period, options, cuts", [
+    # The default chain at 6% of the block RAM (mapping/balance.py's model, which the paper-
+    # scale mappings plan with) and at 1.25 x 128 cycles, a period the mapper retries when
+    # balancing fails. Node 3 holds fc whole (a layer's first slice has no partial-sum
+    # input), so the backward fill lets it start at fc's first unit (8); node 2 must take one
+    # unit, and fc's units 1..31 then cost node 3 7 blocks of its 6. The cuts were
+    # [0, 5, 8, 9, 40].
+    ("ecp5-85:2+ecp5-45:2", 0.06, {}, 160, {"offchip_fc": False}, [0, 5, 8, 24, 40]),
+    # Node 2 holds conv2 whole from unit 4; from unit 5 (node 1's target) conv2's last three
+    # input channels cost it 9 blocks of its 8. The cuts were [0, 4, 5, 8, 40].
+    ("ecp5-45:4", 0.08, {"conv1": 8, "conv2": 6}, 256, {"offchip_fc": False}, [0, 4, 6, 8, 40]),
+])
+def test_cuts_fit_every_node_where_slice_costs_are_not_monotone(spec, bram_fraction, stale, period, options,
+                                                                  cuts):
+    part, judge = fine_phase(zoo.tiny(), spec, bram_fraction, stale=stale, at_least=period, **options)
+    assert part.period == period
+    assert cut_positions(part, judge) == cuts and overfull(part, judge) == []
+
+
+def test_cuts_that_overfill_a_node_are_never_handed_on():
+    part, judge = fine_phase(zoo.tiny(), "ecp5-85:2+ecp5-45:2", 0.06, at_least=160, offchip_fc=False)
+    with pytest.raises(RuntimeError, match=r"cuts \[0, 5, 8, 9, 40\] at period 160 overfill nodes \[3\]"):
+        judge._check_holds(160, part.choices, [0, 5, 8, 9, 40])
+
+
+def test_without_a_search_the_cuts_are_the_greedy_fills(monkeypatch):
+    searched, judge = fine_phase(zoo.lenet_digits(), "ecp5-45:4", 0.2)
+    monkeypatch.setattr(partition_module, "SEARCH_ENDS", 0)
+    greedy, _ = fine_phase(zoo.lenet_digits(), "ecp5-45:4", 0.2)
+    assert greedy.period == searched.period
+    assert cut_positions(greedy, judge) == judge._greedy_cuts(greedy.period, greedy.choices) != \
+        cut_positions(searched, judge)
+    assert overfull(greedy, judge) == []
+
+
+FIT_SPECS = {"tiny": ["ecp5-85:2+ecp5-45:2", "ecp5-85:3", "ecp5-45:4", "ecp5-25:6", "ecp5-45:8"],
+             "lenet-digits": ["ecp5-85:4", "ecp5-45:4", "zcu102+ecp5-85:2"]}
+
+
+def test_every_node_fits_its_slices():
+    # at the shortest period and the longer ones the mapper retries where balancing fails
+    checked, over = 0, []
+    for name, specs in FIT_SPECS.items():
+        for spec in specs:
+            for fraction in (0.05, 0.06, 0.08, 0.1, 0.16, 0.3, 0.9):
+                for options in ({"offchip_fc": False}, GENERATOR_OPTIONS):
+                    at_least = 0
+                    for _ in range(3):
+                        try:
+                            part, judge = fine_phase(zoo.NETWORKS[name](), spec, fraction, at_least=at_least,
+                                                     **options)
+                        except SpecError:
+                            break
+                        checked += 1
+                        over += [(name, spec, fraction, part.period, *o) for o in overfull(part, judge)]
+                        at_least = part.period + part.period // 4
+    assert checked > 200 and over == []
+
+
+def test_targets_are_tried_nearest_first():
+    assert list(_nearest_first(5, 3, 9)) == [5, 4, 6, 3, 7, 8, 9]
+    assert list(_nearest_first(1, 3, 5)) == [3, 4, 5] and list(_nearest_first(8, 3, 5)) == [5, 4, 3]
+    assert list(_nearest_first(5, 6, 5)) == []
 
 
 def test_sized_period_is_whole_cycles(tiny4):
