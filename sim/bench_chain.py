@@ -34,5 +34,5 @@ def test_chain_cycles_per_sample(cluster, bram_fraction):
     run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
     _assert_bit_exact(run, params)
     hosted = [(b.owner, b.host, b.layer, b.out_range) for node in mapping.nodes for b in node.hosted]
-    print(f"\n{cluster} at {bram_fraction:.0%} of the block RAM (rows hosted: {hosted or 'none'}), "
+    print(f"\n{cluster} at {bram_fraction:.1%} of the block RAM (rows hosted: {hosted or 'none'}), "
           f"{SAMPLES} samples in one mini-batch: {run.cycles} cycles\n{report(mapping, run)}")
