@@ -161,8 +161,9 @@ def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact(rows):
     assert _hosted(mapping) == [(3, 2, "fc", (1, 10)), (2, 3, "fc", rows)]
 
 
-def test_rows_kept_three_links_downstream_train_bit_exact():
-    # node 1 keeps its fc rows 4..9 on node 3: nodes 2 relays weights back and gradients forward
+def test_rows_kept_two_links_downstream_train_bit_exact():
+    # node 1 keeps its fc rows 4..9 on node 3: node 2 relays the weights backward and the
+    # gradients forward
     mapping = _train(CHAIN, seed=11, bram_fraction=SPLIT_FC, derive=_rebalanced((1, 3, (4, 10))))
     assert _hosted(mapping) == [(1, 3, "fc", (4, 10))]
     assert _relayed(mapping) == [[], [], [(1, 3)], []]
