@@ -89,10 +89,7 @@ def test_conv_rows_never_move():
     # the generator's mapping keeps every conv weight local: then no partition holds lenet
     with pytest.raises(SpecError) as error:
         lenet("ecp5-45:4", 0.16, **GENERATOR_OPTIONS)
-    assert str(error.value) == (
-        f"network 'lenet-digits' on cluster 'ecp5-45:4': cluster too small: {CONV_LOCAL}, its 4 nodes hold "
-        f"the network only up to input channel 4 of 6 of layer 'conv2' at any pipeline period "
-        f"(lfe5um5g-45f: 17 usable blocks of 18 Kb, 64 multipliers)")
+    assert str(error.value) == lenet_too_small_on_four_ecp5_45(blocks=17)
     # tiny on the same chain at half the share: fc rows only, onto the node next door
     m = tiny("ecp5-45:4", 0.08, **GENERATOR_OPTIONS)
     assert blocks_of(m) == [(3, 2, "fc", (0, 32), (1, 10), 288)]
@@ -178,6 +175,14 @@ CONV_LOCAL = ("with every conv weight on the node that uses it (the hardware gen
               "fully connected layers to other nodes)")
 
 
+def lenet_too_small_on_four_ecp5_45(blocks):
+    """The generator mapping's refusal of lenet on four ECP5-45s with ``blocks`` usable each:
+    with conv2's weights all local, no partition gets past its fifth input channel."""
+    return (f"network 'lenet-digits' on cluster 'ecp5-45:4': cluster too small: {CONV_LOCAL}, its 4 nodes "
+            f"hold the network only up to input channel 4 of 6 of layer 'conv2' at any pipeline period "
+            f"(lfe5um5g-45f: {blocks} usable blocks of 18 Kb, 64 multipliers)")
+
+
 def test_partition_counts_conv_weights_in_full_for_the_generator():
     # Unrestricted, the partitioner plans conv2 with only the width of its weight memory,
     # node 0 holds more conv2 rows than fit, and no node has room for them.
@@ -197,10 +202,7 @@ def test_partition_counts_conv_weights_in_full_for_the_generator():
 def test_cluster_too_small_names_the_conv_layer_that_stays_local():
     with pytest.raises(SpecError) as error:
         lenet("ecp5-45:4", 0.08, **GENERATOR_OPTIONS)
-    assert str(error.value) == (
-        f"network 'lenet-digits' on cluster 'ecp5-45:4': cluster too small: {CONV_LOCAL}, its 4 nodes hold "
-        f"the network only up to input channel 4 of 6 of layer 'conv2' at any pipeline period "
-        f"(lfe5um5g-45f: 8 usable blocks of 18 Kb, 64 multipliers)")
+    assert str(error.value) == lenet_too_small_on_four_ecp5_45(blocks=8)
     with pytest.raises(SpecError, match="cluster too small: its 4 nodes hold the network only up to input "
                                         "channel 3 of 6 of layer 'conv2'"):
         lenet("ecp5-45:4", 0.08, offchip_fc=False)
