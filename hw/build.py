@@ -44,7 +44,7 @@ def load_mapping(args):
             raise SpecError(f"mapping file {args.mapping}: {error.strerror}") from None
     from mapping.cluster import parse_cluster
     from mapping.mapper import GENERATOR_OPTIONS, map_network
-    from mapping.network import get
+    from mapping.zoo import get
 
     fraction = {} if args.bram_fraction is None else {"bram_fraction": args.bram_fraction}
     return map_network(get(args.network), parse_cluster(args.cluster), **fraction, **GENERATOR_OPTIONS)

@@ -11,7 +11,7 @@ from pathlib import Path
 from .cluster import Cluster, parse_cluster
 from .errors import SpecError, run_cli
 from .mapper import BRAM_FRACTION, GENERATOR_OPTIONS, map_network
-from . import network as network_mod, plots, report
+from . import plots, report, zoo
 
 
 def _sizes(text):
@@ -45,7 +45,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     sizes = _sizes(args.sizes) if args.sizes else None
-    network = network_mod.get(args.network)
+    network = zoo.get(args.network)
     cluster = parse_cluster(args.cluster)
     if args.link_gbps is not None:
         if not args.link_gbps > 0:

@@ -297,14 +297,3 @@ def load(path):
     """Load a network from a .toml or .json file."""
     return from_dict(read_spec_file(path, "network"), origin=Path(path).stem)
 
-
-def get(name_or_path):
-    """A zoo network by name, or a network file by path."""
-    from . import zoo
-
-    if name_or_path in zoo.NETWORKS:
-        return zoo.NETWORKS[name_or_path]()
-    if Path(name_or_path).suffix in (".toml", ".json"):
-        return load(name_or_path)
-    raise SpecError(f"unknown network '{name_or_path}' (zoo: {', '.join(zoo.NETWORKS)}; "
-                    f"or a .toml/.json file)")

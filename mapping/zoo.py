@@ -8,7 +8,10 @@
 benchmarks.
 """
 
-from .network import Layer, infer
+from pathlib import Path
+
+from .errors import SpecError
+from .network import Layer, infer, load
 
 
 def _conv(name, out, k, stride=1, pad=0, groups=1, bias=True):
@@ -122,3 +125,13 @@ NETWORKS = {
     "vgg19": vgg19,
     "resnet18": resnet18,
 }
+
+
+def get(name_or_path):
+    """A zoo network by name, or a network file by path."""
+    if name_or_path in NETWORKS:
+        return NETWORKS[name_or_path]()
+    if Path(name_or_path).suffix in (".toml", ".json"):
+        return load(name_or_path)
+    raise SpecError(f"unknown network '{name_or_path}' (zoo: {', '.join(NETWORKS)}; "
+                    f"or a .toml/.json file)")

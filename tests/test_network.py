@@ -29,7 +29,7 @@ WEIGHTED = ("conv2d", "linear")
     ("lenet-digits", 3_350, 19_648),
 ])
 def test_zoo_figures(name, params, fp_macs):
-    net = network.get(name)
+    net = zoo.get(name)
     assert net.params == params
     assert net.fp_macs == fp_macs
 
@@ -42,7 +42,7 @@ def test_vgg16_headline_numbers():
 
 def test_training_macs_are_three_passes_minus_first_eb():
     for name in ("vgg16", "alexnet", "tiny"):
-        net = network.get(name)
+        net = zoo.get(name)
         assert net.macs == 3 * net.fp_macs - net[0].fp_macs
 
 
@@ -66,7 +66,7 @@ def test_training_macs_are_three_passes_minus_first_eb():
     ("tiny", "flatten", (8, 2, 2), (32, 1, 1)),
 ])
 def test_shapes(name, layer, in_shape, out_shape):
-    info = network.get(name)[layer]
+    info = zoo.get(name)[layer]
     assert (info.in_shape, info.out_shape) == (in_shape, out_shape)
 
 
@@ -88,7 +88,7 @@ def test_per_layer_counts_tiny():
 
 @pytest.mark.parametrize("name", ["vgg16", "alexnet", "resnet18"])
 def test_per_layer_counts_follow_geometry(name):
-    net = network.get(name)
+    net = zoo.get(name)
     assert net[0].eb_macs == 0 and net[0].fp_macs > 0
     for info in net:
         layer = info.layer
@@ -119,7 +119,7 @@ def test_grouped_and_layer_properties():
 
 @pytest.mark.parametrize("filename", ["tiny.toml", "tiny.json"])
 def test_example_files_reproduce_zoo_tiny(filename):
-    loaded = network.get(str(EXAMPLES / filename))
+    loaded = zoo.get(str(EXAMPLES / filename))
     assert loaded == zoo.tiny()
 
 
@@ -234,17 +234,17 @@ def test_malformed_and_missing_files(tmp_path):
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"name": "n", "input": [1, 8, 8]')
     with pytest.raises(SpecError) as error:
-        network.get(str(bad_json))
+        zoo.get(str(bad_json))
     assert str(error.value) == (f"network file {bad_json}: Expecting ',' delimiter: "
                                 f"line 1 column 33 (char 32)")
     with pytest.raises(SpecError) as error:
-        network.get(str(tmp_path / "none.json"))
+        zoo.get(str(tmp_path / "none.json"))
     assert str(error.value) == f"network file {tmp_path / 'none.json'}: No such file or directory"
 
 
 def test_unknown_zoo_name():
     with pytest.raises(SpecError) as error:
-        network.get("lenet")
+        zoo.get("lenet")
     assert str(error.value) == ("unknown network 'lenet' (zoo: tiny, lenet-digits, alexnet, "
                                 "alexnet-ungrouped, vgg16, vgg19, resnet18; or a .toml/.json file)")
 
@@ -253,7 +253,7 @@ def test_unknown_zoo_name():
 
 @pytest.mark.parametrize("name", ["tiny", "lenet-digits", "alexnet-ungrouped", "vgg16", "vgg19"])
 def test_trainable_networks(name):
-    net = network.get(name)
+    net = zoo.get(name)
     assert net.check_trainable() is net
 
 
@@ -280,8 +280,8 @@ def test_check_trainable_refusals(build, message):
 
 def test_cli_prints_one_line_without_traceback():
     code = ("from mapping.errors import run_cli\n"
-            "from mapping import network\n"
-            "run_cli(lambda: network.get('lenet'))\n")
+            "from mapping import zoo\n"
+            "run_cli(lambda: zoo.get('lenet'))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=EXAMPLES.parents[1])
     assert result.returncode == 2
