@@ -82,8 +82,9 @@ def build(args, log=print):
     log(f"node {config.index} of {len(mapping.nodes)} on {device.name} ({device.family}): {layers}")
 
     from amaranth.back import verilog
-    from hw.node import Node
-    from hw.synth import synthesize, write_rtlil
+
+    from .node.top import Node
+    from .synth import synthesize, write_rtlil
 
     out = Path(args.out) / f"node{config.index}"
     out.mkdir(parents=True, exist_ok=True)

@@ -6,13 +6,13 @@ RAM, DSP blocks) for every memory and multiplier the project writes, and by the
 Fmax benchmarks.
 """
 
-from contextlib import contextmanager
-from dataclasses import dataclass
 import json
 import re
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import rtlil

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from hw.conv_engine import ConvEngine
+from hw.engines.fp_engine import FPEngine
 from hw.synth import place_and_route
 from sim.test_conv_engine import run_engine
 
@@ -61,7 +61,7 @@ def test_simulator_speed():
 
 def fmax(family):
     """Place and route a CE of 36 multipliers on the ECP5-85 and return nextpnr's Fmax (MHz)."""
-    engine = ConvEngine(channels=4, kernel=3, ces=1, out_channels=8, family=family)
+    engine = FPEngine(channels=4, kernel=3, ces=1, out_channels=8, family=family)
     return place_and_route(engine, "lfe5um5g-85f", freq_mhz=200).fmax
 
 

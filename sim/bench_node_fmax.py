@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from hw.build import load_mapping, parse_args
-from hw.node import Node
+from hw.node.top import Node
 from hw.synth import place_and_route
 from mapping.devices import get_device
 

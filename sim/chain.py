@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from amaranth.hdl import Module
 
-from hw.node import Node, connect_chain
+from hw.node.top import Node, connect_chain
 from mapping import golden, numerics
 from sim.stall import stalling_link
 from sim.testbench import put, simulate

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from hw.act_ram import ActRam
+from hw.memory.act_ram import ActRam
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_fifo import memories, run_fifo as run_queue
+from sim.test_fifo import memories
+from sim.test_fifo import run_fifo as run_queue
 from sim.test_param_ram import layer_slice
 from sim.testbench import as_ints
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Module
 
-from hw.node import Node, connect_chain
+from hw.node.top import Node, connect_chain
 from mapping import golden, mapper, numerics, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network

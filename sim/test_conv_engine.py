@@ -1,4 +1,4 @@
-"""ConvEngine against tensor_ops.conv_forward, bit for bit, with random stalls on both streams."""
+"""FPEngine against tensor_ops.conv_forward, bit for bit, with random stalls on both streams."""
 
 from dataclasses import dataclass
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Fragment
 
-from hw.conv_engine import ConvEngine
+from hw.engines.fp_engine import FPEngine
 from mapping import tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice
 from mapping.numerics import WORD_MAX, WORD_MIN
@@ -46,7 +46,7 @@ class Run:
     want: np.ndarray
     transfers: list  # clock edges (counted from 1) at which a partial-sum beat was taken
     simulated: int   # clock edges simulated in all
-    engine: ConvEngine
+    engine: FPEngine
 
 
 def run_engine(*, channels, kernel, ces, out_channels, size, stride=1, padding=0, tiles=None, rng,
@@ -57,7 +57,7 @@ def run_engine(*, channels, kernel, ces, out_channels, size, stride=1, padding=0
     # Extremes on one sample: the largest products and sums the words allow.
     xs[0][:, 0, :] = WORD_MIN
     weights[0] = WORD_MIN
-    engine = ConvEngine(channels=channels, kernel=kernel, ces=ces, out_channels=out_channels, tiles=tiles,
+    engine = FPEngine(channels=channels, kernel=kernel, ces=ces, out_channels=out_channels, tiles=tiles,
                         family=family)
     dut = EngineWithWeights(engine, lpram_rows(weights, ces, engine.tiles, rng).tolist())
     windows = [[int(v) for v in win.reshape(-1)]
@@ -147,7 +147,7 @@ def mults(engine):
 
 @pytest.mark.parametrize("tiles, passes", [(3, 1), (2, 2), (1, 3)])
 def test_from_slice_reads_the_fp_engine(tiles, passes):
-    engine = ConvEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=tiles, kernel=3)))
+    engine = FPEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=tiles, kernel=3)))
     assert (engine.channels, engine.kernel, engine.ces, engine.out_channels) == (3, 3, 4, 10)
     assert (engine.tiles, engine.passes, engine.groups, engine.rows) == (tiles, passes, 3, 3 * passes)
     assert mults(engine) == engine.multipliers == 4 * tiles * 9
@@ -156,15 +156,15 @@ def test_from_slice_reads_the_fp_engine(tiles, passes):
 def test_from_slice_refuses_a_mismatched_fp_engine():
     with pytest.raises(ValueError, match=r"FP engine of 4 tiles of 3x3, but its slice needs at most 3 tiles "
                                          r"\(one per input channel\) of 3x3"):
-        ConvEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=4, kernel=3)))
+        FPEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=4, kernel=3)))
     with pytest.raises(ValueError, match="FP engine of 2 tiles of 5x5, but its slice needs at most 3 tiles"):
-        ConvEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=2, kernel=5)))
+        FPEngine.from_slice(fp_slice(fp=Engine(ces=4, tiles=2, kernel=5)))
 
 
 def test_refuses_zero_ces_and_tiles_outside_the_channels():
     with pytest.raises(ValueError, match="ces = 0 must be at least 1"):
-        ConvEngine(channels=1, kernel=3, ces=0, out_channels=4)
+        FPEngine(channels=1, kernel=3, ces=0, out_channels=4)
     for tiles in (0, 4):
         with pytest.raises(ValueError, match=f"conv engine: tiles = {tiles} is not between 1 and "
                                              f"the slice's 3 input channels"):
-            ConvEngine(channels=3, kernel=3, ces=2, out_channels=4, tiles=tiles)
+            FPEngine(channels=3, kernel=3, ces=2, out_channels=4, tiles=tiles)

@@ -1,4 +1,4 @@
-"""ErrorEngine against tensor_ops.conv_backward, bit for bit, with random stalls on both streams."""
+"""EBEngine against tensor_ops.conv_backward, bit for bit, with random stalls on both streams."""
 
 from dataclasses import dataclass
 
@@ -8,11 +8,10 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.conv_engine import psum_layout
-from hw.eb_engine import ErrorEngine
-from hw.line_buffer import LineBuffer
-from hw.param_ram import ParamRam
-from hw.stream_util import pixel_layout
+from hw.base.layouts import pixel_layout, psum_layout
+from hw.engines.eb_engine import EBEngine
+from hw.memory.line_buffer import LineBuffer
+from hw.memory.param_ram import ParamRam
 from mapping import tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice
 from mapping.numerics import WORD_MAX, WORD_MIN
@@ -50,16 +49,16 @@ class Run:
     got: np.ndarray
     want: np.ndarray
     transfers: list  # clock edges (counted from 1) at which an errors beat was taken
-    issues: int      # cycles with weight_en high
-    addrs: list      # weight_addr of the first window's G*v steps
-    engine: ErrorEngine
+    issues: int      # cycles with weights.en high
+    addrs: list      # weights.addr of the first window's G*v steps
+    engine: EBEngine
 
 
 def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, padding=0, tiles=None, rng,
                stall=0.0, samples=1):
     weights, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                                    size=size, stride=stride, padding=padding, samples=samples)
-    engine = ErrorEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces, tiles=tiles)
+    engine = EBEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces, tiles=tiles)
     dut = EngineWithWeights(engine, lpram_rows(weights, ces, engine.tiles, rng).tolist(), ("windows", "errors"))
     windows = [w for e in errs for w in error_windows(e, kernel, stride, padding, (size, size))]
     want = expected(errs, weights, (in_channels, size, size), stride, padding)
@@ -74,7 +73,7 @@ def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, paddin
 
     async def clock(ctx):
         async for _, _, valid, ready, en, addr in ctx.tick().sample(dut.errors.valid, dut.errors.ready,
-                                                                     engine.weight_en, engine.weight_addr):
+                                                                     engine.weights.en, engine.weights.addr):
             state["now"] += 1
             state["issues"] += en
             if en and len(state["addrs"]) < engine.rows:
@@ -138,7 +137,7 @@ def test_g_times_v_cycles_per_window_with_continuous_input(in_channels, kernel, 
 
 
 class ErrorPath(wiring.Component):
-    """The node's EB path: error pixels -> LineBuffer.for_errors -> ErrorEngine <- LPRAM port B."""
+    """The node's EB path: error pixels -> LineBuffer.for_errors -> EBEngine <- LPRAM port B."""
 
     def __init__(self, line_buffer, engine, ram):
         self.line_buffer, self.engine, self.ram = line_buffer, engine, ram
@@ -151,8 +150,7 @@ class ErrorPath(wiring.Component):
         m = Module()
         m.submodules.lb, m.submodules.engine, m.submodules.ram = self.line_buffer, self.engine, self.ram
         e, port = self.engine, self.ram.b
-        m.d.comb += [port.weight_addr.eq(e.weight_addr), port.weight_en.eq(e.weight_en),
-                     e.weight_data.eq(port.weight_data)]
+        wiring.connect(m, e.weights, port)
         wiring.connect(m, wiring.flipped(self.pixels), self.line_buffer.i)
         wiring.connect(m, self.line_buffer.o, e.windows)
         wiring.connect(m, e.errors, wiring.flipped(self.errors))
@@ -167,7 +165,7 @@ def test_behind_the_error_line_buffer_and_lpram_port_b():
                                    stride=stride, padding=padding, samples=2)
     lb = LineBuffer.for_errors(channels=o, in_height=size, in_width=size, kernel=kernel, stride=stride,
                                padding=padding)
-    engine = ErrorEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces)
+    engine = EBEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces)
     ram = ParamRam(banks=ces, rows=engine.groups, words=s * kernel * kernel, init=weights)
     dut = ErrorPath(lb, engine, ram)
     pixels = [[int(v) for v in e[:, y, x]] for e in errs for y in range(e.shape[1]) for x in range(e.shape[2])]
@@ -195,27 +193,27 @@ def eb_slice(**changes):
 
 
 def test_from_slice_reads_the_eb_engine():
-    engine = ErrorEngine.from_slice(eb_slice())
+    engine = EBEngine.from_slice(eb_slice())
     assert (engine.in_channels, engine.out_channels, engine.kernel, engine.ces, engine.groups) == (3, 10, 3, 4, 3)
     assert (engine.tiles, engine.passes) == (3, 1)
     assert mults(engine) == engine.multipliers == eb_slice().eb.multipliers == 3 * 4 * 9
     folded = eb_slice(fp=Engine(ces=4, tiles=2, kernel=3), eb=Engine(ces=2, tiles=4, kernel=3))
-    engine = ErrorEngine.from_slice(folded)
+    engine = EBEngine.from_slice(folded)
     assert (engine.tiles, engine.passes, engine.rows) == (2, 2, 6)
     assert mults(engine) == engine.multipliers == folded.eb.multipliers == 2 * 4 * 9
     with pytest.raises(ValueError, match=r"EB engine of 3 CEs of 2 tiles of 3x3, but its slice needs 3 CEs "
                                          r"\(one per FP tile\) of 4 tiles \(one per LPRAM bank\)"):
-        ErrorEngine.from_slice(eb_slice(eb=Engine(ces=3, tiles=2, kernel=3)))
+        EBEngine.from_slice(eb_slice(eb=Engine(ces=3, tiles=2, kernel=3)))
     with pytest.raises(ValueError, match="EB engine of 3 CEs of 4 tiles of 3x3, but its slice needs 2 CEs"):
-        ErrorEngine.from_slice(eb_slice(fp=Engine(ces=4, tiles=2, kernel=3)))
+        EBEngine.from_slice(eb_slice(fp=Engine(ces=4, tiles=2, kernel=3)))
     with pytest.raises(ValueError, match="error engine: layer conv2 is the network's first weighted layer"):
-        ErrorEngine.from_slice(eb_slice(needs_eb=False, eb=Engine(0, 0, 3)))
+        EBEngine.from_slice(eb_slice(needs_eb=False, eb=Engine(0, 0, 3)))
 
 
 def test_refuses_zero_out_channels_and_tiles_outside_the_channels():
     with pytest.raises(ValueError, match="error engine: out_channels = 0 must be at least 1"):
-        ErrorEngine(in_channels=2, out_channels=0, kernel=3, ces=2)
+        EBEngine(in_channels=2, out_channels=0, kernel=3, ces=2)
     for tiles in (0, 3):
         with pytest.raises(ValueError, match=f"error engine: tiles = {tiles} is not between 1 and "
                                              f"the slice's 2 input channels"):
-            ErrorEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)
+            EBEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)

@@ -6,7 +6,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import signed
 from amaranth.lib import data
 
-from hw.fifo import Fifo
+from hw.memory.fifo import Fifo
 from mapping.resources import LUTRAM_MAX_DEPTH, ram_style
 from sim.testbench import get, put, simulate
 

@@ -13,14 +13,14 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 
-from hw.grad_buffer import GradientBuffer
-from hw.param_ram import ParamRam
+from hw.memory.grad_buffer import GradientBuffer
+from hw.memory.param_ram import ParamRam
 from mapping import golden, numerics
 from mapping.network import Layer, infer
 from mapping.nodeconfig import Training
 from sim.test_fifo import memories
 from sim.test_param_ram import banked, folded, layer_slice, random_words
-from sim.testbench import read_param_rows, put, simulate
+from sim.testbench import put, read_param_rows, simulate
 
 FORMATS = numerics.Formats()
 ACC_MAX = (1 << (numerics.ACC_BITS - 1)) - 1

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.line_buffer import LineBuffer
+from hw.memory.line_buffer import LineBuffer
 from mapping import tensor_ops
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.test_fifo import memories

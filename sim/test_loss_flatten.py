@@ -1,7 +1,7 @@
 import numpy as np
 
-from hw.flatten import Flatten, Unflatten
-from hw.loss import LossUnit
+from hw.node.loss import LossUnit
+from hw.streams.flatten import Flatten, Unflatten
 from mapping import numerics
 from sim.testbench import as_ints, get, put, simulate
 

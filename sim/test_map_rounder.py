@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.map_rounder import MapRounder
+from hw.arith.map_rounder import MapRounder
 from mapping import numerics
 from sim.test_rounding import accumulators
 from sim.testbench import as_ints, get, put, simulate

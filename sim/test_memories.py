@@ -8,8 +8,8 @@ import pytest
 from amaranth.hdl import Fragment, Shape
 from amaranth.hdl._mem import MemoryInstance
 
-from hw.node import Node
-from hw.slice_unit import check_buildable
+from hw.node.slice_unit import check_buildable
+from hw.node.top import Node
 from mapping import memories, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError

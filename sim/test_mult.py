@@ -9,7 +9,7 @@ from amaranth.hdl import Module, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.mult import LATENCY, Multiplier
+from hw.arith.mult import LATENCY, Multiplier
 from hw.synth import write_rtlil
 from sim.testbench import simulate
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.pab import PartialActivationBuffer
+from hw.memory.pab import PartialActivationBuffer
 from mapping.nodeconfig import Engine
 from sim.test_fifo import memories
 from sim.test_sfu import conv_slice

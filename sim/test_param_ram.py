@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.param_ram import ParamRam, WeightLayout
+from hw.memory.param_ram import ParamRam, WeightLayout
 from mapping.nodeconfig import Engine, LayerSlice
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.test_fifo import memories
@@ -84,15 +84,15 @@ def test_read_after_init_both_ports_hold_data(banks, out_channels, in_channels, 
             for name, port in (("a", ram.a), ("b", ram.b)):
                 en = rng.random() < 0.5
                 addr = int(rng.integers(0, ram.rows))
-                ctx.set(port.weight_addr, addr)
-                ctx.set(port.weight_en, en)
+                ctx.set(port.addr, addr)
+                ctx.set(port.en, en)
                 issued[name] = addr if en else None
             await ctx.tick()
             for name, port in (("a", ram.a), ("b", ram.b)):
                 if issued[name] is not None:
                     held[name] = issued[name]
                 if held[name] is not None:  # valid the cycle after en, held while en is low
-                    assert as_rows(ctx.get(port.weight_data)) == model[held[name]].tolist()
+                    assert as_rows(ctx.get(port.data)) == model[held[name]].tolist()
 
     simulate(ram, bench, deadline=cycles + 10)
 
@@ -112,9 +112,9 @@ def test_concurrent_reads_while_the_update_writes():
         for _ in range(cycles):
             op = rng.choice(["eb", "read", "write", "idle"])
             b_addr = int(rng.integers(0, rows))
-            ctx.set(ram.b.weight_en, op == "eb")
+            ctx.set(ram.b.en, op == "eb")
             # EB's address is garbage unless EB reads: the update's must win.
-            ctx.set(ram.b.weight_addr, b_addr if op == "eb" else int(rng.integers(0, rows)))
+            ctx.set(ram.b.addr, b_addr if op == "eb" else int(rng.integers(0, rows)))
             ctx.set(ram.upd.read, op == "read")
             ctx.set(ram.upd.write, op == "write")
             ctx.set(ram.upd.addr, b_addr)
@@ -124,8 +124,8 @@ def test_concurrent_reads_while_the_update_writes():
             # Port A may read any row but the one written this cycle (a block-RAM collision).
             a_addr = int(rng.integers(0, rows))
             a_en = rng.random() < 0.8 and not (op == "write" and a_addr == b_addr)
-            ctx.set(ram.a.weight_addr, a_addr)
-            ctx.set(ram.a.weight_en, a_en)
+            ctx.set(ram.a.addr, a_addr)
+            ctx.set(ram.a.en, a_en)
             snapshot = model.copy()  # reads see the contents before this cycle's write
             await ctx.tick()
             if a_en:
@@ -136,19 +136,19 @@ def test_concurrent_reads_while_the_update_writes():
                 model[b_addr].flat[lane] = value
                 writes += 1
             if held["a"] is not None:
-                assert as_rows(ctx.get(ram.a.weight_data)) == held["a"].tolist()
+                assert as_rows(ctx.get(ram.a.data)) == held["a"].tolist()
             if held["b"] is not None:
-                assert as_rows(ctx.get(ram.b.weight_data)) == held["b"].tolist()
+                assert as_rows(ctx.get(ram.b.data)) == held["b"].tolist()
                 assert as_rows(ctx.get(ram.upd.data)) == held["b"].tolist()
         # Everything written is really in the memory: read it all back on port A.
         ctx.set(ram.upd.write, 0)
         ctx.set(ram.upd.read, 0)
-        ctx.set(ram.b.weight_en, 0)
+        ctx.set(ram.b.en, 0)
         for addr in range(rows):
-            ctx.set(ram.a.weight_addr, addr)
-            ctx.set(ram.a.weight_en, 1)
+            ctx.set(ram.a.addr, addr)
+            ctx.set(ram.a.en, 1)
             await ctx.tick()
-            assert as_rows(ctx.get(ram.a.weight_data)) == model[addr].tolist()
+            assert as_rows(ctx.get(ram.a.data)) == model[addr].tolist()
 
     simulate(ram, bench, deadline=cycles + rows + 10)
     assert writes > cycles // 5
@@ -164,12 +164,12 @@ def test_port_misuse_fails_the_simulation(misuse, message):
     async def bench(ctx):
         ctx.set(ram.upd.addr, 2)
         if misuse == "eb_and_update":
-            ctx.set(ram.b.weight_en, 1)
+            ctx.set(ram.b.en, 1)
             ctx.set(ram.upd.read, 1)
         else:
             ctx.set(ram.upd.write, 1)
-            ctx.set(ram.a.weight_addr, 2)
-            ctx.set(ram.a.weight_en, 1)
+            ctx.set(ram.a.addr, 2)
+            ctx.set(ram.a.en, 1)
         await ctx.tick()
 
     with pytest.raises(AssertionError, match=message):

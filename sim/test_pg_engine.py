@@ -1,4 +1,4 @@
-"""GradientEngine: its products summed over pixels are tensor_ops.conv_weight_grad / bias_grad,
+"""PGEngine: its products summed over pixels are tensor_ops.conv_weight_grad / bias_grad,
 bit for bit, with random stalls on all streams; and the engine feeding the gradient buffer."""
 
 from dataclasses import dataclass
@@ -8,9 +8,9 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 
-from hw.grad_buffer import GradientBuffer
-from hw.param_ram import ParamRam
-from hw.pg_engine import GradientEngine
+from hw.engines.pg_engine import PGEngine
+from hw.memory.grad_buffer import GradientBuffer
+from hw.memory.param_ram import ParamRam
 from mapping import numerics, tensor_ops
 from mapping.nodeconfig import Engine, Training
 from mapping.numerics import WORD_MAX, WORD_MIN
@@ -18,7 +18,7 @@ from sim.test_conv_engine import lpram_rows, mults
 from sim.test_eb_engine import eb_slice
 from sim.test_grad_buffer import FORMATS, full_index, sgd
 from sim.test_param_ram import banked, layer_slice
-from sim.testbench import read_param_rows, as_ints, get, put, simulate
+from sim.testbench import as_ints, get, put, read_param_rows, simulate
 
 
 def random_problem(rng, *, in_channels, out_channels, kernel, size, stride, padding, samples, low=WORD_MIN,
@@ -133,7 +133,7 @@ def test_products_sum_to_conv_weight_grad_with_stalls(name):
     rng = np.random.default_rng(len(name))
     xs, errs = random_problem(rng, in_channels=s, out_channels=o, kernel=kernel, size=size, stride=stride,
                               padding=padding, samples=2)
-    engine = GradientEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, tiles=tiles, bias=bias)
+    engine = PGEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, tiles=tiles, bias=bias)
     run = run_engine(engine, *pixel_inputs(xs, errs, kernel, stride, padding), rng, stall=0.3)
 
     want, want_bias = expected_beats(xs, errs, kernel, stride, padding, ces, engine.tiles)
@@ -160,7 +160,7 @@ def test_one_beat_per_cycle_with_continuous_input(in_channels, kernel, tiles, pa
     rng = np.random.default_rng(4)
     xs, errs = random_problem(rng, in_channels=in_channels, out_channels=5, kernel=kernel, size=3, stride=1,
                               padding=kernel // 2, samples=2)
-    engine = GradientEngine(in_channels=in_channels, out_channels=5, kernel=kernel, ces=2, tiles=tiles, bias=True)
+    engine = PGEngine(in_channels=in_channels, out_channels=5, kernel=kernel, ces=2, tiles=tiles, bias=True)
     run = run_engine(engine, *pixel_inputs(xs, errs, kernel, 1, kernel // 2), rng)
     beats = 2 * 9 * 3 * passes
     assert (engine.passes, engine.latency, len(run.grads), len(run.bias_grads)) == (passes, 2, beats, beats)
@@ -168,7 +168,7 @@ def test_one_beat_per_cycle_with_continuous_input(in_channels, kernel, tiles, pa
 
 
 class EngineWithBuffers(wiring.Component):
-    """GradientEngine -> GradientBuffer -> ParamRam, for weights and biases: the engine's beats as they are."""
+    """PGEngine -> GradientBuffer -> ParamRam, for weights and biases: the engine's beats as they are."""
 
     def __init__(self, engine, weights_gb, weights_ram, bias_gb, bias_ram):
         self.engine = engine
@@ -208,7 +208,7 @@ def test_engine_feeds_the_gradient_buffers_of_weights_and_biases(ces, stall):
                               padding=padding, samples=2, low=-256, high=255)
     weights = rng.integers(WORD_MIN, WORD_MAX + 1, (o, s, kernel, kernel))
     biases = rng.integers(WORD_MIN, WORD_MAX + 1, (o, 1))
-    engine = GradientEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, bias=True)
+    engine = PGEngine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, bias=True)
     gbs = [GradientBuffer.from_slice(sl, FORMATS, training), GradientBuffer.from_slice(sl, FORMATS, training,
                                                                                         bias=True)]
     rams = [ParamRam.from_slice(sl, init=weights), ParamRam(banks=ces, rows=gbs[1].rows, words=1, init=biases)]
@@ -264,28 +264,28 @@ def test_engine_feeds_the_gradient_buffers_of_weights_and_biases(ces, stall):
 
 
 def test_from_slice_reads_the_pg_engine_and_bias_ownership():
-    engine = GradientEngine.from_slice(eb_slice(last=True))
+    engine = PGEngine.from_slice(eb_slice(last=True))
     assert (engine.in_channels, engine.out_channels, engine.kernel, engine.ces, engine.groups) == (3, 10, 3, 4, 3)
     assert mults(engine) == engine.multipliers == eb_slice().pg.multipliers == 4 * 3 * 9
     # Biases belong to the last node of an ICP layer and to every OCP node.
     assert "bias_grads" in engine.signature.members
-    before_last = GradientEngine.from_slice(eb_slice(last=False))
+    before_last = PGEngine.from_slice(eb_slice(last=False))
     assert "bias_grads" not in before_last.signature.members and mults(before_last) == 4 * 3 * 9
     wide = Engine(ces=2, tiles=8, kernel=3)
-    ocp = GradientEngine.from_slice(eb_slice(mode="ocp", in_range=(0, 8), out_range=(2, 5), fp=wide, pg=wide))
+    ocp = PGEngine.from_slice(eb_slice(mode="ocp", in_range=(0, 8), out_range=(2, 5), fp=wide, pg=wide))
     assert "bias_grads" in ocp.signature.members and mults(ocp) == 2 * 8 * 9
     narrow = Engine(ces=4, tiles=2, kernel=3)
-    folded = GradientEngine.from_slice(eb_slice(fp=narrow, pg=narrow))
+    folded = PGEngine.from_slice(eb_slice(fp=narrow, pg=narrow))
     assert (folded.tiles, folded.passes, folded.rows) == (2, 2, 6) and mults(folded) == 4 * 2 * 9
     with pytest.raises(ValueError, match=r"gradient engine: layer conv2 has a PG engine of 4 CEs of 2 tiles "
                                          r"of 3x3, but its slice needs 3 tiles \(as its FP engine"):
-        GradientEngine.from_slice(eb_slice(pg=Engine(ces=4, tiles=2, kernel=3)))
+        PGEngine.from_slice(eb_slice(pg=Engine(ces=4, tiles=2, kernel=3)))
 
 
 def test_refuses_zero_ces_and_tiles_outside_the_channels():
     with pytest.raises(ValueError, match="gradient engine: ces = 0 must be at least 1"):
-        GradientEngine(in_channels=2, out_channels=3, kernel=3, ces=0)
+        PGEngine(in_channels=2, out_channels=3, kernel=3, ces=0)
     for tiles in (0, 3):
         with pytest.raises(ValueError, match=f"gradient engine: tiles = {tiles} is not between 1 and "
                                              f"the slice's 2 input channels"):
-            GradientEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)
+            PGEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from amaranth.lib import data
 from amaranth.hdl import unsigned
+from amaranth.lib import data
 
-from hw.rounding import StochasticRounder
+from hw.arith.rounding import StochasticRounder
 from mapping import numerics
 from sim.testbench import as_ints, get, put, simulate
 

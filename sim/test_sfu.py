@@ -9,8 +9,8 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 
-from hw.param_ram import ParamRam
-from hw.sfu import SFU
+from hw.memory.param_ram import ParamRam
+from hw.node.sfu import SFU
 from mapping import numerics, tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice, Pool
 from mapping.numerics import WORD_MAX, WORD_MIN

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hw.stream_util import ChannelConcat, ChannelFork
+from hw.streams.channels import ChannelConcat, ChannelFork
 from sim.testbench import as_ints, get, put, simulate
 
 

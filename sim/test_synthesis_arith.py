@@ -7,9 +7,9 @@ synth_xilinx (Yosys 0.70) trips an assertion in ABC9's reintegration step.
 
 import pytest
 
-from hw.conv_engine import ConvEngine
-from hw.mult import Multiplier
-from hw.rounding import StochasticRounder
+from hw.arith.mult import Multiplier
+from hw.arith.rounding import StochasticRounder
+from hw.engines.fp_engine import FPEngine
 from hw.synth import synthesize
 
 EXTRA = {"ecp5": "", "xc7": "-flatten"}
@@ -38,7 +38,7 @@ def test_xc7_multiplier_is_one_dsp48e1_with_its_registers():
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])
 def test_conv_engine_uses_one_dsp_per_multiplier(family):
-    engine = ConvEngine(channels=2, kernel=3, ces=2, out_channels=4, family=family)
+    engine = FPEngine(channels=2, kernel=3, ces=2, out_channels=4, family=family)
     result = synth(engine, family)
     assert result.dsp == engine.multipliers == 36
     # The adder tree is carry chains (about 1,200 LUT4 sites on ECP5, carry cells counted

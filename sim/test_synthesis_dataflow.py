@@ -3,9 +3,9 @@ mapping's BRAM estimates hold): block RAM past LUTRAM_MAX_DEPTH words, LUT RAM u
 
 import pytest
 
-from hw.line_buffer import LineBuffer
-from hw.pab import PartialActivationBuffer
-from hw.sfu import SFU
+from hw.memory.line_buffer import LineBuffer
+from hw.memory.pab import PartialActivationBuffer
+from hw.node.sfu import SFU
 from hw.synth import SYNTH_COMMANDS, synthesize
 from mapping.nodeconfig import Pool
 

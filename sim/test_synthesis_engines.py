@@ -9,9 +9,9 @@ internal assertion (as noted in sim/test_synthesis_arith.py and test_synthesis_d
 
 import pytest
 
-from hw.conv_engine import ConvEngine
-from hw.eb_engine import ErrorEngine
-from hw.pg_engine import GradientEngine
+from hw.engines.eb_engine import EBEngine
+from hw.engines.fp_engine import FPEngine
+from hw.engines.pg_engine import PGEngine
 from hw.synth import synthesize
 
 EXTRA = {"ecp5": "", "xc7": "-flatten -noiopad"}
@@ -20,7 +20,7 @@ S, O, K, P = 2, 3, 3, 2  # O not a multiple of P: the last group's dead lanes co
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])
 def test_error_engine_uses_one_dsp_per_multiplier(family):
-    engine = ErrorEngine(in_channels=S, out_channels=O, kernel=K, ces=P, family=family)
+    engine = EBEngine(in_channels=S, out_channels=O, kernel=K, ces=P, family=family)
     result = synthesize(engine, family, extra=EXTRA[family])
     assert result.dsp == engine.multipliers == S * P * K * K
     assert result.bram == 0
@@ -32,7 +32,7 @@ def test_error_engine_uses_one_dsp_per_multiplier(family):
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])
 def test_gradient_engine_uses_one_dsp_per_multiplier(family):
-    engine = GradientEngine(in_channels=S, out_channels=O, kernel=K, ces=P, bias=True, family=family)
+    engine = PGEngine(in_channels=S, out_channels=O, kernel=K, ces=P, bias=True, family=family)
     result = synthesize(engine, family, extra=EXTRA[family])
     assert result.dsp == engine.multipliers == S * P * K * K
     assert result.bram == 0
@@ -41,9 +41,9 @@ def test_gradient_engine_uses_one_dsp_per_multiplier(family):
 
 
 FOLDED = {  # S = 5 input channels on b = 2 tiles: 3 passes, the last one half padding
-    "fp": lambda: ConvEngine(channels=5, kernel=K, ces=P, out_channels=O, tiles=2, family="ecp5"),
-    "eb": lambda: ErrorEngine(in_channels=5, out_channels=O, kernel=K, ces=P, tiles=2, family="ecp5"),
-    "pg": lambda: GradientEngine(in_channels=5, out_channels=O, kernel=K, ces=P, tiles=2, bias=True,
+    "fp": lambda: FPEngine(channels=5, kernel=K, ces=P, out_channels=O, tiles=2, family="ecp5"),
+    "eb": lambda: EBEngine(in_channels=5, out_channels=O, kernel=K, ces=P, tiles=2, family="ecp5"),
+    "pg": lambda: PGEngine(in_channels=5, out_channels=O, kernel=K, ces=P, tiles=2, bias=True,
                                  family="ecp5"),
 }
 

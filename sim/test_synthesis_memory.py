@@ -18,11 +18,12 @@ from dataclasses import replace
 import pytest
 from amaranth.back import rtlil
 
-from hw.act_ram import ActRam
-from hw.bpram_host import HostedRows, Relay, hosted_blocks, relayed_blocks
-from hw.fifo import Fifo
-from hw.grad_buffer import GradientBuffer
-from hw.param_ram import ParamRam
+from hw.balance.hosted_rows import (HostedRows, Relay, hosted_blocks,
+                                    relayed_blocks)
+from hw.memory.act_ram import ActRam
+from hw.memory.fifo import Fifo
+from hw.memory.grad_buffer import GradientBuffer
+from hw.memory.param_ram import ParamRam
 from hw.synth import synthesize_rtlil
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network

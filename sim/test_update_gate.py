@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.update_gate import UpdateGate
+from hw.memory.update_gate import UpdateGate
 from sim.testbench import simulate
 
 

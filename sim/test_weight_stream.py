@@ -1,19 +1,18 @@
 """RowStreamer, WeightSource and GradientSplit (hw/weight_stream.py), bit for bit, with random stalls."""
 
 import re
+
 import numpy as np
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from hw.conv_engine import ConvEngine
-from hw.eb_engine import ErrorEngine
-from hw.param_ram import ParamRam, WeightLayout
-from hw.pg_engine import PRODUCT_BITS
-from hw.slice_unit import _connect_weight_port
-from hw.weight_stream import GradientSplit, RowStreamer, WeightSource
-
+from hw.balance.weight_stream import GradientSplit, RowStreamer, WeightSource
+from hw.base.layouts import PRODUCT_BITS
+from hw.engines.eb_engine import EBEngine
+from hw.engines.fp_engine import FPEngine
+from hw.memory.param_ram import ParamRam, WeightLayout
 from sim.test_param_ram import as_rows, random_words
 from sim.testbench import as_ints, get, put, simulate
 
@@ -100,7 +99,7 @@ def test_row_streamer_one_pass_per_allow_in_engine_order(kernel, group_major):
 
     async def monitor(ctx):
         async for _, _, allow, en, addr, start, done, valid, ready, payload in ctx.tick().sample(
-                dut.allow, port.weight_en, port.weight_addr, dut.start, dut.done, dut.rows.valid,
+                dut.allow, port.en, port.addr, dut.start, dut.done, dut.rows.valid,
                 dut.rows.ready, dut.rows.payload):
             first_read = en and len(seen["reads"]) % rows == 0
             # start: a pass's first read, only while allowed.
@@ -151,7 +150,7 @@ class SourcedEngine(wiring.Component):
         m = Module()
         engine, source = self.engine, self.source
         m.submodules.engine, m.submodules.source = engine, source
-        _connect_weight_port(m, engine, source.engine)
+        wiring.connect(m, engine.weights, source.engine)
         if self.ram is not None:
             m.submodules.ram = self.ram
             connect(m, source.ram, self.ram.a)
@@ -182,10 +181,10 @@ def test_weight_source_feeds_the_engine_the_full_weight_matrix(role, hosts):
     weights = random_words(rng, (O, S))
     group_major = role == "fp"
     if group_major:
-        engine = ConvEngine(channels=S, kernel=1, ces=P, out_channels=O, tiles=B)
+        engine = FPEngine(channels=S, kernel=1, ces=P, out_channels=O, tiles=B)
         ports, width = ("windows", "psums"), S
     else:
-        engine = ErrorEngine(in_channels=S, out_channels=O, kernel=1, ces=P, tiles=B)
+        engine = EBEngine(in_channels=S, out_channels=O, kernel=1, ces=P, tiles=B)
         ports, width = ("windows", "errors"), O
     assert (engine.groups, engine.passes) == (GROUPS, PASSES)
     layout = WeightLayout(O, S, 1, P, B)

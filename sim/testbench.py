@@ -109,11 +109,11 @@ class EngineWithWeights(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.engine = engine = self.engine
-        m.submodules.rom = rom = Memory(shape=engine.weight_data.shape(), depth=len(self.rows),
+        m.submodules.rom = rom = Memory(shape=engine.weights.data.shape(), depth=len(self.rows),
                                         init=self.rows)
         port = rom.read_port()
-        m.d.comb += [port.addr.eq(engine.weight_addr), port.en.eq(engine.weight_en),
-                     engine.weight_data.eq(port.data)]
+        m.d.comb += [port.addr.eq(engine.weights.addr), port.en.eq(engine.weights.en),
+                     engine.weights.data.eq(port.data)]
         inp, out = self.ports
         wiring.connect(m, wiring.flipped(getattr(self, inp)), getattr(engine, inp))
         wiring.connect(m, getattr(engine, out), wiring.flipped(getattr(self, out)))
@@ -124,9 +124,9 @@ async def read_param_rows(ctx, ram):
     """Every address of a ParamRam read through its port A, as an array (rows, banks, words)."""
     rows = []
     for addr in range(ram.rows):
-        ctx.set(ram.a.weight_addr, addr)
-        ctx.set(ram.a.weight_en, 1)
+        ctx.set(ram.a.addr, addr)
+        ctx.set(ram.a.en, 1)
         await ctx.tick()
-        rows.append([as_ints(row) for row in ctx.get(ram.a.weight_data)])
-    ctx.set(ram.a.weight_en, 0)
+        rows.append([as_ints(row) for row in ctx.get(ram.a.data)])
+    ctx.set(ram.a.en, 0)
     return np.array(rows)

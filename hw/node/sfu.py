@@ -55,12 +55,14 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.conv_engine import psum_layout
-from hw.fifo import Fifo
-from hw.param_ram import ram_attrs, weight_port_signature
-from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, positive, refuse
-from hw.stream_util import pixel_layout
 from mapping import numerics
+
+from ..arith.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder
+from ..base.checks import positive, refuse
+from ..base.layouts import pixel_layout, psum_layout
+from ..base.ram import ram_attrs
+from ..base.signatures import WeightPortSignature
+from ..memory.fifo import Fifo
 
 WORD = numerics.WORD_BITS
 
@@ -132,7 +134,7 @@ class SFU(wiring.Component):
             "sample_base": In(SAMPLE_BITS),
         }
         if bias:
-            members["bias"] = Out(weight_port_signature(self.groups, lanes, 1))
+            members["bias"] = Out(WeightPortSignature(self.groups, lanes, 1))
         if self.mask_bits:
             members["mask_level"] = Out(range(self.mask_depth + 1))
         super().__init__(members)
@@ -183,7 +185,7 @@ class SFU(wiring.Component):
         m.d.comb += self.fp_in.ready.eq(advance)
         if self.has_bias:
             # Read only for a beat: an idle SFU leaves the bias RAM free for the update.
-            m.d.comb += [self.bias.weight_addr.eq(g), self.bias.weight_en.eq(accept)]
+            m.d.comb += [self.bias.addr.eq(g), self.bias.en.eq(accept)]
         with m.If(accept):
             with m.If(g == groups - 1):
                 m.d.sync += [g.eq(0), gbase.eq(0)]
@@ -204,7 +206,7 @@ class SFU(wiring.Component):
         for lane in range(p):
             acc = s1.psum.values[lane]
             if self.has_bias:
-                acc = acc + (self.bias.weight_data[lane][0] << bias_shift)
+                acc = acc + (self.bias.data[lane][0] << bias_shift)
             m.d.comb += [rounder.i.payload.acc[lane].eq(acc),
                          rounder.i.payload.index[lane].eq(s1.base + (self.channel_base + lane) * hw)]
 

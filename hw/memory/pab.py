@@ -24,10 +24,11 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.conv_engine import psum_layout
-from hw.fifo import Fifo
-from hw.rounding import refuse
 from mapping.memories import PAB_MIN_DEPTH
+
+from ..base.checks import refuse
+from ..base.layouts import psum_layout
+from .fifo import Fifo
 
 
 class PartialActivationBuffer(wiring.Component):

@@ -44,33 +44,21 @@ has taken the beat on display (an output that takes it early waits, flagged as
 taken, for the others), so a beat is never lost or duplicated on either output.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.conv_engine import window_layout
-from hw.engine_common import Issue, Pipeline, multiply, select_words
-from hw.mult import LATENCY
-from hw.param_ram import WeightWalk
-from hw.rounding import positive
-from hw.stream_util import pixel_layout
-from mapping.numerics import WORD_BITS
-
-PRODUCT_BITS = 2 * WORD_BITS
-
-
-def grads_layout(rows, ces, words):
-    """One ``grads`` beat: LPRAM address ``row`` and P rows of ``words`` exact products."""
-    return data.StructLayout({"row": range(rows),
-                              "values": data.ArrayLayout(data.ArrayLayout(signed(PRODUCT_BITS), words), ces)})
+from ..arith.mult import LATENCY
+from ..arith.pipeline import Pipeline
+from ..base.checks import positive
+from ..base.handshake import fork
+from ..base.layouts import (bias_grads_layout, grads_layout, pixel_layout,
+                            window_layout)
+from ..memory.param_ram import WeightWalk
+from .common import Issue, multiply, select_words
 
 
-def bias_grads_layout(groups, ces):
-    """One ``bias_grads`` beat: group ``row`` and the P errors of that group."""
-    return data.StructLayout({"row": range(groups), "values": data.ArrayLayout(signed(WORD_BITS), ces)})
-
-
-class GradientEngine(WeightWalk, wiring.Component):
+class PGEngine(WeightWalk, wiring.Component):
     """``ces`` (P) CEs of ``tiles`` (b) tiles of ``kernel`` x ``kernel``, over S = ``in_channels`` and
     O = ``out_channels``.
 
@@ -128,16 +116,9 @@ class GradientEngine(WeightWalk, wiring.Component):
         pipe = Pipeline()
         outs = self.outputs()
 
-        # Fork of the output register to every output: `taken` flags the outputs that
-        # took the beat on display while another stalled.
-        valid, taken, advance = Signal(), Signal(len(outs)), Signal()
-        done = Cat(taken[n] | out.ready for n, out in enumerate(outs))
-        m.d.comb += advance.eq(~valid | done.all())
-        m.d.comb += [out.valid.eq(valid & ~taken[n]) for n, out in enumerate(outs)]
-        with m.If(advance):
-            m.d.sync += taken.eq(0)
-        with m.Else():
-            m.d.sync += taken.eq(done)
+        # The output register forks to every output; the pipeline advances once all took it.
+        valid, advance = Signal(), Signal()
+        m.d.comb += advance.eq(~valid | fork(m, valid, outs))
 
         both = self.windows.valid & self.errors.valid
         issue = Issue(m, self.groups, self.passes, both, advance, group_major=True)

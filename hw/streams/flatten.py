@@ -11,7 +11,7 @@ from amaranth.hdl import Array, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .stream_util import pixel_layout
+from ..base.layouts import pixel_layout
 
 
 def _flat_index(c, pixel, pixels):

@@ -5,16 +5,15 @@ Both blocks are combinational on the data path and keep valid/ready semantics:
 a beat is never dropped or duplicated, whatever the consumers do.
 """
 
-from amaranth.hdl import Cat, Module, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Module
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping.numerics import WORD_BITS
-from .rounding import refuse
 
-
-def pixel_layout(channels, width=WORD_BITS):
-    return data.ArrayLayout(signed(width), channels)
+from ..base.checks import refuse
+from ..base.handshake import fork
+from ..base.layouts import pixel_layout
 
 
 def _channel_slice(payload, lo, hi, width):
@@ -44,17 +43,9 @@ class ChannelFork(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         outs = self.outputs()
-        done = Signal(len(outs))
-        taken = Cat(done[n] | out.ready for n, out in enumerate(outs))
-        m.d.comb += self.i.ready.eq(taken.all())
-        for n, ((lo, hi), out) in enumerate(zip(self.ranges, outs)):
-            m.d.comb += [out.valid.eq(self.i.valid & ~done[n]),
-                         out.payload.eq(_channel_slice(self.i.payload, lo, hi, self.width))]
-        with m.If(self.i.valid):
-            with m.If(self.i.ready):
-                m.d.sync += done.eq(0)
-            with m.Else():
-                m.d.sync += done.eq(done | Cat(out.ready for out in outs))
+        m.d.comb += self.i.ready.eq(fork(m, self.i.valid, outs))
+        for (lo, hi), out in zip(self.ranges, outs):
+            m.d.comb += out.payload.eq(_channel_slice(self.i.payload, lo, hi, self.width))
         return m
 
 

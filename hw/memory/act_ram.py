@@ -7,9 +7,9 @@ register, ``level`` exact every cycle). Memory: (16*S bits, ``act_ram_words / S`
 S = ``channels``, one read port.
 """
 
-from hw.fifo import Fifo
-from hw.rounding import refuse
-from hw.stream_util import pixel_layout
+from ..base.checks import refuse
+from ..base.layouts import pixel_layout
+from .fifo import Fifo
 
 
 class ActRam(Fifo):

@@ -66,13 +66,18 @@ from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.mult import Multiplier
-from hw.param_ram import NO_RW_CHECK, WeightWalk, ram_attrs, read_register, update_port_signature
-from hw.pg_engine import bias_grads_layout, grads_layout
-from hw.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, positive, refuse, saturate
 from mapping import numerics
 
-PRODUCT_BITS = 64  # |gsum| < 2**47 and lr < 2**16: the product fits a signed 64-bit value
+from ..arith.mult import Multiplier
+from ..arith.rounding import (INDEX_BITS, SAMPLE_BITS, StochasticRounder,
+                              saturate)
+from ..base.checks import positive, refuse
+from ..base.layouts import bias_grads_layout, grads_layout
+from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
+from ..base.signatures import UpdatePortSignature
+from .param_ram import WeightWalk
+
+STEP_BITS = 64  # lr * gsum: |gsum| < 2**47 and lr < 2**16: the product fits a signed 64-bit value
 LR_BITS = numerics.WORD_BITS + 1  # the unsigned 16-bit constant as a signed operand
 CHUNK_BITS = 17  # gsum is split so every multiplier operand fits 18 signed bits
 
@@ -121,7 +126,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         self.last_words = (in_channels - (self.passes - 1) * self.tiles) * kk
         self.last_banks = out_channels - (self.groups - 1) * banks
         self.rounder = StochasticRounder(lanes=1, shift=shift, seed=seed, tensor=tensor,
-                                         acc_width=PRODUCT_BITS, extra=self._extra_layout())
+                                         acc_width=STEP_BITS, extra=self._extra_layout())
         self.lr = lr
         beat = bias_grads_layout(self.rows, banks) if bias else grads_layout(self.rows, banks, self.words)
         super().__init__({
@@ -130,7 +135,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
             "batch": In(SAMPLE_BITS),
             "busy": Out(1),
             "done": Out(1),
-            "upd": Out(update_port_signature(self.rows, banks, self.words)),
+            "upd": Out(UpdatePortSignature(self.rows, banks, self.words)),
         })
 
     def _extra_layout(self):

@@ -60,11 +60,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.conv_engine import window_layout
-from hw.param_ram import ram_attrs
-from hw.rounding import refuse
-from hw.stream_util import pixel_layout
 from mapping.line_walk import Axis, error_axis, row_steps, walk_cycles
+
+from ..base.checks import refuse
+from ..base.layouts import pixel_layout, window_layout
+from ..base.ram import ram_attrs
 
 
 def _pair(value):

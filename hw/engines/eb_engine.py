@@ -22,7 +22,7 @@ so the garbage in the weight rows' lanes past O never contributes.
 Pipeline, from the cycle a step (group g, pass i) is issued (weight read enabled):
 
 ====================  ===============================================================
-issue                 ``weight_en``, ``weight_addr = g*v + i``; group g's P*K*K error
+issue                 ``weights.en``, ``weights.addr = g*v + i``; group g's P*K*K error
                       taps are selected from the held window and registered
 +1                    weight row and error taps presented to the multipliers
 +1 + LATENCY          products (``hw.mult.Multiplier``, registered in and out)
@@ -35,27 +35,30 @@ issue                 ``weight_en``, ``weight_addr = g*v + i``; group g's P*K*K 
 One window is accepted per G*v cycles and, with continuous input and a ready output,
 every multiplier is busy every cycle. Flow control as in hw.conv_engine: one enable,
 ``advance = ~errors.valid | errors.ready``, holds every register (the accumulators and
-held lanes included) and the weight memory holds its output while ``weight_en`` is low.
+held lanes included) and the weight memory holds its output while ``weights.en`` is low.
 """
 
 from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.conv_engine import psum_layout, window_layout
-from hw.engine_common import Issue, Pipeline, multiply, select_words, tree_levels
-from hw.mult import LATENCY
-from hw.param_ram import WeightWalk
-from hw.rounding import positive
 from mapping.numerics import ACC_BITS, WORD_BITS
 
+from ..arith.mult import LATENCY
+from ..arith.pipeline import Pipeline, tree_levels
+from ..base.checks import positive
+from ..base.layouts import psum_layout, window_layout
+from ..base.signatures import WeightPortSignature
+from ..memory.param_ram import WeightWalk
+from .common import Issue, multiply, select_words
 
-class ErrorEngine(WeightWalk, wiring.Component):
+
+class EBEngine(WeightWalk, wiring.Component):
     """``tiles`` (b) CEs of ``ces`` (P) tiles over ``in_channels`` (S) input channels.
 
     Ports: ``windows`` (error windows of the ``out_channels`` = O output channels, one per
-    input pixel), ``weight_addr``/``weight_en``/``weight_data`` (the LPRAM read port, engine
-    side, as ConvEngine's: ``rows`` = G*v addresses of P rows of b*K*K words), ``errors``
+    input pixel), ``weights`` (a ``WeightPortSignature`` (the LPRAM read port, engine
+    side, as FPEngine's: ``rows`` = G*v addresses of P rows of b*K*K words), ``errors``
     (``psum_layout(S)``, one beat per window). ``tiles``: b, None for one CE per input
     channel; ``passes``: v.
     ``latency``: cycles from issuing a window's last step to its errors, with no stall.
@@ -73,9 +76,7 @@ class ErrorEngine(WeightWalk, wiring.Component):
         self.latency = 2 + LATENCY + self.levels
         super().__init__({
             "windows": In(stream.Signature(window_layout(out_channels, kernel))),
-            "weight_addr": Out(range(self.rows)),
-            "weight_en": Out(1),
-            "weight_data": In(data.ArrayLayout(window_layout(self.tiles, kernel), ces)),
+            "weights": Out(WeightPortSignature(self.rows, ces, self.tiles * kernel * kernel)),
             "errors": Out(stream.Signature(psum_layout(in_channels))),
         })
 
@@ -109,7 +110,7 @@ class ErrorEngine(WeightWalk, wiring.Component):
         m.d.comb += advance.eq(~self.errors.valid | self.errors.ready)
 
         issue = Issue(m, self.groups, self.passes, self.windows.valid, advance, group_major=False)
-        m.d.comb += [self.weight_en.eq(issue.issue), self.weight_addr.eq(issue.addr),
+        m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
 
         # Group g's error taps, (p, ky, kx) row-major, zero for channels past O.
@@ -125,7 +126,7 @@ class ErrorEngine(WeightWalk, wiring.Component):
             for p in range(self.ces):
                 for ky in range(k):
                     for kx in range(k):
-                        weight = self.weight_data[p][c * kk + (k - 1 - ky) * k + (k - 1 - kx)]
+                        weight = self.weights.data[p][c * kk + (k - 1 - ky) * k + (k - 1 - kx)]
                         products.append(multiply(m, f"mult_{c}_{p}_{ky}_{kx}", taps[(p * k + ky) * k + kx],
                                                  weight, advance, self.family))
             sums.append(products)

@@ -25,7 +25,7 @@ from amaranth.hdl import Assert, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .rounding import refuse
+from ..base.checks import refuse
 
 COUNT_BITS = 32
 

@@ -11,8 +11,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping import numerics
-from .rounding import StochasticRounder
-from .stream_util import pixel_layout
+
+from ..arith.rounding import StochasticRounder
+from ..base.layouts import pixel_layout
 
 LABEL_BITS = 16
 

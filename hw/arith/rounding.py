@@ -27,28 +27,17 @@ also ``i.ready``: one beat per cycle with a ready consumer, and a stall holds ev
 stage, so nothing is dropped or duplicated.
 """
 
-from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping import numerics
 
+from ..base.checks import refuse
+from .pipeline import Pipeline
+
 INDEX_BITS = 32
 SAMPLE_BITS = 32
-
-
-def refuse(component, message):
-    """Refuse a constructor parameter: ValueError, without Amaranth's "created but never
-    used" warning for the half-built component (it would bury the real message)."""
-    component._MustUse__silence = True
-    raise ValueError(message)
-
-
-def positive(component, block, **sizes):
-    """Refuse any of ``sizes`` (a block's constructor parameters) below 1."""
-    for name, value in sizes.items():
-        if value < 1:
-            refuse(component, f"{block}: {name} = {value} must be at least 1")
 
 
 def mix_round(x, xorshift, a, b):
@@ -106,17 +95,8 @@ class StochasticRounder(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        pipe = Module()  # every register of the datapath; all advance on one enable
-
-        def stage(value, shape=None):
-            reg = Signal(shape if shape is not None else value.shape())
-            pipe.d.sync += reg.eq(value)
-            return reg
-
-        def delay(value, cycles):
-            for _ in range(cycles):
-                value = stage(value)
-            return value
+        pipe = Pipeline()  # every register of the datapath; all advance on one enable
+        stage, delay = pipe.stage, pipe.delay
 
         payload = self.i.payload
         acc_layout = data.ArrayLayout(signed(self.acc_width), self.lanes)
@@ -159,6 +139,6 @@ class StochasticRounder(wiring.Component):
 
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
-        m.submodules.pipe = EnableInserter(advance)(pipe)
+        pipe.attach(m, advance)
         return m
 

@@ -22,8 +22,8 @@ from amaranth.hdl import Assert, Module, Mux, Shape, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.param_ram import NO_RW_CHECK, ram_attrs, read_register
-from hw.rounding import refuse
+from ..base.checks import refuse
+from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
 
 
 class Fifo(wiring.Component):

@@ -25,13 +25,15 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping.errors import SpecError
-from mapping.memories import (RELAY_DEPTH, hosted_groups, merge_blocks, relayed_groups, remote_groups,
+from mapping.memories import (RELAY_DEPTH, hosted_groups, merge_blocks,
+                              relayed_groups, remote_groups,
                               remote_rows_problem)
-from .fifo import Fifo
-from .grad_buffer import GradientBuffer
-from .param_ram import ParamRam, WeightLayout, bank_layout
-from .pg_engine import grads_layout
-from .update_gate import COUNT_BITS, SampleGate, UpdateGate
+
+from ..base.layouts import bank_layout, grads_layout
+from ..memory.fifo import Fifo
+from ..memory.grad_buffer import GradientBuffer
+from ..memory.param_ram import ParamRam, WeightLayout, slice_weights
+from ..memory.update_gate import COUNT_BITS, SampleGate, UpdateGate
 from .weight_stream import RowStreamer
 
 
@@ -127,8 +129,6 @@ class HostedRows(wiring.Component):
     """
 
     def __init__(self, block, formats, training, *, params=None, family=None):
-        from .slice_unit import slice_weights  # the slice unit builds on this module
-
         rows = self.rows = block.owner_slice
         self.block, self.formats, self.training, self.family = block, formats, training, family
         self.layout = WeightLayout.from_slice(rows)
@@ -165,7 +165,7 @@ class HostedRows(wiring.Component):
             connect(m, eb.rows, flipped(self._port("eb", "out")))
             m.d.comb += [eb.allow.eq(gate.eb_allow), gate.eb_start.eq(eb.start), gate.eb_done.eq(eb.done)]
         else:
-            m.d.comb += bpram.b.weight_en.eq(0)
+            m.d.comb += bpram.b.en.eq(0)
 
         # A sample's gradients enter the BGB only while its mini-batch is the one being summed.
         grad_in = self._port("grad", "in")

@@ -60,75 +60,26 @@ from dataclasses import dataclass
 import numpy as np
 from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
-from hw.rounding import positive, refuse
 from mapping.numerics import WORD_BITS, WORD_MAX, WORD_MIN
-from mapping.resources import ram_style
 
-# Yosys attribute: a read colliding with a write returns don't-care data. Without it
-# Yosys must emulate the read-first behaviour Amaranth promises, in logic around the
-# block RAM; every collision that could matter here is prevented (and asserted).
-NO_RW_CHECK = {"no_rw_check": 1}
+from ..base.checks import positive, refuse
+from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
+from ..base.signatures import UpdatePortSignature, WeightPortSignature
 
 
-def ram_attrs(depth, family):
-    """Yosys attributes placing a memory ``depth`` deep in block or distributed RAM.
-
-    Every memory of the generator takes them, so that Yosys and the mapping's estimate
-    (``mapping.resources``, the one rule ``ram_style``) agree; ``family`` None (simulation)
-    leaves the choice to the tool.
-    """
-    return {} if family is None else {"ram_style": ram_style(depth, family)}
-
-
-def read_register(m, mem, addr, en):
-    """A synchronous read of ``mem``: ``mem[addr]`` one cycle after ``en``, held while ``en`` is low.
-
-    Built as an asynchronous read port and an enabled register, which Yosys merges into
-    a block-RAM read port; on a memory carrying :data:`NO_RW_CHECK` that port needs no
-    collision logic. Simulation returns the data from before a same-cycle write.
-    """
-    port = mem.read_port(domain="comb")
-    value = Signal(mem.shape, reset_less=True)  # a reset would be logic around the block RAM
-    m.d.comb += port.addr.eq(addr)
-    with m.If(en):
-        m.d.sync += value.eq(port.data)
-    return value
-
-
-def row_layout(words):
-    return data.ArrayLayout(signed(WORD_BITS), words)
-
-
-def bank_layout(banks, words):
-    """The P rows read at one address."""
-    return data.ArrayLayout(row_layout(words), banks)
-
-
-def weight_port_signature(rows, banks, words):
-    """The engine side of a weight read port (flip it for the RAM side)."""
-    return wiring.Signature({
-        "weight_addr": Out(range(rows)),
-        "weight_en": Out(1),
-        "weight_data": In(bank_layout(banks, words)),
-    })
-
-
-def update_port_signature(rows, banks, words):
-    """The update side of the read-modify-write port: read an address, write single words.
-
-    ``lane`` is the word's position in the address's P*words words (bank-major);
-    ``data`` is the row read, held like an engine port's.
-    """
-    return wiring.Signature({
-        "addr": Out(range(rows)),
-        "read": Out(1),
-        "write": Out(1),
-        "lane": Out(range(banks * words)),
-        "value": Out(signed(WORD_BITS)),
-        "data": In(bank_layout(banks, words)),
-    })
+def slice_weights(s, params):
+    """The slice's initial (W, b) words from whole-layer parameters, or zeros."""
+    kk = s.kernel * s.kernel
+    (olo, ohi), (ilo, ihi) = s.out_range, s.in_range
+    if params is None or s.layer not in params:
+        return np.zeros((ohi - olo, (ihi - ilo) * kk), np.int64), np.zeros(ohi - olo, np.int64)
+    weights, bias = params[s.layer]
+    weights = np.asarray(weights).reshape(weights.shape[0], s.in_shape[0], s.kernel, s.kernel)
+    block = weights[olo:ohi, ilo:ihi].reshape(ohi - olo, -1)
+    bias = np.zeros(weights.shape[0], np.int64) if bias is None else np.asarray(bias)
+    return block, bias[olo:ohi]
 
 
 def checked_words(weights):
@@ -276,9 +227,9 @@ class ParamRam(wiring.Component):
         except ValueError as error:
             refuse(self, str(error))
         super().__init__({
-            "a": In(weight_port_signature(rows, banks, words)),
-            "b": In(weight_port_signature(rows, banks, words)),
-            "upd": In(update_port_signature(rows, banks, words)),
+            "a": In(WeightPortSignature(rows, banks, words)),
+            "b": In(WeightPortSignature(rows, banks, words)),
+            "upd": In(UpdatePortSignature(rows, banks, words)),
         })
 
     @classmethod
@@ -309,26 +260,26 @@ class ParamRam(wiring.Component):
         # Port B: EB reads, or the update reads / writes one word.
         updating = upd.read | upd.write
         addr_b = Signal(range(self.rows))
-        m.d.comb += addr_b.eq(Mux(updating, upd.addr, self.b.weight_addr))
-        data_b = read_register(m, mem, addr_b, self.b.weight_en | upd.read)
+        m.d.comb += addr_b.eq(Mux(updating, upd.addr, self.b.addr))
+        data_b = read_register(m, mem, addr_b, self.b.en | upd.read)
         write = mem.write_port(granularity=1)
         m.d.comb += [
             write.addr.eq(addr_b),
             write.en.eq(Mux(upd.write, Const(1, lanes) << upd.lane, 0)),
             write.data.eq(upd.value.replicate(lanes)),
-            self.b.weight_data.eq(data_b),
+            self.b.data.eq(data_b),
             upd.data.eq(data_b),
         ]
         # Checked at clock edges (sync), where a misuse takes effect.
         m.d.sync += [
-            Assert(~(self.b.weight_en & updating), "param ram: EB read and weight update on port B "
+            Assert(~(self.b.en & updating), "param ram: EB read and weight update on port B "
                                                    "in the same cycle"),
             Assert(~(upd.read & upd.write), "param ram: update reads and writes in the same cycle"),
         ]
 
         # Port A: the FP engine (or a BPRAM's FP row streamer).
-        addr_a, en_a = self.a.weight_addr, self.a.weight_en
-        m.d.comb += self.a.weight_data.eq(read_register(m, mem, addr_a, en_a))
+        addr_a, en_a = self.a.addr, self.a.en
+        m.d.comb += self.a.data.eq(read_register(m, mem, addr_a, en_a))
         m.d.sync += Assert(~(en_a & upd.write & (addr_a == upd.addr)),
                            "param ram: port A reads the row the update writes in the same cycle")
         return m

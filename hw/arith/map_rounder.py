@@ -24,10 +24,11 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .conv_engine import psum_layout
-from .rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, positive, refuse
-from .stream_util import pixel_layout
 from mapping.numerics import ACC_BITS, WORD_BITS
+
+from ..base.checks import positive, refuse
+from ..base.layouts import pixel_layout, psum_layout
+from .rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder
 
 
 class MapRounder(wiring.Component):

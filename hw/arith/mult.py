@@ -19,7 +19,7 @@ from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.rounding import refuse
+from ..base.checks import refuse
 
 LATENCY = 2
 ECP5_WIDTH = 18  # MULT18X18D operand width

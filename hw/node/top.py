@@ -21,14 +21,17 @@ from amaranth.hdl import Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from .bpram_host import (HostedRows, Relay, balance_member, balance_streams, hosted_blocks, member_stream,
-                         relayed_blocks, towards_owner)
-from .fifo import Fifo
-from .loss import LABEL_BITS, LossUnit
-from .rounding import refuse
-from .slice_unit import SliceUnit, slice_ports
-from .update_gate import COUNT_BITS
 from mapping.memories import LABEL_FIFO_DEPTH
+
+from ..balance.hosted_rows import (HostedRows, Relay, balance_member,
+                                   balance_streams, hosted_blocks,
+                                   member_stream, relayed_blocks,
+                                   towards_owner)
+from ..base.checks import refuse
+from ..memory.fifo import Fifo
+from ..memory.update_gate import COUNT_BITS
+from .loss import LABEL_BITS, LossUnit
+from .slice_unit import SliceUnit, slice_ports
 
 UPSTREAM_PORTS = ("act_in", "psum_in", "ocp_in", "err_out", "zerr_out", "epsum_out")
 DOWNSTREAM_PORTS = ("act_out", "psum_out", "ocp_out", "err_in", "zerr_in", "epsum_in")

@@ -16,7 +16,7 @@ busy every cycle. With b = S (the default, ``v = 1``) there is no accumulator.
 Pipeline, from the cycle a step is issued (weight read enabled):
 
 ====================  ===============================================================
-issue                 ``weight_en``, ``weight_addr = g*v + i``; pass i's b*K*K words
+issue                 ``weights.en``, ``weights.addr = g*v + i``; pass i's b*K*K words
                       are selected from the window (a v:1 mux) and registered
 +1                    weight row and window words presented to the multipliers
 +1 + LATENCY          products (``hw.mult.Multiplier``, registered in and out)
@@ -33,7 +33,7 @@ b*K*K words instead of S*K*K.
 
 Flow control: every register of the pipeline (multipliers included) advances on one
 enable, ``advance = ~psums.valid | psums.ready``; a stall holds the whole pipeline,
-and the weight memory holds its output while ``weight_en`` is low, so nothing is lost
+and the weight memory holds its output while ``weights.en`` is low, so nothing is lost
 or duplicated and no skid buffer is needed. Sums are exact: the adder tree grows one
 bit per level and the mapping guarantees the full sum fits ACC_BITS. The pipeline,
 adder tree, accumulators and step counter are ``hw.engine_common``'s, shared with the
@@ -41,29 +41,24 @@ EB and PG engines.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.engine_common import Issue, Pipeline, multiply, select_words, tree_levels
-from hw.mult import LATENCY
-from hw.param_ram import WeightWalk
-from hw.rounding import positive
-from mapping.numerics import ACC_BITS, WORD_BITS
+from mapping.numerics import ACC_BITS
+
+from ..arith.mult import LATENCY
+from ..arith.pipeline import Pipeline, tree_levels
+from ..base.checks import positive
+from ..base.layouts import psum_layout, window_layout
+from ..base.signatures import WeightPortSignature
+from ..memory.param_ram import WeightWalk
+from .common import Issue, multiply, select_words
 
 
-def window_layout(channels, kernel):
-    """One window (or one weight row): ``channels*kernel*kernel`` words, channel-major."""
-    return data.ArrayLayout(signed(WORD_BITS), channels * kernel * kernel)
-
-
-def psum_layout(lanes):
-    return data.StructLayout({"values": data.ArrayLayout(signed(ACC_BITS), lanes)})
-
-
-class ConvEngine(WeightWalk, wiring.Component):
+class FPEngine(WeightWalk, wiring.Component):
     """``ces`` CEs of ``tiles`` tiles over windows of ``channels`` x ``kernel`` x ``kernel`` words.
 
-    Ports: ``windows`` (window stream in), ``weight_addr``/``weight_en``/``weight_data``
+    Ports: ``windows`` (window stream in), ``weights`` (a ``WeightPortSignature``
     (synchronous weight read port, engine side: ``rows`` = G*v addresses of P rows of
     b*K*K words), ``psums`` (partial-sum stream out).
     ``tiles``: b, None for one per input channel; ``passes``: v.
@@ -81,9 +76,7 @@ class ConvEngine(WeightWalk, wiring.Component):
         self.latency = 1 + LATENCY + self.levels + (self.passes > 1)
         super().__init__({
             "windows": In(stream.Signature(window_layout(channels, kernel))),
-            "weight_addr": Out(range(self.rows)),
-            "weight_en": Out(1),
-            "weight_data": In(data.ArrayLayout(window_layout(self.tiles, kernel), ces)),
+            "weights": Out(WeightPortSignature(self.rows, ces, self.tiles * kernel * kernel)),
             "psums": Out(stream.Signature(psum_layout(ces))),
         })
 
@@ -111,14 +104,14 @@ class ConvEngine(WeightWalk, wiring.Component):
 
         # Issue: one weight row (group of P output channels, pass of b input channels) per cycle.
         issue = Issue(m, self.groups, self.passes, self.windows.valid, advance, group_major=True)
-        m.d.comb += [self.weight_en.eq(issue.issue), self.weight_addr.eq(issue.addr),
+        m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
 
         window = window_layout(self.tiles, self.kernel)(
             pipe.stage(select_words(self.windows.payload, issue.pass_, self.passes, self.taps)))
         valid, first, last_pass, last_group = (
             pipe.stage(flag) for flag in (self.windows.valid, issue.first_pass, issue.last_pass, issue.last_group))
-        products = [[multiply(m, f"mult_{p}_{j}", window[j], self.weight_data[p][j], advance, self.family)
+        products = [[multiply(m, f"mult_{p}_{j}", window[j], self.weights.data[p][j], advance, self.family)
                      for j in range(self.taps)] for p in range(self.ces)]
 
         # Lanes past OC exist only in the last group; their weight rows are not read as zero,

@@ -18,31 +18,34 @@ successor (backward); ``<channel>_out`` goes the other way.
 
 from dataclasses import replace
 
-import numpy as np
 from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, pg_error_slack, sfu_error_slack,
+from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable,
+                              pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
-from .act_ram import ActRam
-from .bpram_host import balance_member, balance_streams, remote_blocks, towards_owner
-from .conv_engine import ConvEngine, psum_layout
-from .eb_engine import ErrorEngine
-from .fifo import Fifo
-from .flatten import Flatten, Unflatten
-from .grad_buffer import GradientBuffer
-from .line_buffer import LineBuffer
-from .map_rounder import MapRounder
-from .pab import PartialActivationBuffer
-from .param_ram import ParamRam, WeightLayout
-from .pg_engine import GradientEngine
+
+from ..arith.map_rounder import MapRounder
+from ..balance.hosted_rows import (balance_member, balance_streams,
+                                   remote_blocks, towards_owner)
+from ..balance.weight_stream import GradientSplit, WeightSource
+from ..base.layouts import pixel_layout, psum_layout
+from ..engines.eb_engine import EBEngine
+from ..engines.fp_engine import FPEngine
+from ..engines.pg_engine import PGEngine
+from ..memory.act_ram import ActRam
+from ..memory.fifo import Fifo
+from ..memory.grad_buffer import GradientBuffer
+from ..memory.line_buffer import LineBuffer
+from ..memory.pab import PartialActivationBuffer
+from ..memory.param_ram import ParamRam, WeightLayout, slice_weights
+from ..memory.update_gate import COUNT_BITS, SampleGate, UpdateGate
+from ..streams.channels import ChannelConcat, ChannelFork
+from ..streams.flatten import Flatten, Unflatten
 from .sfu import SFU
-from .stream_util import ChannelConcat, ChannelFork, pixel_layout
-from .update_gate import COUNT_BITS, SampleGate, UpdateGate
-from .weight_stream import GradientSplit, WeightSource
 
 
 def slice_ports(s):
@@ -116,19 +119,6 @@ def _err_out_layout(s, flat_layout):
     return flat_layout
 
 
-def slice_weights(s, params):
-    """The slice's initial (W, b) words from whole-layer parameters, or zeros."""
-    kk = s.kernel * s.kernel
-    (olo, ohi), (ilo, ihi) = s.out_range, s.in_range
-    if params is None or s.layer not in params:
-        return np.zeros((ohi - olo, (ihi - ilo) * kk), np.int64), np.zeros(ohi - olo, np.int64)
-    weights, bias = params[s.layer]
-    weights = np.asarray(weights).reshape(weights.shape[0], s.in_shape[0], s.kernel, s.kernel)
-    block = weights[olo:ohi, ilo:ihi].reshape(ohi - olo, -1)
-    bias = np.zeros(weights.shape[0], np.int64) if bias is None else np.asarray(bias)
-    return block, bias[olo:ohi]
-
-
 def check_buildable(s):
     """The generator keeps every weight on chip (rows of fully connected slices may live on
     other nodes, hw/bpram_host.remote_blocks) and builds the three engines of one shape
@@ -197,7 +187,7 @@ class SliceUnit(wiring.Component):
                                                                         family=self.family)
             connect(m, bias_lgb.upd, bias_ram.upd)
             m.d.comb += [bias_lgb.update.eq(gate.update_start), bias_lgb.batch.eq(gate.batch_index),
-                         bias_ram.b.weight_en.eq(0)]
+                         bias_ram.b.en.eq(0)]
             updated.append(bias_lgb.done)
         if not updated:
             # Every row lives on another node and there are no biases: the gate still counts
@@ -235,7 +225,7 @@ class SliceUnit(wiring.Component):
 
         fp_gate = m.submodules.fp_gate = SampleGate(fp_lb.o.payload.shape(), oh * ow)
         connect(m, self._window_slack(m, "fp", fp_lb.o), fp_gate.i)
-        fp = m.submodules.fp = ConvEngine.from_slice(s, family=self.family)
+        fp = m.submodules.fp = FPEngine.from_slice(s, family=self.family)
         connect(m, self._weights(m, "fp", fp, fp_gate.o, None if lpram is None else lpram.a), fp.windows)
         m.d.comb += [fp_gate.allow.eq(gate.fp_allow), gate.fp_start.eq(fp_gate.start)]
 
@@ -294,7 +284,7 @@ class SliceUnit(wiring.Component):
         connect(m, act_ram.o, pg_lb.i)
         pg_gate = m.submodules.pg_gate = SampleGate(pg_lb.o.payload.shape(), oh * ow)
         connect(m, self._window_slack(m, "pg", pg_lb.o), pg_gate.i)
-        pg = m.submodules.pg = GradientEngine.from_slice(s, family=self.family)
+        pg = m.submodules.pg = PGEngine.from_slice(s, family=self.family)
         connect(m, pg_gate.o, pg.windows)
         connect(m, pg_errors, pg.errors)
         m.d.comb += [pg_gate.allow.eq(gate.pg_allow), gate.pg_start.eq(pg_gate.start)]
@@ -311,7 +301,7 @@ class SliceUnit(wiring.Component):
             connect(m, z_split.o1, eb_lb.i)
             eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
             connect(m, self._window_slack(m, "eb", eb_lb.o), eb_gate.i)
-            eb = m.submodules.eb = ErrorEngine.from_slice(s, family=self.family)
+            eb = m.submodules.eb = EBEngine.from_slice(s, family=self.family)
             connect(m, self._weights(m, "eb", eb, eb_gate.o, None if lpram is None else lpram.b), eb.windows)
             # EB is done with the weights only when the sample's last error sum leaves the
             # engine: a stalled engine holds its operands in LPRAM port B's read register,
@@ -331,12 +321,12 @@ class SliceUnit(wiring.Component):
         WeightSource to the LPRAM and each host's ``<role>`` row stream; returns the window
         stream the engine takes."""
         if not self.remote.blocks:
-            _connect_weight_port(m, engine, ram_port)
+            connect(m, engine.weights, ram_port)
             return windows
         source = m.submodules[f"{role}_weights"] = WeightSource(
             rows=engine.rows, banks=self.slice.fp.ces, words=engine.words, starts=self.remote.starts,
             window=windows.payload.shape())
-        _connect_weight_port(m, engine, source.engine)
+        connect(m, engine.weights, source.engine)
         if ram_port is not None:
             connect(m, source.ram, ram_port)
         for k, block in enumerate(self.remote.blocks):
@@ -440,12 +430,6 @@ class SliceUnit(wiring.Component):
         connect(m, err_split.o0, self._sfu_errors(m, sfu))
         if not s.first:
             connect(m, err_split.o1, flipped(self.err_out))
-
-
-def _connect_weight_port(m, engine, ram_port):
-    """An engine's weight_addr/weight_en/weight_data members -> a ParamRam read port."""
-    m.d.comb += [ram_port.weight_addr.eq(engine.weight_addr), ram_port.weight_en.eq(engine.weight_en),
-                 engine.weight_data.eq(ram_port.weight_data)]
 
 
 def _both_done(m, done_a, done_b):

@@ -34,10 +34,10 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.engine_common import Issue
-from hw.param_ram import bank_layout, weight_port_signature
-from hw.pg_engine import grads_layout
-from hw.rounding import refuse
+from ..base.checks import refuse
+from ..base.layouts import bank_layout, grads_layout
+from ..base.signatures import WeightPortSignature
+from ..engines.common import Issue
 
 
 class RowStreamer(wiring.Component):
@@ -51,7 +51,7 @@ class RowStreamer(wiring.Component):
     def __init__(self, layout, *, group_major):
         self.layout, self.group_major = layout, group_major
         super().__init__({
-            "port": Out(weight_port_signature(layout.rows, layout.banks, layout.words)),
+            "port": Out(WeightPortSignature(layout.rows, layout.banks, layout.words)),
             "rows": Out(stream.Signature(bank_layout(layout.banks, layout.words))),
             "allow": In(1), "start": Out(1), "done": Out(1),
         })
@@ -65,7 +65,7 @@ class RowStreamer(wiring.Component):
                       group_major=self.group_major)
         first = issue.first_group & issue.first_pass
         last = issue.last_group & issue.last_pass
-        m.d.comb += [self.port.weight_addr.eq(issue.addr), self.port.weight_en.eq(issue.issue),
+        m.d.comb += [self.port.addr.eq(issue.addr), self.port.en.eq(issue.issue),
                      self.start.eq(issue.issue & first)]
         with m.If(issue.issue):
             m.d.sync += busy.eq(~last)
@@ -73,7 +73,7 @@ class RowStreamer(wiring.Component):
         last_beat = Signal()
         with m.If(advance):
             m.d.sync += [out.valid.eq(issue.issue), last_beat.eq(issue.issue & last)]
-        m.d.comb += [out.payload.eq(self.port.weight_data),
+        m.d.comb += [out.payload.eq(self.port.data),
                      self.done.eq(out.valid & out.ready & last_beat)]
         return m
 
@@ -108,28 +108,28 @@ class WeightSource(wiring.Component):
         _check_starts(self, "weight source", starts, rows)
         self.rows, self.starts = rows, tuple(starts)
         members = {
-            "engine": In(weight_port_signature(rows, banks, words)),
+            "engine": In(WeightPortSignature(rows, banks, words)),
             "windows_in": In(stream.Signature(window)),
             "windows_out": Out(stream.Signature(window)),
         }
         for k in range(len(starts)):
             members[f"remote{k}"] = In(stream.Signature(bank_layout(banks, words)))
         if starts[0]:
-            members["ram"] = Out(weight_port_signature(starts[0], banks, words))
+            members["ram"] = Out(WeightPortSignature(starts[0], banks, words))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         engine = self.engine
         # The engine's address is a register holding the step it issues next.
-        addr = engine.weight_addr
+        addr = engine.addr
         is_remote = addr >= self.starts[0]
         arrived = 0
         held, from_stream = Signal(self.remote0.payload.shape()), Signal()
         for k, (first, end) in enumerate(_ranges(self.starts, self.rows)):
             remote, mine = getattr(self, f"remote{k}"), _within(addr, first, end, self.rows)
             arrived |= mine & remote.valid
-            m.d.comb += remote.ready.eq(engine.weight_en & mine)
+            m.d.comb += remote.ready.eq(engine.en & mine)
             # Both sources hold their word while the engine stalls, like a RAM read register.
             with m.If(remote.ready):
                 m.d.sync += held.eq(remote.payload)
@@ -139,15 +139,15 @@ class WeightSource(wiring.Component):
             self.windows_out.valid.eq(self.windows_in.valid & ready_to_step),
             self.windows_in.ready.eq(self.windows_out.ready & ready_to_step),
         ]
-        with m.If(engine.weight_en):
+        with m.If(engine.en):
             m.d.sync += from_stream.eq(is_remote)
         if self.starts[0]:
-            m.d.comb += [self.ram.weight_addr.eq(addr),
-                         self.ram.weight_en.eq(engine.weight_en & ~is_remote),
-                         engine.weight_data.eq(Mux(from_stream, held.as_value(),
-                                                   self.ram.weight_data.as_value()))]
+            m.d.comb += [self.ram.addr.eq(addr),
+                         self.ram.en.eq(engine.en & ~is_remote),
+                         engine.data.eq(Mux(from_stream, held.as_value(),
+                                                   self.ram.data.as_value()))]
         else:
-            m.d.comb += engine.weight_data.eq(held)
+            m.d.comb += engine.data.eq(held)
         return m
 
 
