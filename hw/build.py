@@ -83,15 +83,16 @@ def build(args, log=print):
 
     from amaranth.back import verilog
 
-    from .node.top import Node
-    from .synth import synthesize, write_rtlil
+    from .node import Node
+    from .synth import synthesize_rtlil, write_rtlil
 
     out = Path(args.out) / f"node{config.index}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "mapping.json").write_text(mapping.to_json())
-    node = Node(config, family=device.family)
-    write_rtlil(node, out / "top.il")
-    (out / "top.v").write_text(verilog.convert(node, name="top"))
+    il = write_rtlil(Node(config, family=device.family), out / "top.il")
+    # The second half of verilog.convert, on the RTLIL just written: convert() would
+    # elaborate the node again.
+    (out / "top.v").write_text(verilog._convert_rtlil_text(il.read_text()))
     log(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
     if args.no_synth:
         return config, device, None
@@ -100,7 +101,7 @@ def build(args, log=print):
     def progress(step):
         log(f"  [{time.monotonic() - started:6.1f} s] {step}", flush=True)
 
-    result = synthesize(Node(config, family=device.family), device.family, workdir=out, progress=progress)
+    result = synthesize_rtlil(il, device.family, out, progress=progress)
     log(resource_table(config, device, result))
     log(f"done in {time.monotonic() - started:.1f} s")
     return config, device, result

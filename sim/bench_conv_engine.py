@@ -16,7 +16,7 @@ import pytest
 
 from hw.engines.fp_engine import FPEngine
 from hw.synth import place_and_route
-from sim.test_conv_engine import run_engine
+from sim.helpers import run_engine
 
 pytestmark = pytest.mark.bench
 

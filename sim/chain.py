@@ -17,6 +17,13 @@ from sim.stall import stalling_link
 from sim.testbench import put, simulate
 
 
+CHAIN = "ecp5-85:2+ecp5-45:2"  # the default chain of python -m hw.build
+# Of the block RAM: node 3 of CHAIN keeps fc rows 2..5 on node 0, 6..7 on node 1 and 8..9 on
+# node 2 (nodes 1 and 2 relay node 0's streams, node 2 node 1's) and the chain still runs at
+# the unbalanced chain's 80 cycles per sample.
+BALANCED_BRAM = 0.065
+
+
 @dataclass
 class ChainRun:
     params: dict            # final words per layer, golden layout
@@ -62,10 +69,29 @@ def _store_node(ctx, node, params):
 
 
 def input_beats(config):
-    """Beats of one sample on a node's act_in port."""
+    """Beats of one sample on a node's up.act port."""
     first = config.slices[0]
     _, h, w = first.flatten_from if first.flatten_from is not None and first.first else first.in_shape
     return h * w
+
+
+def random_data(network, samples, seed):
+    """Random images, labels and initial parameters for ``samples`` samples of ``network``."""
+    rng = np.random.default_rng(seed)
+    inputs = rng.random((samples, *network.input_shape))
+    labels = rng.integers(0, network.num_classes, samples)
+    params = golden.init_params(network, rng, numerics.Formats())
+    return inputs, labels, params
+
+
+def assert_bit_exact(run, initial):
+    """Every final weight and bias of the chain equals the golden model's (and training moved most)."""
+    changed = sum(int((run.golden[layer][0] != w).sum()) for layer, (w, _) in initial.items())
+    assert changed > 0.5 * sum(w.size for w, _ in initial.values()), "training barely moved the weights"
+    for layer, (weights, bias) in run.golden.items():
+        np.testing.assert_array_equal(run.params[layer][0], weights, err_msg=f"{layer} weights")
+        if bias is not None:
+            np.testing.assert_array_equal(run.params[layer][1], bias, err_msg=f"{layer} bias")
 
 
 def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0, deadline=200_000):
@@ -91,10 +117,10 @@ def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0
     async def images(ctx):
         for node in nodes:
             ctx.set(node.total_samples, samples)
-        await put(ctx, nodes[0].act_in, pixels, rng, stall)
+        await put(ctx, nodes[0].up.act, pixels, rng, stall)
 
     async def label_feed(ctx):
-        await put(ctx, nodes[0].label_in, list(map(int, labels)), rng, stall)
+        await put(ctx, nodes[0].up.label, list(map(int, labels)), rng, stall)
 
     starts = {n: [] for n in range(len(nodes))}
     beats = [input_beats(cfg) for cfg in mapping.nodes]
@@ -104,7 +130,7 @@ def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0
         cycle = 0
         while any(ctx.get(node.updates) < samples // batch for node in nodes):
             for n, node in enumerate(nodes):
-                if ctx.get(node.act_in.valid) and ctx.get(node.act_in.ready):
+                if ctx.get(node.up.act.valid) and ctx.get(node.up.act.ready):
                     if seen[n] % beats[n] == 0:
                         starts[n].append(cycle)
                     seen[n] += 1

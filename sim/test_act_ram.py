@@ -5,9 +5,9 @@ import pytest
 
 from hw.memory.act_ram import ActRam
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_fifo import memories
-from sim.test_fifo import run_fifo as run_queue
-from sim.test_param_ram import layer_slice
+from sim.helpers import memories
+from sim.helpers import run_fifo as run_queue
+from sim.helpers import layer_slice
 from sim.testbench import as_ints
 
 

@@ -1,88 +1,16 @@
 """FPEngine against tensor_ops.conv_forward, bit for bit, with random stalls on both streams."""
 
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from amaranth.hdl import Fragment
 
 from hw.engines.fp_engine import FPEngine
-from mapping import tensor_ops
 from mapping.nodeconfig import Engine, LayerSlice
-from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
+from sim.helpers import mults, run_engine
 
 
-def lpram_rows(weights, ces, tiles, rng=None):
-    """The folded LPRAM layout of weights (O, S, K, K): (G*v, P, b*K*K) rows.
-
-    Address g*v + i, bank p holds output channel g*P + p for input channels i*b .. i*b+b-1,
-    flattened (b, K, K); padded words (channel >= O or >= S) are zero, or random junk from
-    ``rng`` (the engines must not depend on them).
-    """
-    o, s, k, _ = weights.shape
-    groups, passes = -(-o // ces), -(-s // tiles)
-    full = np.zeros((groups * ces, passes * tiles, k, k), dtype=np.int64)
-    if rng is not None:
-        full[:] = rng.integers(WORD_MIN, WORD_MAX + 1, full.shape)
-    full[:o, :s] = weights
-    return (full.reshape(groups, ces, passes, tiles * k * k).transpose(0, 2, 1, 3)
-            .reshape(groups * passes, ces, -1))
 
 
-def expected_beats(out, ces):
-    """Partial-sum beats of conv_forward's (OC, OH, OW) output: per pixel, ceil(OC/P) groups."""
-    oc = out.shape[0]
-    groups = -(-oc // ces)
-    padded = np.zeros((groups * ces,) + out.shape[1:], dtype=np.int64)
-    padded[:oc] = out
-    # (OH, OW, G, P) in raster order, then group.
-    return padded.reshape(groups, ces, -1).transpose(2, 0, 1).reshape(-1, ces)
-
-
-@dataclass
-class Run:
-    got: np.ndarray
-    want: np.ndarray
-    transfers: list  # clock edges (counted from 1) at which a partial-sum beat was taken
-    simulated: int   # clock edges simulated in all
-    engine: FPEngine
-
-
-def run_engine(*, channels, kernel, ces, out_channels, size, stride=1, padding=0, tiles=None, rng,
-               stall=0.0, samples=1, family=None, deadline=None):
-    shape = (channels, size, size)
-    xs = [rng.integers(WORD_MIN, WORD_MAX + 1, shape) for _ in range(samples)]
-    weights = rng.integers(WORD_MIN, WORD_MAX + 1, (out_channels, channels, kernel, kernel))
-    # Extremes on one sample: the largest products and sums the words allow.
-    xs[0][:, 0, :] = WORD_MIN
-    weights[0] = WORD_MIN
-    engine = FPEngine(channels=channels, kernel=kernel, ces=ces, out_channels=out_channels, tiles=tiles,
-                        family=family)
-    dut = EngineWithWeights(engine, lpram_rows(weights, ces, engine.tiles, rng).tolist())
-    windows = [[int(v) for v in win.reshape(-1)]
-               for x in xs for row in tensor_ops.windows(x, kernel, stride, padding) for win in row]
-    want = np.concatenate([expected_beats(tensor_ops.conv_forward(x, weights, stride, padding), ces)
-                           for x in xs])
-    state = {"now": 0, "transfers": []}
-
-    async def producer(ctx):
-        await put(ctx, dut.windows, windows, rng, stall)
-
-    async def consumer(ctx):
-        state["beats"] = await get(ctx, dut.psums, len(want), rng, stall, decode=lambda p: as_ints(p.values))
-
-    async def clock(ctx):
-        async for _, _, valid, ready in ctx.tick().sample(dut.psums.valid, dut.psums.ready):
-            state["now"] += 1
-            if valid and ready:
-                state["transfers"].append(state["now"])
-
-    if deadline is None:
-        deadline = int(len(want) * engine.passes / (1 - stall) ** 2 * 3) + engine.latency + 20
-    simulate(dut, producer, consumer, processes=[clock], deadline=deadline)
-    return Run(np.array(state["beats"], dtype=np.int64).reshape(want.shape), want, state["transfers"],
-               state["now"], engine)
 
 
 CORNERS = {
@@ -138,11 +66,6 @@ def fp_slice(**changes):
                   pg=Engine(ces=1, tiles=1, kernel=3), act_ram_words=0, line_buffer_words=0,
                   pab_words=0, lgb_words=0, weights_offchip=False)
     return LayerSlice(**(fields | changes))
-
-
-def mults(engine):
-    """The engine's multiplier instances, counted in its elaborated hierarchy."""
-    return sum(name.startswith("mult_") for _, name, _ in Fragment.get(engine, None).subfragments)
 
 
 @pytest.mark.parametrize("tiles, passes", [(3, 1), (2, 2), (1, 3)])

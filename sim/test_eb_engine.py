@@ -13,10 +13,11 @@ from hw.engines.eb_engine import EBEngine
 from hw.memory.line_buffer import LineBuffer
 from hw.memory.param_ram import ParamRam
 from mapping import tensor_ops
-from mapping.nodeconfig import Engine, LayerSlice
+from mapping.nodeconfig import Engine
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_conv_engine import lpram_rows, mults
+from sim.helpers import lpram_rows, mults
 from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
+from sim.helpers import eb_slice
 
 
 def error_windows(err, kernel, stride, padding, in_hw):
@@ -180,16 +181,6 @@ def test_behind_the_error_line_buffer_and_lpram_port_b():
 
     simulate(dut, producer, consumer, deadline=2000)
     np.testing.assert_array_equal(np.array(got["beats"]), want)
-
-
-def eb_slice(**changes):
-    fields = dict(layer="conv2", position=1, kind="conv", mode="icp", in_shape=(8, 6, 6),
-                  out_shape=(10, 6, 6), kernel=3, stride=1, padding=1, bias=True, relu=True, pool=None,
-                  in_range=(2, 5), out_range=(0, 10), first=False, last=False, needs_eb=True,
-                  fp=Engine(ces=4, tiles=3, kernel=3), eb=Engine(ces=3, tiles=4, kernel=3),
-                  pg=Engine(ces=4, tiles=3, kernel=3), act_ram_words=0, line_buffer_words=0,
-                  pab_words=0, lgb_words=0, weights_offchip=False)
-    return LayerSlice(**(fields | changes))
 
 
 def test_from_slice_reads_the_eb_engine():

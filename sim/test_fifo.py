@@ -2,64 +2,12 @@
 
 import numpy as np
 import pytest
-from amaranth.back import rtlil
 from amaranth.hdl import signed
 from amaranth.lib import data
 
 from hw.memory.fifo import Fifo
 from mapping.resources import LUTRAM_MAX_DEPTH, ram_style
-from sim.testbench import get, put, simulate
-
-
-def run_fifo(dut, payloads, rng, stall_in, stall_out, hold_out=0, decode=None):
-    """Push ``payloads`` and pop them back; a monitor checks every cycle against the handshakes.
-
-    ``hold_out``: cycles the consumer waits before it starts taking (fills the queue).
-    Returns (popped payloads, level seen at every clock edge).
-    """
-    count = len(payloads)
-    result, levels = {}, []
-
-    async def producer(ctx):
-        await put(ctx, dut.i, payloads, rng, stall_in)
-
-    async def consumer(ctx):
-        if hold_out:
-            await ctx.tick().repeat(hold_out)
-        result["out"] = await get(ctx, dut.o, count, rng, stall_out, decode=decode)
-
-    async def monitor(ctx):
-        expected, popped = 0, 0
-        while popped < count:
-            _, _, i_valid, i_ready, o_valid, o_ready, level = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.level)
-            assert level == expected, f"level {level}, handshakes say {expected}"
-            assert i_ready == (expected < dut.depth)  # full: nothing more goes in
-            assert not (o_valid and expected == 0)    # empty: nothing comes out
-            levels.append(level)
-            pushed = i_valid and i_ready
-            popped += o_valid and o_ready
-            expected += pushed - (o_valid and o_ready)
-
-    simulate(dut, producer, consumer, monitor, deadline=12 * count + 4 * hold_out + 50)
-    return result["out"], np.array(levels)
-
-
-def memories(design):
-    """(width, depth, ram_style or None) of every memory in ``design``'s RTLIL, by hierarchical name."""
-    found, module, style = {}, "", None
-    for line in rtlil.convert(design, name="top").splitlines():
-        words = line.split()
-        if words[:1] == ["module"]:
-            module = words[1].lstrip("\\").removeprefix("top").lstrip(".")
-        elif words[:2] == ["attribute", "\\ram_style"]:
-            style = words[2].strip('"')
-        elif words[:1] == ["memory"]:
-            name = ".".join(filter(None, (module, words[-1].lstrip("\\"))))
-            found[name] = (int(words[words.index("width") + 1]), int(words[words.index("size") + 1]), style)
-        if words[:1] != ["attribute"]:
-            style = None  # attributes belong to the next declaration only
-    return found
+from sim.helpers import memories, run_fifo
 
 
 @pytest.mark.parametrize("depth, stall_in, stall_out", [

@@ -18,11 +18,11 @@ from hw.memory.param_ram import ParamRam
 from mapping import golden, numerics
 from mapping.network import Layer, infer
 from mapping.nodeconfig import Training
-from sim.test_fifo import memories
-from sim.test_param_ram import banked, folded, layer_slice, random_words
+from sim.helpers import memories
+from sim.helpers import banked, folded, layer_slice, random_words
 from sim.testbench import put, read_param_rows, simulate
+from sim.helpers import FORMATS, full_index, sgd
 
-FORMATS = numerics.Formats()
 ACC_MAX = (1 << (numerics.ACC_BITS - 1)) - 1
 
 
@@ -80,12 +80,6 @@ def summed(beats, layout):
     return gsum
 
 
-def sgd(w, gsum, lr, shift, tensor, batch, index):
-    """The golden update on the slice's words."""
-    step = numerics.requantize(gsum * lr, shift, FORMATS.seed, tensor, batch, index)
-    return numerics.saturate(w - step)
-
-
 def payload(gb, group, values):
     """A beat of ``gb.i``: ``grads`` (P rows of words) or ``bias_grads`` (one word per row)."""
     rows = [int(v) for v in values[:, 0]] if gb.bias else [[int(v) for v in row] for row in values]
@@ -127,12 +121,6 @@ def run_batches(pair, batches, rng, stall):
 
     simulate(pair, bench, processes=[watch], deadline=20000)
     return contents, durations, refused[0]
-
-
-def full_index(out_total, in_total, kernel, out_range, in_range):
-    index = np.arange(out_total * in_total * kernel * kernel, dtype=np.uint64)
-    index = index.reshape(out_total, in_total, kernel, kernel)
-    return index[out_range[0]:out_range[1], in_range[0]:in_range[1]].reshape(out_range[1] - out_range[0], -1)
 
 
 def golden_layer_update(w, gsum, lr, batch, out_total, in_total, kernel, out_range, in_range):

@@ -6,8 +6,8 @@ import pytest
 from hw.memory.line_buffer import LineBuffer
 from mapping import tensor_ops
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_fifo import memories
-from sim.test_sfu import conv_slice
+from sim.helpers import memories
+from sim.helpers import conv_slice
 from sim.testbench import as_ints, get, put, simulate
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from hw.arith.map_rounder import MapRounder
 from mapping import numerics
-from sim.test_rounding import accumulators
+from sim.helpers import accumulators
 from sim.testbench import as_ints, get, put, simulate
 
 SEED = numerics.Formats().seed

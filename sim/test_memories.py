@@ -16,7 +16,7 @@ from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import Engine
 from mapping.resources import ram_style
-from sim.test_param_ram import layer_slice
+from sim.helpers import layer_slice
 
 
 def built_memories(fragment):

@@ -5,8 +5,8 @@ import pytest
 
 from hw.memory.pab import PartialActivationBuffer
 from mapping.nodeconfig import Engine
-from sim.test_fifo import memories
-from sim.test_sfu import conv_slice
+from sim.helpers import memories
+from sim.helpers import conv_slice
 from sim.testbench import as_ints, get, put, simulate, take
 
 # Partial sums that can be added without leaving 48 bits, as the mapping guarantees.

@@ -4,61 +4,10 @@ import numpy as np
 import pytest
 
 from hw.memory.param_ram import ParamRam, WeightLayout
-from mapping.nodeconfig import Engine, LayerSlice
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_fifo import memories
-from sim.testbench import as_ints, simulate
-
-
-def layer_slice(*, in_channels=(0, 3), out_channels=(0, 5), kernel=3, ces=2, tiles=None, in_total=None,
-                out_total=None, position=1, mode="icp", last=True, bias=True, act_ram_words=0):
-    """A LayerSlice with the geometry the memory blocks read (the rest is filler).
-
-    Its engines are the mapping's: P = ``ces`` x b = ``tiles`` (None: S, unfolded) for FP
-    and PG, b x P for EB.
-    """
-    tiles = in_channels[1] - in_channels[0] if tiles is None else tiles
-    engine = Engine(ces=ces, tiles=tiles, kernel=kernel)
-    return LayerSlice(
-        layer="conv", position=position, kind="conv", mode=mode,
-        in_shape=(in_total or in_channels[1], 8, 8), out_shape=(out_total or out_channels[1], 8, 8),
-        kernel=kernel, stride=1, padding=kernel // 2, bias=bias, relu=True, pool=None,
-        in_range=in_channels, out_range=out_channels, first=True, last=last, needs_eb=True,
-        fp=engine, eb=Engine(ces=tiles, tiles=ces, kernel=kernel), pg=engine, act_ram_words=act_ram_words,
-        line_buffer_words=0, pab_words=0, lgb_words=0, weights_offchip=False)
-
-
-def random_words(rng, shape):
-    words = rng.integers(WORD_MIN, WORD_MAX + 1, shape)
-    words.flat[:2] = WORD_MIN, WORD_MAX
-    return words
-
-
-def banked(weights, banks, rows):
-    """Model of the memory: (rows, banks, words), channel g*P + p at [g, p]."""
-    flat = weights.reshape(weights.shape[0], -1)
-    padded = np.zeros((rows * banks, flat.shape[1]), dtype=np.int64)
-    padded[:len(flat)] = flat
-    return padded.reshape(rows, banks, -1)
-
-
-def folded(weights, banks, tiles):
-    """Model of a folded LPRAM, (G*v, P, b*K*K), written out from the layout contract word by word."""
-    out_channels, in_channels, kernel, _ = weights.shape
-    groups, passes = -(-out_channels // banks), -(-in_channels // tiles)
-    rows = np.zeros((groups * passes, banks, tiles, kernel, kernel), dtype=np.int64)
-    for g in range(groups):
-        for i in range(passes):
-            for p in range(banks):
-                for c in range(tiles):
-                    o, channel = g * banks + p, i * tiles + c
-                    if o < out_channels and channel < in_channels:
-                        rows[g * passes + i, p, c] = weights[o, channel]
-    return rows.reshape(groups * passes, banks, -1)
-
-
-def as_rows(payload):
-    return [as_ints(row) for row in payload]
+from sim.helpers import memories
+from sim.testbench import simulate
+from sim.helpers import as_rows, banked, folded, layer_slice, random_words
 
 
 @pytest.mark.parametrize("banks, out_channels, in_channels, kernel, tiles", [

@@ -14,10 +14,10 @@ from hw.memory.param_ram import ParamRam
 from mapping import numerics, tensor_ops
 from mapping.nodeconfig import Engine, Training
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_conv_engine import lpram_rows, mults
-from sim.test_eb_engine import eb_slice
-from sim.test_grad_buffer import FORMATS, full_index, sgd
-from sim.test_param_ram import banked, layer_slice
+from sim.helpers import lpram_rows, mults
+from sim.helpers import eb_slice
+from sim.helpers import FORMATS, full_index, sgd
+from sim.helpers import banked, layer_slice
 from sim.testbench import as_ints, get, put, read_param_rows, simulate
 
 

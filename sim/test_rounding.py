@@ -8,26 +8,9 @@ from amaranth.lib import data
 from hw.arith.rounding import StochasticRounder
 from mapping import numerics
 from sim.testbench import as_ints, get, put, simulate
+from sim.helpers import accumulators
 
 SEED = numerics.Formats().seed
-
-
-def accumulators(rng, count, shift, acc_width):
-    """Random accumulators mixing every corner: in range, saturating both ways, exact multiples."""
-    top = 1 << (acc_width - 1)
-    scale = 1 << max(shift, 0)
-    word = 1 << (numerics.WORD_BITS - 1)
-    edge = word << shift if shift >= 0 else word >> -shift  # where the result starts to saturate
-    kinds = rng.integers(0, 6, count)
-    values = np.select(
-        [kinds == 0, kinds == 1, kinds == 2, kinds == 3, kinds == 4],
-        [rng.integers(-edge, edge, count),                            # inside the word range
-         rng.integers(-2, 2, count) * scale + edge * rng.choice([-1, 1], count),  # at the edges
-         rng.integers(-word, word, count) * scale,                    # exact multiples
-         rng.integers(-top, top, count, dtype=np.int64),             # anywhere: mostly saturating
-         rng.choice([-top, top - 1, -1, 0, 1], count)],               # extremes
-        rng.integers(-scale, scale + 1, count))                       # around zero
-    return np.clip(values, -top, top - 1).astype(np.int64)
 
 
 def run_rounder(rounder, accs, indices, samples, extras=None, rng=None, stall=0.0):

@@ -12,24 +12,14 @@ from amaranth.lib import wiring
 from hw.memory.param_ram import ParamRam
 from hw.node.sfu import SFU
 from mapping import numerics, tensor_ops
-from mapping.nodeconfig import Engine, LayerSlice, Pool
+from mapping.nodeconfig import Engine, Pool
 from mapping.numerics import WORD_MAX, WORD_MIN
-from sim.test_fifo import memories
+from sim.helpers import memories
 from sim.testbench import as_ints, get, put, simulate, take
+from sim.helpers import conv_slice
 
 FORMATS = numerics.Formats()
 BIAS_SHIFT = FORMATS.act_frac + FORMATS.weight_frac - FORMATS.bias_frac
-
-
-def conv_slice(**fields):
-    """A LayerSlice of a 3x3 conv layer (tiny's conv2 geometry unless overridden)."""
-    base = dict(layer="conv2", position=3, kind="conv", mode="icp", in_shape=(4, 4, 4),
-                out_shape=(8, 4, 4), kernel=3, stride=1, padding=1, bias=True, relu=True,
-                pool=Pool(2, 2), in_range=(0, 4), out_range=(0, 8), first=True, last=True,
-                needs_eb=True, fp=Engine(3, 4, 3), eb=Engine(2, 8, 3), pg=Engine(1, 1, 3),
-                act_ram_words=0, line_buffer_words=0, pab_words=0, lgb_words=0,
-                weights_offchip=False)
-    return LayerSlice(**(base | fields))
 
 
 def golden(sfu, acc, bias, errors, sample):

@@ -18,8 +18,9 @@ from dataclasses import replace
 import pytest
 from amaranth.back import rtlil
 
-from hw.balance.hosted_rows import (HostedRows, Relay, hosted_blocks,
-                                    relayed_blocks)
+from hw.balance.blocks import hosted_blocks, relayed_blocks
+from hw.balance.hosted_rows import HostedRows
+from hw.balance.relay import Relay
 from hw.memory.act_ram import ActRam
 from hw.memory.fifo import Fifo
 from hw.memory.grad_buffer import GradientBuffer
@@ -31,8 +32,8 @@ from mapping.nodeconfig import Training
 from mapping.numerics import Formats
 from mapping.resources import LUTRAM_MAX_DEPTH, bram_blocks
 from mapping.zoo import tiny
-from sim.test_fifo import memories
-from sim.test_param_ram import layer_slice
+from sim.helpers import memories
+from sim.helpers import layer_slice
 
 # (width, depth, 18 Kb units, simple-dual-port only)
 SHAPES = {

@@ -13,7 +13,7 @@ from hw.base.layouts import PRODUCT_BITS
 from hw.engines.eb_engine import EBEngine
 from hw.engines.fp_engine import FPEngine
 from hw.memory.param_ram import ParamRam, WeightLayout
-from sim.test_param_ram import as_rows, random_words
+from sim.helpers import as_rows, random_words
 from sim.testbench import as_ints, get, put, simulate
 
 STALL = 0.35
@@ -129,7 +129,7 @@ def test_row_streamer_one_pass_per_allow_in_engine_order(kernel, group_major):
 
 class SourcedEngine(wiring.Component):
     """An engine whose weight port goes through a WeightSource: addresses below ``starts[0]``
-    from a ParamRam holding ``local`` rows, those of range k from ``remote<k>``.
+    from a ParamRam holding ``local`` rows, those of range k from ``remote[k]``.
 
     ``ports``: the engine's window and output streams, forwarded as they are.
     """
@@ -142,8 +142,7 @@ class SourcedEngine(wiring.Component):
                              init=local.reshape(-1, engine.words)) if starts[0] else None)
         inp, out = ports
         members = {inp: In(getattr(engine, inp).signature.flip()), out: Out(getattr(engine, out).signature)}
-        for k in range(len(starts)):
-            members[f"remote{k}"] = In(self.source.remote0.signature.flip())
+        members["remote"] = In(self.source.remote[0].signature.flip()).array(len(starts))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -155,8 +154,8 @@ class SourcedEngine(wiring.Component):
             m.submodules.ram = self.ram
             connect(m, source.ram, self.ram.a)
         inp, out = self.ports
-        for k in range(len(self.starts)):
-            connect(m, flipped(getattr(self, f"remote{k}")), getattr(source, f"remote{k}"))
+        for outer, inner in zip(self.remote, source.remote):
+            connect(m, flipped(outer), inner)
         connect(m, flipped(getattr(self, inp)), source.windows_in)
         connect(m, source.windows_out, engine.windows)
         connect(m, getattr(engine, out), flipped(getattr(self, out)))
@@ -213,14 +212,14 @@ def test_weight_source_feeds_the_engine_the_full_weight_matrix(role, hosts):
     def host_rows(k):
         async def testbench(ctx):
             # One pass of host k's rows per window, in the engine's order.
-            await put(ctx, getattr(dut, f"remote{k}"), host_beats[k] * windows, rng, STALL)
+            await put(ctx, dut.remote[k], host_beats[k] * windows, rng, STALL)
         return testbench
 
     async def consumer(ctx):
         got["beats"] = await get(ctx, getattr(dut, ports[1]), len(want), rng, STALL,
                                  decode=lambda p: as_ints(p.values))
         # Every remote row sent was taken, none twice.
-        assert not any(ctx.get(getattr(dut, f"remote{k}").valid) for k in range(len(hosts)))
+        assert not any(ctx.get(dut.remote[k].valid) for k in range(len(hosts)))
 
     simulate(dut, producer, *map(host_rows, range(len(hosts))), consumer,
              deadline=windows * layout.rows * 20 + 100)

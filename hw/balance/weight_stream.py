@@ -3,8 +3,8 @@
 Where a fully connected slice's weights do not fit its node, the mapping keeps its
 top output-channel rows in the BPRAM of another node, the host
 (``WeightBlock.owner_slice``; the nodes in between relay the streams,
-hw/bpram_host.Relay). The host lays them out exactly as the owner's LPRAM
-would hold them past its local rows (``hw.param_ram.WeightLayout`` of the owner's
+hw/balance/relay.py). The host lays them out exactly as the owner's LPRAM
+would hold them past its local rows (``hw.memory.param_ram.WeightLayout`` of the owner's
 engines: G_r*v addresses of P rows of b*K*K words), so one address is one beat of
 the owner engine's walk, and each host's rows start at an engine-group boundary:
 the owner's own LPRAM holds addresses ``0 .. starts[0] - 1``, host k's
@@ -96,7 +96,7 @@ def _within(addr, first, end, rows):
 
 class WeightSource(wiring.Component):
     """An engine's weight port split between the LPRAM (addresses below ``starts[0]``) and
-    the row streams ``remote<k>`` of the hosts of ranges ``starts[k]`` .. ``starts[k+1] - 1``
+    the row streams ``remote[k]`` of the hosts of ranges ``starts[k]`` .. ``starts[k+1] - 1``
     (the last to the end); ``windows_in`` -> ``windows_out`` is the engine's window stream,
     held while a remote step's row has not arrived.
 
@@ -112,8 +112,7 @@ class WeightSource(wiring.Component):
             "windows_in": In(stream.Signature(window)),
             "windows_out": Out(stream.Signature(window)),
         }
-        for k in range(len(starts)):
-            members[f"remote{k}"] = In(stream.Signature(bank_layout(banks, words)))
+        members["remote"] = In(stream.Signature(bank_layout(banks, words))).array(len(starts))
         if starts[0]:
             members["ram"] = Out(WeightPortSignature(starts[0], banks, words))
         super().__init__(members)
@@ -125,9 +124,9 @@ class WeightSource(wiring.Component):
         addr = engine.addr
         is_remote = addr >= self.starts[0]
         arrived = 0
-        held, from_stream = Signal(self.remote0.payload.shape()), Signal()
-        for k, (first, end) in enumerate(_ranges(self.starts, self.rows)):
-            remote, mine = getattr(self, f"remote{k}"), _within(addr, first, end, self.rows)
+        held, from_stream = Signal(self.remote[0].payload.shape()), Signal()
+        for remote, (first, end) in zip(self.remote, _ranges(self.starts, self.rows)):
+            mine = _within(addr, first, end, self.rows)
             arrived |= mine & remote.valid
             m.d.comb += remote.ready.eq(engine.en & mine)
             # Both sources hold their word while the engine stalls, like a RAM read register.
@@ -166,11 +165,16 @@ class GradientSplit(wiring.Component):
             members[f"remote{k}"] = Out(stream.Signature(grads_layout(end - first, banks, words)))
         super().__init__(members)
 
+    def remotes(self):
+        """The ``remote<k>`` outputs in range order (their row ranges, and so their
+        payloads, differ: one member each rather than an array)."""
+        return [getattr(self, f"remote{k}") for k in range(len(self.starts))]
+
     def elaborate(self, platform):
         m = Module()
         beat = self.i.payload
-        outputs = [(getattr(self, f"remote{k}"), first, _within(beat.row, first, end, self.rows))
-                   for k, (first, end) in enumerate(_ranges(self.starts, self.rows))]
+        outputs = [(remote, first, _within(beat.row, first, end, self.rows))
+                   for remote, (first, end) in zip(self.remotes(), _ranges(self.starts, self.rows))]
         if self.starts[0]:
             outputs.append((self.local, 0, beat.row < self.starts[0]))
         ready = 0

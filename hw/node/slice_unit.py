@@ -1,25 +1,15 @@
 """One layer slice of a node: its FP, EB and PG datapaths, memories and update gate.
 
-See docs/node_dataflow.md for the dataflow. The unit's chain-facing ports (all
-optional, present when the slice's position in its layer needs them) are named by
-the logical channel they carry between neighbouring nodes:
-
-forward (to the successor)         backward (to the predecessor)
-  act   input bypass / finished       err   ICP: input errors [lo, C) (all of them on the
-        output activations                  layer's first node); OCP: pooled-output errors
-  psum  ICP partial sums (48-bit)           [0, lo), or on the first node the rounded input
-  ocp   OCP output channels [0, hi)         errors; at a layer boundary: errors of the output
-                                      zerr  ICP conv-output errors, bypassed backwards
-                                      epsum OCP partial input errors (48-bit)
-
-``x_in`` style names: ``<channel>_in`` comes from the predecessor (forward) or the
-successor (backward); ``<channel>_out`` goes the other way.
+See docs/node_dataflow.md for the dataflow. The unit's chain-facing ports are its
+``up`` (from the predecessor) and ``down`` (to the successor) ChainLinks
+(hw/node/ports.py), with the channels the slice's position in its layer needs, and
+``hosts``, one RowStreams per host of its rows kept on other nodes.
 """
 
 from dataclasses import replace
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
@@ -29,8 +19,7 @@ from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable,
                               sfu_samples_in_flight, window_slack)
 
 from ..arith.map_rounder import MapRounder
-from ..balance.hosted_rows import (balance_member, balance_streams,
-                                   remote_blocks, towards_owner)
+from ..balance.blocks import RowStreams, remote_blocks
 from ..balance.weight_stream import GradientSplit, WeightSource
 from ..base.layouts import pixel_layout, psum_layout
 from ..engines.eb_engine import EBEngine
@@ -45,59 +34,58 @@ from ..memory.param_ram import ParamRam, WeightLayout, slice_weights
 from ..memory.update_gate import COUNT_BITS, SampleGate, UpdateGate
 from ..streams.channels import ChannelConcat, ChannelFork
 from ..streams.flatten import Flatten, Unflatten
+from .ports import ChainLink
 from .sfu import SFU
 
 
 def slice_ports(s):
-    """The chain-facing ports of slice ``s``: name -> (direction, payload layout)."""
+    """The chain-facing channels of slice ``s``: ({channel: layout} from the predecessor,
+    {channel: layout} to the successor), channel names as in hw/node/ports.py."""
     c_in, h, w = s.in_shape
     if s.flatten_from is not None and s.first:
         stream_in = pixel_layout(s.flatten_from[0])  # unflattened pixels arrive
     else:
         stream_in = None
     post = s.out_shape[0]  # pooling keeps the channel count
-    ports = {}
+    up, down = {}, {}
     if s.mode == "icp":
         lo, hi = s.in_range
-        ports["act_in"] = ("in", stream_in or pixel_layout(c_in - lo))
+        up["act"] = stream_in or pixel_layout(c_in - lo)
         if not s.last:
-            ports["act_out"] = ("out", pixel_layout(c_in - hi))
-            ports["psum_out"] = ("out", psum_layout(s.fp.ces))
-            ports["err_in"] = ("in", pixel_layout(c_in - hi)) if s.needs_eb else None
-            ports["zerr_in"] = ("in", pixel_layout(s.out_shape[0]))
+            down["act"] = pixel_layout(c_in - hi)
+            down["psum"] = psum_layout(s.fp.ces)
+            if s.needs_eb:
+                down["err"] = pixel_layout(c_in - hi)
+            down["zerr"] = pixel_layout(s.out_shape[0])
         else:
-            ports["act_out"] = ("out", pixel_layout(post))
-            ports["err_in"] = ("in", pixel_layout(post))
+            down["act"] = pixel_layout(post)
+            down["err"] = pixel_layout(post)
         if not s.first:
-            ports["psum_in"] = ("in", psum_layout(s.fp.ces))
-            ports["zerr_out"] = ("out", pixel_layout(s.out_shape[0]))
+            up["psum"] = psum_layout(s.fp.ces)
+            up["zerr"] = pixel_layout(s.out_shape[0])
         if s.needs_eb:
-            ports["err_out"] = ("out", _err_out_layout(s, pixel_layout(c_in - lo)))
+            up["err"] = _err_out_layout(s, pixel_layout(c_in - lo))
     else:
         lo, hi = s.out_range
-        ports["act_in"] = ("in", stream_in or pixel_layout(c_in))
+        up["act"] = stream_in or pixel_layout(c_in)
         if not s.first:
-            ports["ocp_in"] = ("in", pixel_layout(lo))
-            ports["err_out"] = ("out", pixel_layout(lo))
+            up["ocp"] = pixel_layout(lo)
+            up["err"] = pixel_layout(lo)
         if not s.last:
-            ports["act_out"] = ("out", pixel_layout(c_in))
-            ports["ocp_out"] = ("out", pixel_layout(hi))
-            ports["err_in"] = ("in", pixel_layout(hi))
+            down["act"] = pixel_layout(c_in)
+            down["ocp"] = pixel_layout(hi)
+            down["err"] = pixel_layout(hi)
             if s.needs_eb:
-                ports["epsum_in"] = ("in", psum_layout(c_in))
+                down["epsum"] = psum_layout(c_in)
         else:
-            ports["act_out"] = ("out", pixel_layout(s.out_shape[0]))
-            ports["err_in"] = ("in", pixel_layout(s.out_shape[0]))
+            down["act"] = pixel_layout(s.out_shape[0])
+            down["err"] = pixel_layout(s.out_shape[0])
         if s.needs_eb:
             if s.first:
-                ports["err_out"] = ("out", _err_out_layout(s, pixel_layout(c_in)))
+                up["err"] = _err_out_layout(s, pixel_layout(c_in))
             else:
-                ports["epsum_out"] = ("out", psum_layout(c_in))
-    for block in remote_blocks(s):
-        for name, layout in balance_streams(block).items():
-            end = "in" if towards_owner(name) else "out"
-            ports[balance_member(block, name, end)] = (end, layout)
-    return {name: port for name, port in ports.items() if port is not None}
+                up["epsum"] = psum_layout(c_in)
+    return up, down
 
 
 class RemoteRows:
@@ -151,10 +139,18 @@ class SliceUnit(wiring.Component):
         self.owns_bias = s.owns_biases
         self.bias_ram = (ParamRam(banks=s.fp.ces, rows=-(-s.out_channels // s.fp.ces), words=1,
                                   init=bias.reshape(-1, 1), family=family) if self.owns_bias else None)
-        members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS)}
-        for name, (direction, layout) in slice_ports(s).items():
-            members[name] = (In if direction == "in" else Out)(stream.Signature(layout))
+        up, down = slice_ports(s)
+        members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
+                   "up": In(ChainLink(up)), "down": Out(ChainLink(down))}
+        if self.remote.blocks:
+            members["hosts"] = Out(wiring.Signature({RowStreams.member_name(b): In(RowStreams(b))
+                                                      for b in self.remote.blocks}))
         super().__init__(members)
+        self.up_channels, self.down_channels = frozenset(up), frozenset(down)
+
+    def remote_streams(self):
+        """The RowStreams port of each host of the slice's remote rows, in row order."""
+        return [getattr(self.hosts, RowStreams.member_name(b)) for b in self.remote.blocks]
 
     def elaborate(self, platform):
         m = Module()
@@ -198,7 +194,7 @@ class SliceUnit(wiring.Component):
         m.d.comb += gate.update_done.eq(_both_done(m, *updated) if len(updated) == 2 else updated[0])
 
         # --- forward: input split, Act-RAM, line buffer, FP engine ------------------------
-        act_in = flipped(self.act_in)
+        act_in = flipped(self.up.act)
         if s.flatten_from is not None and s.first:
             flat = m.submodules.flatten = Flatten(*s.flatten_from)
             connect(m, act_in, flat.i)
@@ -211,7 +207,7 @@ class SliceUnit(wiring.Component):
         act_in = slack.o
         local = (0, own_in)
         ranges = [local, local]
-        bypass = not s.last and "act_out" in self.signature.members
+        bypass = not s.last and "act" in self.down_channels
         if bypass:
             ranges.append((own_in, arriving) if s.mode == "icp" else (0, arriving))
         split = m.submodules.split = ChannelFork(arriving, ranges)
@@ -221,7 +217,7 @@ class SliceUnit(wiring.Component):
         fp_lb = m.submodules.fp_lb = LineBuffer.from_slice(s, "fp", family=self.family)
         connect(m, split.o1, fp_lb.i)
         if bypass:
-            connect(m, split.o2, flipped(self.act_out))
+            connect(m, split.o2, flipped(self.down.act))
 
         fp_gate = m.submodules.fp_gate = SampleGate(fp_lb.o.payload.shape(), oh * ow)
         connect(m, self._window_slack(m, "fp", fp_lb.o), fp_gate.i)
@@ -239,13 +235,13 @@ class SliceUnit(wiring.Component):
             pab = m.submodules.pab = PartialActivationBuffer.from_slice(s, family=self.family)
             connect(m, fp.psums, pab.local)
             if not s.first:
-                connect(m, flipped(self.psum_in), pab.upstream)
+                connect(m, flipped(self.up.psum), pab.upstream)
             connect(m, pab.o, fp_end.i)
         else:
             connect(m, fp.psums, fp_end.i)
         if s.mode == "icp" and not s.last:
-            connect(m, fp_end.o, flipped(self.psum_out))
-            z_errors = flipped(self.zerr_in)
+            connect(m, fp_end.o, flipped(self.down.psum))
+            z_errors = flipped(self.down.zerr)
         else:
             sfu = m.submodules.sfu = SFU.from_slice(s, f, samples_in_flight=sfu_samples_in_flight(s),
                                                   family=self.family)
@@ -254,8 +250,8 @@ class SliceUnit(wiring.Component):
             if owns_bias:
                 connect(m, sfu.bias, bias_ram.a)
             if s.mode == "icp":
-                connect(m, sfu.fp_out, flipped(self.act_out))
-                connect(m, flipped(self.err_in), self._sfu_errors(m, sfu))
+                connect(m, sfu.fp_out, flipped(self.down.act))
+                connect(m, flipped(self.down.err), self._sfu_errors(m, sfu))
             else:
                 self._ocp_outputs(m, sfu)
             z_errors = sfu.eb_out
@@ -264,7 +260,7 @@ class SliceUnit(wiring.Component):
         z_ranges = [(0, own_out)]
         if s.needs_eb:
             z_ranges.append((0, own_out))
-        if "zerr_out" in self.signature.members:
+        if "zerr" in self.up_channels:
             z_ranges.append((0, own_out))
         z_split = m.submodules.z_split = ChannelFork(own_out, z_ranges)
         connect(m, z_errors, z_split.i)
@@ -276,8 +272,8 @@ class SliceUnit(wiring.Component):
             slack = m.submodules.pg_errors = Fifo(pixel_layout(own_out), pg_error_slack(s), family=self.family)
             connect(m, z_split.o0, slack.i)
             pg_errors = slack.o
-        if "zerr_out" in self.signature.members:
-            connect(m, z_split.outputs()[-1], flipped(self.zerr_out))
+        if "zerr" in self.up_channels:
+            connect(m, z_split.outputs()[-1], flipped(self.up.zerr))
 
         # PG: Act-RAM replay -> line buffer -> gradient engine -> LGB
         pg_lb = m.submodules.pg_lb = LineBuffer.from_slice(s, "pg", family=self.family)
@@ -329,8 +325,8 @@ class SliceUnit(wiring.Component):
         connect(m, engine.weights, source.engine)
         if ram_port is not None:
             connect(m, source.ram, ram_port)
-        for k, block in enumerate(self.remote.blocks):
-            connect(m, flipped(getattr(self, balance_member(block, role, "in"))), getattr(source, f"remote{k}"))
+        for streams, remote in zip(self.remote_streams(), source.remote):
+            connect(m, flipped(getattr(streams, role)), remote)
         connect(m, windows, source.windows_in)
         return source.windows_out
 
@@ -343,8 +339,8 @@ class SliceUnit(wiring.Component):
                                                         words=layout.words, starts=self.remote.starts)
         if lgb is not None:
             connect(m, split.local, lgb.i)
-        for k, block in enumerate(self.remote.blocks):
-            connect(m, getattr(split, f"remote{k}"), flipped(getattr(self, balance_member(block, "grad", "out"))))
+        for streams, remote in zip(self.remote_streams(), split.remotes()):
+            connect(m, remote, flipped(streams.grad))
         return split.i
 
     def _window_slack(self, m, role, windows):
@@ -367,9 +363,9 @@ class SliceUnit(wiring.Component):
         return rounder.o
 
     def _err_out(self, m):
-        """The err_out port, behind an Unflatten on the first node of a flattening FC layer."""
+        """The ``up.err`` port, behind an Unflatten on the first node of a flattening FC layer."""
         s = self.slice
-        port = flipped(self.err_out)
+        port = flipped(self.up.err)
         if s.flatten_from is not None and s.first:
             unflat = m.submodules.unflatten = Unflatten(*s.flatten_from)
             connect(m, unflat.o, port)
@@ -384,7 +380,7 @@ class SliceUnit(wiring.Component):
             return
         join = m.submodules.err_join = ChannelConcat([s.in_channels, s.in_shape[0] - s.in_range[1]])
         connect(m, own, join.i0)
-        connect(m, flipped(self.err_in), join.i1)
+        connect(m, flipped(self.down.err), join.i1)
         connect(m, join.o, self._err_out(m))
 
     def _ocp_input_errors(self, m, sums, steps):
@@ -394,11 +390,11 @@ class SliceUnit(wiring.Component):
             lanes=c_in, depth=max(PAB_MIN_DEPTH, s.pab_words // c_in), first=s.last, family=self.family)
         connect(m, sums, reduce.local)
         if not s.last:
-            connect(m, flipped(self.epsum_in), reduce.upstream)
+            connect(m, flipped(self.down.epsum), reduce.upstream)
         if s.first:
             connect(m, self._round_errors(m, reduce.o, c_in, 0, steps), self._err_out(m))
         else:
-            connect(m, reduce.o, flipped(self.epsum_out))
+            connect(m, reduce.o, flipped(self.up.epsum))
 
     def _sfu_errors(self, m, sfu):
         """Where the SFU's backward input takes pooled-output errors: behind a FIFO of one
@@ -415,21 +411,21 @@ class SliceUnit(wiring.Component):
         and take this slice's pooled-output errors out of the backward stream."""
         s = self.slice
         lo, hi = s.out_range
-        out_port = flipped(self.act_out) if s.last else flipped(self.ocp_out)
+        out_port = flipped(self.down.act) if s.last else flipped(self.down.ocp)
         if s.first:
             connect(m, sfu.fp_out, out_port)
         else:
             join = m.submodules.ocp_join = ChannelConcat([lo, hi - lo])
-            connect(m, flipped(self.ocp_in), join.i0)
+            connect(m, flipped(self.up.ocp), join.i0)
             connect(m, sfu.fp_out, join.i1)
             connect(m, join.o, out_port)
         arriving = hi
         ranges = [(lo, hi)] + ([(0, lo)] if not s.first else [])
         err_split = m.submodules.err_split = ChannelFork(arriving, ranges)
-        connect(m, flipped(self.err_in), err_split.i)
+        connect(m, flipped(self.down.err), err_split.i)
         connect(m, err_split.o0, self._sfu_errors(m, sfu))
         if not s.first:
-            connect(m, err_split.o1, flipped(self.err_out))
+            connect(m, err_split.o1, flipped(self.up.err))
 
 
 def _both_done(m, done_a, done_b):

@@ -2,51 +2,32 @@
 
 Slices are in layer order; consecutive slices on one node are the end of layer L
 and the start of layer L+1, so inside the node only two streams join them: L's
-finished activations forward (``act``) and L+1's input errors backward (``err``).
-The node's own ports are the first slice's predecessor-facing ports and the last
-slice's successor-facing ports (see hw/slice_unit.py for the channel names), plus
-the labels, which enter node 0 with the images and travel to the last node, where
-the loss turns the class scores into output errors. Until the link cores exist,
-nodes are chained port to port (``connect_chain``).
-
-Weight balancing adds, per range of rows a node keeps on another node, the
-``bp_*`` channels of its slice unit and of the host's HostedRows (hw/weight_stream.py,
-hw/bpram_host.py): rows for the owner's FP and EB engines towards the owner, their
-gradients towards the host, on the forward or the backward link as the host lies.
-Every node in between passes them on (``Relay``). The node renames them after the
-block (:func:`balance_port`), the same on every node they cross.
+finished activations forward (``act``) and L+1's input errors backward (``err``),
+exactly the channels of the first slice's ``down`` and the second's ``up``. The
+node's ``up`` and ``down`` ports (hw/node/ports.py) are the first slice's
+predecessor-facing channels and the last slice's successor-facing ones, the labels
+(which enter node 0 with the images and travel to the last node, where the loss
+turns the class scores into output errors), and the streams of every block of weight
+rows that crosses the link: rows the node's slices keep on a host (hw/balance),
+rows it hosts, and rows it relays. ``connect_chain`` joins neighbours port to port,
+or through a ``link`` (stall injectors in simulation; link cores between boards).
 """
 
 from amaranth.hdl import Module, Mux
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping.memories import LABEL_FIFO_DEPTH
 
-from ..balance.hosted_rows import (HostedRows, Relay, balance_member,
-                                   balance_streams, hosted_blocks,
-                                   member_stream, relayed_blocks,
-                                   towards_owner)
+from ..balance.blocks import RowStreams, hosted_blocks, relayed_blocks
+from ..balance.hosted_rows import HostedRows
+from ..balance.relay import Relay
 from ..base.checks import refuse
 from ..memory.fifo import Fifo
 from ..memory.update_gate import COUNT_BITS
 from .loss import LABEL_BITS, LossUnit
+from .ports import CHANNELS, ChainLink, link_streams
 from .slice_unit import SliceUnit, slice_ports
-
-UPSTREAM_PORTS = ("act_in", "psum_in", "ocp_in", "err_out", "zerr_out", "epsum_out")
-DOWNSTREAM_PORTS = ("act_out", "psum_out", "ocp_out", "err_in", "zerr_in", "epsum_in")
-
-
-def balance_port(block, name):
-    """Node port of a member ``name`` (hw/bpram_host.balance_member) of the owner's slice unit,
-    the host's HostedRows or a Relay for ``block``: ``bp<layer>n<owner>_h<host>_<stream>_<end>``,
-    unique on every node."""
-    return f"bp{block.owner_slice.position}n{block.owner}{name[len('bp'):]}"
-
-
-def balance_destination(block, name):
-    """The node an output member ``name`` for ``block`` sends towards."""
-    return block.owner if towards_owner(member_stream(name)) else block.host
 
 
 class Node(wiring.Component):
@@ -65,37 +46,40 @@ class Node(wiring.Component):
         self.hosted = [HostedRows(block, config.formats, config.training, params=params, family=family)
                        for block in hosted_blocks(config)]
         self.relays = [Relay(block, family=family) for block in relayed_blocks(config)]
-        first, last = slice_ports(config.slices[0]), slice_ports(config.slices[-1])
+        up, _ = slice_ports(config.slices[0])
+        _, down = slice_ports(config.slices[-1])
+        up["label"] = LABEL_BITS
+        if self.applies_loss:
+            down = {}
+        else:
+            down["label"] = LABEL_BITS
+        # Every block of rows whose streams cross a link of this node, by side.
+        rows = {"up": {}, "down": {}}
+        for block in [b for unit in self.units for b in unit.remote.blocks]:
+            rows[self._side(block.host)][RowStreams.member_name(block)] = block
+        for host in self.hosted:
+            rows[self._side(host.block.owner)][RowStreams.member_name(host.block)] = host.block
+        for relay in self.relays:
+            for end in (relay.block.host, relay.block.owner):
+                rows[self._side(end)][RowStreams.member_name(relay.block)] = relay.block
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
-                   "label_in": In(stream.Signature(LABEL_BITS))}
-        if not self.applies_loss:
-            members["label_out"] = Out(stream.Signature(LABEL_BITS))
-        for name in UPSTREAM_PORTS:
-            if name in first:
-                members[name] = _port(*first[name])
-        for name in DOWNSTREAM_PORTS:
-            if name in last and not (self.applies_loss and name in ("act_out", "err_in")):
-                members[name] = _port(*last[name])
-        # where each weight-balancing output port sends: connect_chain follows it
-        self.balance_routes = {}
-        for unit, block, name, member in self._balance_members():
-            members[balance_port(block, name)] = member
-            if name.endswith("_out"):
-                self.balance_routes[balance_port(block, name)] = balance_destination(block, name)
+                   "up": In(self._link(up, rows["up"], self.config.index - 1))}
+        if down:
+            members["down"] = Out(self._link(down, rows["down"], self.config.index))
         super().__init__(members)
 
-    def _balance_members(self):
-        """(unit, block, member name, member) of every weight-balancing port of the node's units."""
-        owners = [(unit, block) for unit in self.units for block in unit.remote.blocks]
-        others = [(unit, unit.block) for unit in self.hosted + self.relays]
-        members = []
-        for unit, block in owners + others:
-            for stream_name in balance_streams(block):
-                for end in ("in", "out"):
-                    name = balance_member(block, stream_name, end)
-                    if name in unit.signature.members:
-                        members.append((unit, block, name, unit.signature.members[name]))
-        return members
+    def _side(self, node):
+        return "down" if node > self.config.index else "up"
+
+    @staticmethod
+    def _link(channels, blocks, upstream_node):
+        """A ChainLink whose upstream end is node ``upstream_node``."""
+        return ChainLink(channels, {name: RowStreams(block) for name, block in blocks.items()},
+                         upstream_hosts={name for name, block in blocks.items() if block.host <= upstream_node})
+
+    def _rows_port(self, block, node):
+        """This node's port for ``block``'s streams on the side of ``node``."""
+        return getattr(getattr(self, self._side(node)), RowStreams.member_name(block))
 
     def elaborate(self, platform):
         m = Module()
@@ -113,73 +97,67 @@ class Node(wiring.Component):
             m.d.comb += unit.total_samples.eq(self.total_samples)
             fewest = Mux(unit.updates < fewest, unit.updates, fewest)
         m.d.comb += self.updates.eq(fewest)
-        for unit, block, name, member in self._balance_members():
-            port = getattr(self, balance_port(block, name))
-            if member.flow == In:
-                connect(m, flipped(port), getattr(unit, name))
-            else:
-                connect(m, getattr(unit, name), flipped(port))
+
+        # Weight balancing: each block's streams between this node's unit and its port.
+        for unit in units:
+            for block, streams in zip(unit.remote.blocks, unit.remote_streams()):
+                connect(m, flipped(self._rows_port(block, block.host)), streams)
+        for host in self.hosted:
+            connect(m, host.streams, flipped(self._rows_port(host.block, host.block.owner)))
+        for relay in self.relays:
+            connect(m, flipped(self._rows_port(relay.block, relay.block.host)), relay.host_side)
+            connect(m, relay.owner_side, flipped(self._rows_port(relay.block, relay.block.owner)))
+
         for upstream, downstream in zip(units, units[1:]):
-            connect(m, upstream.act_out, downstream.act_in)
-            connect(m, downstream.err_out, upstream.err_in)
-        for name in UPSTREAM_PORTS:
-            if name in self.signature.members:
-                connect(m, flipped(getattr(self, name)), getattr(units[0], name))
-        for name in DOWNSTREAM_PORTS:
-            if name in self.signature.members:
-                connect(m, getattr(units[-1], name), flipped(getattr(self, name)))
+            connect(m, upstream.down, downstream.up)
+        for channel in units[0].up_channels:
+            connect(m, flipped(getattr(self.up, channel)), getattr(units[0].up, channel))
+        if not self.applies_loss:
+            for channel in units[-1].down_channels:
+                connect(m, getattr(units[-1].down, channel), flipped(getattr(self.down, channel)))
 
         labels = m.submodules.labels = Fifo(LABEL_BITS, LABEL_FIFO_DEPTH, family=self.family)
-        connect(m, flipped(self.label_in), labels.i)
+        connect(m, flipped(self.up.label), labels.i)
         if self.applies_loss:
             last = cfg.slices[-1]
             loss = m.submodules.loss = LossUnit(classes=last.out_shape[0], position=last.position,
                                                 formats=cfg.formats)
-            connect(m, units[-1].act_out, loss.scores)
-            connect(m, loss.errors, units[-1].err_in)
+            connect(m, units[-1].down.act, loss.scores)
+            connect(m, loss.errors, units[-1].down.err)
             labels_out = loss.labels
         else:
-            labels_out = self.label_out
-        m.d.comb += [labels_out.payload.eq(labels.o.payload), labels_out.valid.eq(labels.o.valid),
-                     labels.o.ready.eq(labels_out.ready)]
+            labels_out = flipped(self.down.label)
+        connect(m, labels.o, labels_out)
         return m
 
 
-def _port(direction, layout):
-    return (In if direction == "in" else Out)(stream.Signature(layout))
-
-
 def connect_chain(m, nodes, link=None):
-    """Port-to-port chain of Nodes: every successor-facing port meets its predecessor-facing twin.
+    """Every node's ``down`` port to its successor's ``up`` port, stream by stream.
 
     ``link(m, producer, consumer)`` connects one stream (default: directly); simulations
     use it to put random back-pressure on the links.
     """
     link = link or (lambda m, producer, consumer: connect(m, producer, consumer))
-    unpaired = {(node.config.index, name) for node in nodes for name in node.signature.members
-                if name.startswith("bp")}
-    for i, node in enumerate(nodes):  # weight-balancing channels, one hop towards where they go
-        for name, destination in node.balance_routes.items():
-            j = i + (1 if destination > node.config.index else -1)
-            twin = name[:-len("_out")] + "_in"
-            if 0 <= j < len(nodes) and twin in nodes[j].signature.members:
-                link(m, getattr(node, name), getattr(nodes[j], twin))
-                unpaired -= {(node.config.index, name), (nodes[j].config.index, twin)}
+    for node, side in ((nodes[0], "up"), (nodes[-1], "down")):
+        if side in node.signature.members:
+            dangling = sorted(set(node.signature.members[side].signature.members) - set(CHANNELS))
+            if dangling:
+                raise ValueError(f"node {node.config.index}: weight-balancing streams {dangling} cross its "
+                                 f"{side} link, which has no node on the other side")
     for a, b in zip(nodes, nodes[1:]):
-        pairs = [("act_out", "act_in"), ("psum_out", "psum_in"), ("ocp_out", "ocp_in"),
-                 ("err_in", "err_out"), ("zerr_in", "zerr_out"), ("epsum_in", "epsum_out")]
-        for a_name, b_name in pairs:
-            on_a, on_b = a_name in a.signature.members, b_name in b.signature.members
-            if on_a != on_b:
-                raise ValueError(f"nodes {a.config.index} and {b.config.index} disagree about the "
-                                 f"'{a_name.rsplit('_', 1)[0]}' channel between them")
-            if not on_a:
-                continue
-            if a_name.endswith("_out"):
-                link(m, getattr(a, a_name), getattr(b, b_name))
+        down, up = a.signature.members["down"].signature, b.signature.members["up"].signature.flip()
+        if down != up:
+            only_a = sorted(set(down.members) - set(up.members))
+            only_b = sorted(set(up.members) - set(down.members))
+            differ = sorted(name for name in set(down.members) & set(up.members)
+                            if down.members[name] != up.members[name])
+            raise ValueError(f"nodes {a.config.index} and {b.config.index} disagree about the link between "
+                             f"them: only node {a.config.index} has {only_a}, only node {b.config.index} "
+                             f"has {only_b}, different: {differ}")
+        theirs_by_path = {path: theirs for path, _, theirs in link_streams(b.up)}
+        for path, downstream, ours in link_streams(a.down):
+            theirs = theirs_by_path[path]
+            if downstream:
+                link(m, ours, theirs)
             else:
-                link(m, getattr(b, b_name), getattr(a, a_name))
-        link(m, a.label_out, b.label_in)
-    if unpaired:
-        raise ValueError(f"weight-balancing ports with no partner on the next node towards their "
-                         f"destination: {sorted(unpaired)}")
+                link(m, theirs, ours)
