@@ -2,7 +2,7 @@
 
 Steps: plan the weighted layers and refuse what the hardware cannot compute
 exactly (:func:`check_accumulators`) or hold (:func:`mapping.balance.check_total`);
-partition (mapping/partition.py) and balance weights (mapping/balance.py); derive
+partition (mapping/partition/) and balance weights (mapping/balance.py); derive
 the samples in flight of every slice from the timing model (mapping/perf.py) and
 repeat until the Act-RAM the partitioner reserved covers them; fill the
 NodeConfigs and the performance summary.

@@ -4,7 +4,7 @@ Assumptions
 -----------
 - Clock: each node runs at its device's ``clock_mhz`` (mapping/devices.py says
   why for each device; 200 MHz for the VC709). Cycle counts come from the
-  engine shapes (mapping/partition.py): a node's engines run concurrently, so
+  engine shapes (mapping/partition/cost.py): a node's engines run concurrently, so
   its cycles per sample are the maximum of its slices' FP, EB, PG cycles and of
   the transfer time of all its fully connected weights in DRAM (one DRAM per
   node, at the device's ``dram_gbps``; FC dataflow below).
