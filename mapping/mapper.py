@@ -109,6 +109,8 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
         raise SpecError(f"{describe()}: buildable_balance plans the memories the hardware generator "
                         f"builds, which keeps every weight on chip: pass offchip_fc=False too "
                         f"(mapper.GENERATOR_OPTIONS)")
+    if buildable_balance:
+        _check_pools(plans, describe)
     balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
                         offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0)
 
@@ -154,7 +156,26 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
                           formats, training)
     if buildable_balance:
         _check_inventory(nodes, describe)
+        _check_generated(nodes, describe)
     return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
+
+
+def _check_pools(plans, describe):
+    """Refuse up front a max-pool the generator's SFU does not build."""
+    for plan in plans:
+        problem = memories.pool_problem(plan.pool, *plan.out_shape[1:])
+        if problem:
+            raise SpecError(f"{describe()}: layer '{plan.name}': {problem}")
+
+
+def _check_generated(nodes, describe):
+    """Refuse a mapping hw/ would refuse to build (mapping/memories.generator_problem): what
+    ``python -m mapping --for-hardware`` writes, ``python -m hw.build`` builds."""
+    for node in nodes:
+        for s in node.slices:
+            problem = memories.generator_problem(s)
+            if problem:
+                raise SpecError(f"{describe()}: node {node.index}: {problem}")
 
 
 def _check_inventory(nodes, describe):

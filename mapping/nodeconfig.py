@@ -289,7 +289,10 @@ def check_mapping(mapping):
         where = f"nodes[{i}]"
         if node.index != i:
             raise SpecError(f"{where}.index: {node.index}, but the node is number {i} of the chain")
-        device = get_device(node.device)
+        try:
+            device = get_device(node.device)
+        except SpecError as error:
+            raise SpecError(f"{where}.device: {error}") from None
         if node.family not in FAMILIES:
             raise SpecError(f"{where}.family: '{node.family}' is not a device family "
                             f"(known: {', '.join(FAMILIES)})")
@@ -381,6 +384,12 @@ def check_slice(s, where, cut=False):
             raise SpecError(f"{where}.{role}: {engine.ces} x {engine.tiles} tiles of {engine.kernel} x "
                             f"{engine.kernel}, but the slice needs at least {least} x {least} tiles of "
                             f"{s.kernel} x {s.kernel}")
+    for key in ("act_ram_words", "line_buffer_words", "pab_words", "lgb_words", "fp_stale", "cycles_per_sample"):
+        if getattr(s, key) < 0:
+            raise SpecError(f"{where}.{key}: {getattr(s, key)} must not be negative")
+    if s.act_ram_words % s.in_channels or s.act_ram_words < s.in_channels:  # whole input pixels
+        raise SpecError(f"{where}.act_ram_words: {s.act_ram_words} is not a positive multiple of the "
+                        f"slice's {s.in_channels} input channels")
     if s.flatten_from is not None and math.prod(s.flatten_from) != c:
         raise SpecError(f"{where}.flatten_from: {list(s.flatten_from)} flattens to {math.prod(s.flatten_from)} "
                         f"values, but in_shape has {c} input channels")
