@@ -7,7 +7,6 @@ used vs available vs the mapping's estimate for multipliers, block RAM, LUTs
 and FFs.
 """
 
-import argparse
 from contextlib import contextmanager
 import os
 from pathlib import Path
@@ -15,8 +14,9 @@ import sys
 import threading
 import time
 
-from mapping.cli import Parser, fraction, output_folder, positive_int, positive_number
+from mapping.cli import DefaultsShown, Parser, fraction, output_folder, positive_int, positive_number
 from mapping.errors import SpecError, read_text, run_cli
+from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
 
 DEFAULT_NETWORK = "tiny"
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"
@@ -25,8 +25,8 @@ QUIET_SECONDS = 10
 
 
 def parse_args(argv):
-    parser = Parser(prog="python -m hw.build", description=__doc__.splitlines()[0],
-                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = Parser(prog="python -m hw.build", description=__doc__.splitlines()[0].split(": ", 1)[1],
+                    formatter_class=DefaultsShown)
     parser.add_argument("--node", type=int, required=True, help="index of the node to build (0-based)")
     parser.add_argument("--network", help=f"zoo name or .toml/.json file (without --mapping: "
                         f"{DEFAULT_NETWORK}; with it, checked against the mapping's)")
@@ -35,12 +35,12 @@ def parse_args(argv):
     parser.add_argument("--mapping", help="a mapping JSON written by `python -m mapping --for-hardware` "
                         "(instead of mapping --network on --cluster here)")
     parser.add_argument("--bram-fraction", type=fraction, help="share of each device's block RAM the "
-                        "mapping may use (default that of mapping.mapper); less makes it keep fully "
+                        f"mapping may use (without --mapping: {BRAM_FRACTION}); less makes it keep fully "
                         "connected rows on other nodes")
     parser.add_argument("--batch", type=positive_int, help="mini-batch size the node is built for "
-                        "(default that of mapping.mapper)")
+                        f"(without --mapping: {BATCH})")
     parser.add_argument("--lr", type=positive_number, help="learning rate the node is built for "
-                        "(default that of mapping.mapper)")
+                        f"(without --mapping: {LEARNING_RATE})")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     return parser.parse_args(argv)
@@ -121,19 +121,22 @@ def yosys_compiled():
 @contextmanager
 def heartbeat(log, started, quiet=QUIET_SECONDS):
     """A ``progress(step)`` callback that logs each step with the elapsed time, and logs the
-    step again every ``quiet`` seconds while no new one starts (ABC runs a minute silent)."""
-    last, done = ["starting"], threading.Event()
+    step again whenever ``quiet`` seconds pass without a new one (ABC runs a minute silent)."""
+    last = {"step": "starting", "at": time.monotonic()}
+    done = threading.Event()
 
     def line(step):
-        log(f"  [{time.monotonic() - started:6.1f} s] {step}", flush=True)
+        last["at"] = time.monotonic()
+        log(f"  [{last['at'] - started:6.1f} s] {step}", flush=True)
 
     def progress(step):
-        last[0] = step
+        last["step"] = step
         line(step)
 
     def beat():
-        while not done.wait(quiet):
-            line(f"{last[0]} (still running)")
+        while not done.wait(1):
+            if time.monotonic() - last["at"] >= quiet:
+                line(f"{last['step']} (still running)")
 
     thread = threading.Thread(target=beat, daemon=True)
     thread.start()

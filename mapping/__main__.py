@@ -4,13 +4,12 @@
                       [--batch B --lr X] [--link-gbps G] [--max-multipliers M]
 """
 
-import argparse
 import json
 
-from .cli import Parser, fraction, output_folder, positive_int, positive_number
+from .cli import DefaultsShown, Parser, fraction, output_folder, positive_int, positive_number
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
-from .mapper import BRAM_FRACTION, GENERATOR_OPTIONS, map_network
+from .mapper import BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, map_network
 from . import plots, report, zoo
 
 
@@ -28,15 +27,15 @@ def _sizes(text):
 
 
 def parse_args(argv):
-    parser = Parser(prog="python -m mapping", description=__doc__.splitlines()[0],
-                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = Parser(prog="python -m mapping", description=__doc__.splitlines()[0].split(": ", 1)[1],
+                    formatter_class=DefaultsShown)
     parser.add_argument("--network", default="alexnet-ungrouped", help="zoo name or .toml/.json file")
     parser.add_argument("--cluster", default="vc709:15", help="e.g. vc709:15, vc709:15@150, or a file")
     parser.add_argument("--out", default="mapping-out", help="folder for mapping.json and plots")
     parser.add_argument("--sizes", help="sweep cluster sizes FIRST:LAST[:STEP] of the cluster's first device")
-    parser.add_argument("--batch", type=positive_int, default=1,
+    parser.add_argument("--batch", type=positive_int, default=BATCH,
                         help="mini-batch size: samples whose gradients one weight update sums")
-    parser.add_argument("--lr", type=positive_number, default=0.01,
+    parser.add_argument("--lr", type=positive_number, default=LEARNING_RATE,
                         help="learning rate (the hardware applies lr / batch as a 16-bit constant)")
     parser.add_argument("--link-gbps", type=positive_number,
                         help="override every link's bandwidth (Gb/s per direction)")

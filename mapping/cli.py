@@ -18,6 +18,15 @@ class Parser(argparse.ArgumentParser):
         raise SpecError(f"{message} (see {self.prog} --help)")
 
 
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows each option's default, where it has one."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def positive_int(text):
     try:
         value = int(text)

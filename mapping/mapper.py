@@ -29,6 +29,9 @@ from .resources import logic_estimate, tile_multipliers
 
 DSP_FRACTION = 0.9   # the rest: weight-update multipliers (48 x 16 bit), timing closure
 BRAM_FRACTION = 0.9  # the rest: link FIFOs, stream skew buffers, routing
+# Training defaults: plain SGD, one sample per update.
+BATCH = 1
+LEARNING_RATE = 0.01
 MAX_STALE_ROUNDS = 8
 BALANCE_RETRIES = 3  # longer periods tried where balancing finds no room (x1.25 each)
 
@@ -69,7 +72,7 @@ def check_accumulators(plans, batch):
 GENERATOR_OPTIONS = {"offchip_fc": False, "buildable_balance": True}
 
 
-def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fraction=DSP_FRACTION,
+def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None, dsp_fraction=DSP_FRACTION,
                 bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None, fold_inputs=True,
                 offchip_fc=True, buildable_balance=False):
     """Map the training of ``network`` onto ``cluster`` (see module docstring).

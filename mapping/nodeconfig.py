@@ -276,8 +276,8 @@ def _parse_fields(cls, value, where):
         return cls(**{key: _parse(hints[key], v, f"{at}{key}") for key, v in value.items()})
     except SpecError:
         raise
-    except ValueError as error:  # a dataclass's own check (Formats)
-        raise SpecError(f"{where}: {error}") from None
+    except ValueError as error:  # a dataclass's own check (Formats), which names the dataclass
+        raise SpecError(f"{where}: {str(error).removeprefix(where.rpartition('.')[2] + ': ')}") from None
 
 
 def check_mapping(mapping):
@@ -366,9 +366,9 @@ def check_slice(s, where, cut=False):
                         f"{s.stride}, padding {s.padding}")
     pixels = tuple(conv_output(n, s.kernel, s.stride, s.padding) for n in (h, w))
     if s.out_shape[1:] != pixels:
-        raise SpecError(f"{where}.out_shape: {list(s.out_shape)}, but in_shape {list(s.in_shape)} with kernel "
-                        f"{s.kernel}, stride {s.stride}, padding {s.padding} gives {pixels[0]} x {pixels[1]} "
-                        f"pixels")
+        raise SpecError(f"{where}: in_shape {list(s.in_shape)} with kernel {s.kernel}, stride {s.stride}, "
+                        f"padding {s.padding} gives {pixels[0]} x {pixels[1]} pixels, but out_shape is "
+                        f"{list(s.out_shape)}")
     for key, full in (("in_range", c), ("out_range", s.out_shape[0])):
         lo, hi = getattr(s, key)
         if not 0 <= lo < hi <= full:

@@ -70,6 +70,19 @@ def linear_limit(points):
     return limit
 
 
+def link_limit(points, link_gbps):
+    """Largest cluster size before the busiest link first needs more than ``link_gbps``
+    (at the compute-bound rate): where the links stop being enough, whatever else does."""
+    best = None
+    for p in points:
+        if "error" in p:
+            continue
+        if p["busiest_link_gbps"] > link_gbps:
+            return best
+        best = p["devices"]
+    return best
+
+
 def scaling_summary(points, link_gbps):
     """One line on how throughput scales over the sweep ``points``."""
     mapped = [p for p in points if "error" not in p]
