@@ -37,21 +37,23 @@ def positive_int(text):
     return value
 
 
-def positive_number(text):
+def _number(text):
+    """``text`` as a float, NaN where it is none (every range check then fails)."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        value = math.nan
+        return math.nan
+
+
+def positive_number(text):
+    value = _number(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive finite number, got '{text}'")
     return value
 
 
 def fraction(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got '{text}'")
     return value

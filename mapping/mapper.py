@@ -86,6 +86,8 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not (math.isfinite(lr) and lr > 0):
+        raise SpecError(f"lr must be a positive finite number, got {lr!r}")
     for name, fraction in (("dsp_fraction", dsp_fraction), ("bram_fraction", bram_fraction)):
         if not 0 < fraction <= 1:
             raise SpecError(f"{name} must be above 0 and at most 1, got {fraction!r}")

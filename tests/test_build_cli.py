@@ -13,16 +13,9 @@ import pytest
 from hw.build import build, main, parse_args
 from mapping.__main__ import main as map_main
 
-from .cli_refusal import refusal
+from .cli_refusal import BAD_OPTIONS, bad_network_files, refusal
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "mapping" / "examples"
-OVERLAPPING_POOL = """name = "overlap"
-input = [1, 8, 8]
-layers = [{type = "conv2d", out_channels = 4, kernel = 3, padding = 1}, {type = "relu"},
-          {type = "maxpool", kernel = 3, stride = 2}, {type = "flatten"}, {type = "linear", out_features = 10}]
-"""
-
-
 def test_python_m_hw_build_refuses_in_one_line_with_status_2(tmp_path):
     result = subprocess.run([sys.executable, "-m", "hw.build", "--node", "4", "--out", str(tmp_path / "b")],
                             capture_output=True, text=True)
@@ -81,12 +74,12 @@ def mapped(tmp_path_factory):
     weights in a VC709's DRAM, lenet-digits with conv2 rows of node 1 on node 0, and a
     network whose max-pool windows overlap."""
     folder = tmp_path_factory.mktemp("mapped")
-    (folder / "overlap.toml").write_text(OVERLAPPING_POOL)
+    _, overlap = bad_network_files(folder)
     runs = {"tiny": ["--network", "tiny", "--cluster", "ecp5-85:2+ecp5-45:2", "--for-hardware"],
             "dram": ["--network", "tiny", "--cluster", "vc709:2"],
             "conv-rows": ["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction", "0.16",
                           "--batch", "3"],
-            "overlap": ["--network", str(folder / "overlap.toml"), "--cluster", "ecp5-85:2"]}
+            "overlap": ["--network", str(overlap), "--cluster", "ecp5-85:2"]}
     for name, argv in runs.items():
         map_main([*argv, "--out", str(folder / name)])
     return folder
@@ -171,24 +164,14 @@ def test_a_mapping_is_checked_against_the_options_given_with_it(mapped, capsys):
 @pytest.mark.parametrize("argv, message", [
     ([], "the following arguments are required: --node"),
     (["--node", "x"], "argument --node: invalid int value: 'x'"),
-    (["--node", "0", "--frobnicate"], "unrecognized arguments: --frobnicate"),
-    (["--node", "0", "--bram-fraction", "0"], "argument --bram-fraction: must be above 0 and at most 1, got '0'"),
-    (["--node", "0", "--bram-fraction", "1.5"],
-     "argument --bram-fraction: must be above 0 and at most 1, got '1.5'"),
-    (["--node", "0", "--batch", "0"], "argument --batch: must be a positive integer, got '0'"),
-    (["--node", "0", "--lr", "nan"], "argument --lr: must be a positive finite number, got 'nan'"),
-    (["--node", "0", "--lr", "inf"], "argument --lr: must be a positive finite number, got 'inf'"),
-    (["--node", "0", "--lr", "-0.1"], "argument --lr: must be a positive finite number, got '-0.1'"),
+    *[(["--node", "0", *argv], message) for argv, message in BAD_OPTIONS],
 ])
 def test_bad_options_are_refused_in_one_line(argv, message, capsys):
     assert refusal(main, argv, capsys) == f"error: {message} (see python -m hw.build --help)"
 
 
 def test_bad_networks_and_output_folders_are_refused_in_one_line(tmp_path, capsys):
-    latin = tmp_path / "latin.toml"
-    latin.write_bytes(b'name = "r\xe9seau"\n')
-    overlap = tmp_path / "overlap.toml"
-    overlap.write_text(OVERLAPPING_POOL)
+    latin, overlap = bad_network_files(tmp_path)
     out = tmp_path / "new" / "build"
     cases = [(["--network", str(latin)], f"network file {latin}: not UTF-8 text (byte 9 is 0xe9)"),
              (["--network", "vgg17"], "unknown network 'vgg17'"),

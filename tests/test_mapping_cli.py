@@ -7,17 +7,11 @@ import pytest
 from mapping import plots, report, zoo
 from mapping.__main__ import main
 from mapping.cluster import parse_cluster
+from mapping.errors import SpecError
 from mapping.mapper import map_network
 from mapping.nodeconfig import Mapping
 
-from .cli_refusal import refusal
-
-OVERLAPPING_POOL = """name = "overlap"
-input = [1, 8, 8]
-layers = [{type = "conv2d", out_channels = 4, kernel = 3, padding = 1}, {type = "relu"},
-          {type = "maxpool", kernel = 3, stride = 2}, {type = "flatten"}, {type = "linear", out_features = 10}]
-"""
-
+from .cli_refusal import BAD_OPTIONS, bad_network_files, refusal
 
 def test_cli_writes_table_json_and_plots(tmp_path, capsys):
     main(["--network", "tiny", "--cluster", "ecp5-85:4", "--out", str(tmp_path), "--sizes", "2:4"])
@@ -74,25 +68,16 @@ def test_a_network_too_large_for_the_cluster_is_refused_in_one_line(tmp_path, ca
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--lr", "nan"], "argument --lr: must be a positive finite number, got 'nan'"),
-    (["--lr", "inf"], "argument --lr: must be a positive finite number, got 'inf'"),
-    (["--lr", "-1"], "argument --lr: must be a positive finite number, got '-1'"),
-    (["--batch", "0"], "argument --batch: must be a positive integer, got '0'"),
-    (["--bram-fraction", "1.5"], "argument --bram-fraction: must be above 0 and at most 1, got '1.5'"),
-    (["--bram-fraction", "0"], "argument --bram-fraction: must be above 0 and at most 1, got '0'"),
+    *BAD_OPTIONS,
     (["--link-gbps", "0"], "argument --link-gbps: must be a positive finite number, got '0'"),
     (["--max-multipliers", "0"], "argument --max-multipliers: must be a positive integer, got '0'"),
-    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ])
 def test_bad_options_are_refused_in_one_line(capsys, args, message):
     assert refusal(main, args, capsys) == f"error: {message} (see python -m mapping --help)"
 
 
 def test_bad_network_files_and_output_folders_are_refused_in_one_line(tmp_path, capsys):
-    latin = tmp_path / "latin.toml"
-    latin.write_bytes(b'name = "r\xe9seau"\n')
-    overlap = tmp_path / "overlap.toml"
-    overlap.write_text(OVERLAPPING_POOL)
+    latin, overlap = bad_network_files(tmp_path)
     out = tmp_path / "new" / "m"
     cases = [(["--network", str(latin)], f"network file {latin}: not UTF-8 text (byte 9 is 0xe9)"),
              (["--network", str(overlap), "--cluster", "ecp5-85:2", "--for-hardware"],
@@ -172,3 +157,10 @@ def test_plots_show_the_network_whole_devices_and_refused_sizes(tmp_path, monkey
     top, _ = figures[1].axes
     assert top.get_title() == "tiny on ecp5-85 chains"
     assert [t.get_text() for t in top.get_legend().get_texts()][-1] == "refused: 2"
+
+
+@pytest.mark.parametrize("lr", [float("nan"), float("inf"), -0.5, 0])
+def test_map_network_refuses_a_learning_rate_that_is_not_positive_and_finite(lr):
+    with pytest.raises(SpecError) as error:
+        map_network(zoo.tiny(), parse_cluster("ecp5-85:4"), lr=lr)
+    assert str(error.value) == f"lr must be a positive finite number, got {lr!r}"
