@@ -134,7 +134,7 @@ def heartbeat(log, started, quiet=QUIET_SECONDS):
         line(step)
 
     def beat():
-        while not done.wait(1):
+        while not done.wait(min(1, quiet)):
             if time.monotonic() - last["at"] >= quiet:
                 line(f"{last['step']} (still running)")
 

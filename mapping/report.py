@@ -88,6 +88,8 @@ def scaling_summary(points, link_gbps):
     mapped = [p for p in points if "error" not in p]
     if not mapped:
         return "no size of the sweep maps"
+    if len(mapped) == 1:
+        return f"only {mapped[0]['devices']} devices map in the sweep: no scaling to judge"
     limit = linear_limit(points)
     rule = f"samples/s per device within {LINEAR_EFFICIENCY:.0%} of the best of the smaller sizes"
     if limit == mapped[-1]["devices"]:

