@@ -34,6 +34,10 @@ layers = [{type = "conv2d", out_channels = 4, kernel = 3, padding = 1}, {type = 
           {type = "maxpool", kernel = 3, stride = 2}, {type = "flatten"}, {type = "linear", out_features = 10}]
 """
 
+# What both CLIs say about it.
+OVERLAPPING_POOL_REFUSAL = ("layer 'conv2d0': max-pool kernel 3, stride 2, padding 0 is not supported by the "
+                            "generator's SFU (only non-overlapping windows: kernel == stride, padding 0)")
+
 
 def bad_network_files(folder):
     """(a network file that is not UTF-8, a network with overlapping max-pool windows) in ``folder``."""

@@ -15,7 +15,7 @@ import pytest
 from hw.build import build, heartbeat, main, parse_args, yosys_compiled
 from mapping.__main__ import main as map_main
 
-from .cli_refusal import BAD_OPTIONS, bad_network_files, refusal
+from .cli_refusal import BAD_OPTIONS, OVERLAPPING_POOL_REFUSAL, bad_network_files, refusal
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "mapping" / "examples"
 def test_python_m_hw_build_refuses_in_one_line_with_status_2(tmp_path):
@@ -116,8 +116,7 @@ def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(mapped,
 
 def test_a_mapping_with_an_overlapping_max_pool_is_refused_in_one_line(mapped, capsys):
     assert mapping_refusal(mapped, capsys, mapped / "overlap" / "mapping.json", node="1") == (
-        "error: layer 'conv2d0': max-pool kernel 3, stride 2, padding 0 is not supported by the generator's "
-        "SFU (only non-overlapping windows: kernel == stride, padding 0)")
+        f"error: {OVERLAPPING_POOL_REFUSAL}")
 
 
 def test_bad_mapping_files_are_refused_in_one_line_naming_the_field(mapped, capsys):
@@ -177,9 +176,8 @@ def test_bad_networks_and_output_folders_are_refused_in_one_line(tmp_path, capsy
     out = tmp_path / "new" / "build"
     cases = [(["--network", str(latin)], f"network file {latin}: not UTF-8 text (byte 9 is 0xe9)"),
              (["--network", "vgg17"], "unknown network 'vgg17'"),
-             (["--network", str(overlap)], "network 'overlap' on cluster 'ecp5-85:2+ecp5-45:2': layer 'conv2d0': "
-              "max-pool kernel 3, stride 2, padding 0 is not supported by the generator's SFU (only non-overlapping "
-              "windows: kernel == stride, padding 0)")]
+             (["--network", str(overlap)],
+              f"network 'overlap' on cluster 'ecp5-85:2+ecp5-45:2': {OVERLAPPING_POOL_REFUSAL}")]
     for argv, message in cases:
         assert refusal(main, ["--node", "0", "--out", str(out), *argv], capsys).startswith(f"error: {message}")
         assert not (tmp_path / "new").exists()  # no empty output folder left behind

@@ -11,7 +11,7 @@ from mapping.errors import SpecError
 from mapping.mapper import map_network
 from mapping.nodeconfig import Mapping
 
-from .cli_refusal import BAD_OPTIONS, bad_network_files, refusal
+from .cli_refusal import BAD_OPTIONS, OVERLAPPING_POOL_REFUSAL, bad_network_files, refusal
 
 def test_cli_writes_table_json_and_plots(tmp_path, capsys):
     main(["--network", "tiny", "--cluster", "ecp5-85:4", "--out", str(tmp_path), "--sizes", "2:4"])
@@ -43,8 +43,8 @@ def test_cli_link_override_changes_the_bound(tmp_path, capsys):
 
 
 def test_python_m_mapping_refuses_in_one_line_with_status_2(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "mapping", "--network", "nosuchnet", "--out", str(tmp_path / "m")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "mapping", "--network", "nosuchnet",
+                             "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr == ("error: unknown network 'nosuchnet' (zoo: tiny, lenet-digits, alexnet, "
                              "alexnet-ungrouped, vgg16, vgg19, resnet18; or a .toml/.json file)\n")
@@ -82,8 +82,7 @@ def test_bad_network_files_and_output_folders_are_refused_in_one_line(tmp_path, 
     out = tmp_path / "new" / "m"
     cases = [(["--network", str(latin)], f"network file {latin}: not UTF-8 text (byte 9 is 0xe9)"),
              (["--network", str(overlap), "--cluster", "ecp5-85:2", "--for-hardware"],
-              f"network '{overlap}' on cluster 'ecp5-85:2': layer 'conv2d0': max-pool kernel 3, stride 2, padding 0 "
-              f"is not supported by the generator's SFU (only non-overlapping windows: kernel == stride, padding 0)"),
+              f"network '{overlap}' on cluster 'ecp5-85:2': {OVERLAPPING_POOL_REFUSAL}"),
              (["--out", str(latin)], f"--out {latin}: it is a file, not a folder"),
              (["--out", str(latin / "m")], f"--out {latin / 'm'}: {latin} is a file, not a folder")]
     for args, message in cases:

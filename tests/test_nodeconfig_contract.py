@@ -68,10 +68,11 @@ CASES = {
                     "nodes[0].family: 'ecp55' is not a device family (known: xc7, zynqmp, virtexuplus, ecp5)"),
     "family of another device": (lambda d: d["nodes"][0].update(family="xc7"),
                                  "nodes[0].family: 'xc7', but lfe5um5g-85f is 'ecp5'"),
-    "node index": (lambda d: d["nodes"][1].update(index=5), "nodes[1].index: 5, but the node is number 1 of the chain"),
+    "node index": (lambda d: d["nodes"][1].update(index=5),
+                   "nodes[1].index: 5, but the node is number 1 of the chain"),
     "hand-edited in_shape": (lambda d: slice_of(d, 1).update(in_shape=[4, 8, 8]),
-                             "nodes[1].slices[0]: in_shape [4, 8, 8] with kernel 3, stride 1, padding 1 gives 8 x 8 "
-                             "pixels, but out_shape is [8, 4, 4]"),
+                             "nodes[1].slices[0]: in_shape [4, 8, 8] with kernel 3, stride 1, padding 1 gives "
+                             "8 x 8 pixels, but out_shape is [8, 4, 4]"),
     "in_shape of a whole layer": (
         lambda d: [s.update(in_shape=[4, 8, 8], out_shape=[8, 8, 8]) for n in d["nodes"] for s in n["slices"]
                    if s["layer"] == "conv2"],
