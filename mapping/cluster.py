@@ -140,6 +140,15 @@ def _parse_text(spec):
     return _with_links(devices, bandwidth, None, spec, where)
 
 
+def first_device_name(spec):
+    """The first device of a short cluster spec as written (``vc709`` for ``vc709:15@150``);
+    None for a cluster file or a spec that does not parse."""
+    if Path(spec.strip()).suffix in (".toml", ".json"):
+        return None
+    match = _TERM.match(spec.strip().partition("@")[0].split("+")[0].strip())
+    return match.group(1) if match else None
+
+
 _FILE_KEYS = {"devices", "link_gbps", "links"}
 _ENTRY_KEYS = {"name", "count"}
 

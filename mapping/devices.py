@@ -23,7 +23,7 @@ the vendor gives a per-package figure. Units:
 - ``dram_gbps``: peak bandwidth of the board's DRAM interfaces the fabric can
   reach (Gb/s, both directions together: a DDR bus is half duplex), bus width x
   transfer rate; 0 without DRAM. The mapping streams fully connected weights
-  through it (mapping/partition.py).
+  through it (mapping/partition/cost.py).
 """
 
 from dataclasses import dataclass

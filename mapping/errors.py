@@ -17,18 +17,27 @@ def read_spec_file(path, what):
 
     path = Path(path)
     where = f"{what} file {path}"
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise SpecError(f"{where}: {error.strerror}") from None
+    text = read_text(path, where)
     try:
         return tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
         raise SpecError(f"{where}: {error}") from None
 
 
+def read_text(path, where):
+    """The UTF-8 text of the file ``path``; ``where`` names it in errors."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise SpecError(f"{where}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{where}: not UTF-8 text (byte {error.start} is 0x{error.object[error.start]:02x})") \
+            from None
+
+
 def run_cli(main):
-    """Run ``main()`` and turn a SpecError into one line on stderr and exit status 2."""
+    """Run ``main()``: a SpecError becomes one line on stderr and exit status 2, Ctrl-C the
+    line ``interrupted`` and exit status 130 (the shell's for SIGINT)."""
     import sys
 
     try:
@@ -36,3 +45,6 @@ def run_cli(main):
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -39,8 +39,8 @@ row-major position in the whole tensor. A linear layer is a 1x1 convolution on i
 
 Float mode is the same with no rounding, no saturation and ``W -= lr / batch * G_m``.
 
-Weight versions (DESIGN.md section 7, the paper's "slightly unaligned" update)
------------------------------------------------------------------------------
+Weight versions (docs/weight_versions.md, the paper's "slightly unaligned" update)
+----------------------------------------------------------------------------------
 Version 0 is the initial parameters; version m+1 is version m after the update of
 mini-batch m. With ``fp_stale`` = k for a layer, FP of sample s on that layer uses
 version ``max(0, (s - k) // batch)`` (its first k samples of each mini-batch were
@@ -405,7 +405,7 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
     gsums = _zero_grads(params)
     for s in range(n):
         m = s // batch
-        # DESIGN.md section 7: FP of the first fp_stale samples of mini-batch m ran before
+        # docs/weight_versions.md: FP of the first fp_stale samples of mini-batch m ran before
         # the update of mini-batch m-1 reached the layer; EB and PG always use version m.
         fp_params = {}
         for name, k in stale.items():

@@ -2,7 +2,7 @@
 
 Steps: plan the weighted layers and refuse what the hardware cannot compute
 exactly (:func:`check_accumulators`) or hold (:func:`mapping.balance.check_total`);
-partition (mapping/partition.py) and balance weights (mapping/balance.py); derive
+partition (mapping/partition/) and balance weights (mapping/balance.py); derive
 the samples in flight of every slice from the timing model (mapping/perf.py) and
 repeat until the Act-RAM the partitioner reserved covers them; fill the
 NodeConfigs and the performance summary.
@@ -29,6 +29,9 @@ from .resources import logic_estimate, tile_multipliers
 
 DSP_FRACTION = 0.9   # the rest: weight-update multipliers (48 x 16 bit), timing closure
 BRAM_FRACTION = 0.9  # the rest: link FIFOs, stream skew buffers, routing
+# Training defaults: plain SGD, one sample per update.
+BATCH = 1
+LEARNING_RATE = 0.01
 MAX_STALE_ROUNDS = 8
 BALANCE_RETRIES = 3  # longer periods tried where balancing finds no room (x1.25 each)
 
@@ -69,7 +72,7 @@ def check_accumulators(plans, batch):
 GENERATOR_OPTIONS = {"offchip_fc": False, "buildable_balance": True}
 
 
-def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fraction=DSP_FRACTION,
+def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None, dsp_fraction=DSP_FRACTION,
                 bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None, fold_inputs=True,
                 offchip_fc=True, buildable_balance=False):
     """Map the training of ``network`` onto ``cluster`` (see module docstring).
@@ -83,6 +86,8 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not (math.isfinite(lr) and lr > 0):
+        raise SpecError(f"lr must be a positive finite number, got {lr!r}")
     for name, fraction in (("dsp_fraction", dsp_fraction), ("bram_fraction", bram_fraction)):
         if not 0 < fraction <= 1:
             raise SpecError(f"{name} must be above 0 and at most 1, got {fraction!r}")
@@ -109,6 +114,8 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
         raise SpecError(f"{describe()}: buildable_balance plans the memories the hardware generator "
                         f"builds, which keeps every weight on chip: pass offchip_fc=False too "
                         f"(mapper.GENERATOR_OPTIONS)")
+    if buildable_balance:
+        _check_pools(plans, describe)
     balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
                         offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0)
 
@@ -154,7 +161,26 @@ def map_network(network, cluster, *, batch=1, lr=0.01, formats=None, dsp_fractio
                           formats, training)
     if buildable_balance:
         _check_inventory(nodes, describe)
+        _check_generated(nodes, describe)
     return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
+
+
+def _check_pools(plans, describe):
+    """Refuse up front a max-pool the generator's SFU does not build."""
+    for plan in plans:
+        problem = memories.pool_problem(plan.pool, *plan.out_shape[1:])
+        if problem:
+            raise SpecError(f"{describe()}: layer '{plan.name}': {problem}")
+
+
+def _check_generated(nodes, describe):
+    """Refuse a mapping hw/ would refuse to build (mapping/memories.generator_problem): what
+    ``python -m mapping --for-hardware`` writes, ``python -m hw.build`` builds."""
+    for node in nodes:
+        for s in node.slices:
+            problem = memories.generator_problem(s)
+            if problem:
+                raise SpecError(f"{describe()}: node {node.index}: {problem}")
 
 
 def _check_inventory(nodes, describe):

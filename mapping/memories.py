@@ -52,6 +52,40 @@ def buildable(s):
             and remote_rows_problem(s.remote_weights, s) is None)
 
 
+def pool_problem(pool, height, width):
+    """Why the SFU (hw/sfu.py) cannot max-pool a ``height`` x ``width`` conv output with
+    ``pool``, or None: it pools non-overlapping windows inside the map only."""
+    if pool is None:
+        return None
+    if pool.stride != pool.kernel or pool.padding != 0:
+        return (f"max-pool kernel {pool.kernel}, stride {pool.stride}, padding {pool.padding} is not "
+                f"supported by the generator's SFU (only non-overlapping windows: kernel == stride, "
+                f"padding 0)")
+    if pool.kernel > min(height, width):
+        return f"max-pool kernel {pool.kernel} is larger than the {height} x {width} conv output"
+    return None
+
+
+def generator_problem(s):
+    """Why hw/ cannot generate slice ``s``, or None: weights in DRAM, remote rows it does not
+    stream, a max-pool its SFU does not build, engines of another shape (:func:`buildable`)."""
+    hint = "; map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)"
+    if s.weights_offchip:
+        return f"layer '{s.layer}': the slice keeps weights in DRAM, which the generator does not build yet{hint}"
+    problem = remote_rows_problem(s.remote_weights, s)
+    if problem:
+        return problem
+    problem = pool_problem(s.pool, *s.out_shape[1:])
+    if problem:
+        return f"layer '{s.layer}': {problem}"
+    if not buildable(s):
+        return (f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): "
+                f"engines FP {s.fp.ces} x {s.fp.tiles}, EB {s.eb.ces} x {s.eb.tiles}, PG {s.pg.ces} x "
+                f"{s.pg.tiles} tiles; the generator builds FP = PG = P x b and EB = b x P with b at most "
+                f"{s.in_channels}")
+    return None
+
+
 def remote_rows_problem(blocks, owner=None):
     """Why hw/ cannot stream the weight rows ``blocks`` of one owner slice from their hosts
     (hw/weight_stream.py), or None. The generator streams fully connected rows only (a

@@ -18,7 +18,7 @@ Conventions
   chain order: for ICP the last node adds the final partial sums and runs the
   SFU; for OCP the first node finishes the backward reduction of EB partials.
 - ``fp_stale`` is the number of samples at the start of each mini-batch whose FP
-  on this slice still uses the previous weights (DESIGN.md section 7): FP of
+  on this slice still uses the previous weights (docs/weight_versions.md): FP of
   sample s uses weight version max(0, (s - fp_stale) // batch); EB always uses
   version s // batch. The golden model takes the same numbers.
 - Weight balancing: a slice's ``remote_weights`` and its host's ``hosted`` hold the
@@ -30,12 +30,20 @@ Conventions
   each of those lists the block in ``relays``.
 """
 
-from dataclasses import dataclass, field, asdict, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 import json
+import math
+from types import UnionType
+from typing import Union, get_args, get_origin, get_type_hints
 
+from .devices import FAMILIES, get_device
+from .errors import SpecError
 from .numerics import Formats
 
+# Version of the JSON layout below; loading refuses any other (docs/nodeconfig.md).
+SCHEMA_VERSION = 1
 MODES = ("icp", "ocp")
+KINDS = ("conv", "fc")
 
 
 @dataclass(frozen=True)
@@ -65,8 +73,8 @@ class WeightBlock:
     owner: int        # node whose slice uses the weights
     host: int         # node whose BPRAM stores them
     layer: str
-    in_range: tuple
-    out_range: tuple
+    in_range: tuple[int, int]
+    out_range: tuple[int, int]
     words: int
     # The owner's LayerSlice cut to ``out_range`` (its remote_weights empty); None
     # until the mapper has built the slices.
@@ -95,16 +103,16 @@ class LayerSlice(ChannelRanges):
     position: int          # index of the layer in the network (tensor ids use it)
     kind: str              # "conv" or "fc"
     mode: str              # "icp" or "ocp"
-    in_shape: tuple        # full layer input (C, H, W)
-    out_shape: tuple       # full conv/fc output before the SFU (C, H, W)
+    in_shape: tuple[int, int, int]   # full layer input (C, H, W)
+    out_shape: tuple[int, int, int]  # full conv/fc output before the SFU (C, H, W)
     kernel: int
     stride: int
     padding: int
     bias: bool
     relu: bool
     pool: Pool | None
-    in_range: tuple
-    out_range: tuple
+    in_range: tuple[int, int]
+    out_range: tuple[int, int]
     first: bool
     last: bool
     needs_eb: bool         # False for the network's first weighted layer
@@ -116,8 +124,8 @@ class LayerSlice(ChannelRanges):
     pab_words: int         # partial sums waiting for the previous node's stream
     lgb_words: int
     weights_offchip: bool  # fully connected weights in the node's DRAM (paper 6.3.1)
-    remote_weights: tuple = ()  # WeightBlocks of this slice kept on other nodes
-    flatten_from: tuple | None = None  # fc: the (C, H, W) activations its input flattens
+    remote_weights: tuple[WeightBlock, ...] = ()  # this slice's rows kept on other nodes
+    flatten_from: tuple[int, int, int] | None = None  # fc: the (C, H, W) activations its input flattens
     fp_stale: int = 0
     cycles_per_sample: int = 0
 
@@ -155,8 +163,8 @@ class NodeConfig:
     device: str
     family: str            # "ecp5", "xc7", "zynqmp", "virtexuplus", ...
     clock_mhz: float
-    slices: tuple
-    hosted: tuple          # WeightBlocks this node stores for others (BPRAM)
+    slices: tuple[LayerSlice, ...]
+    hosted: tuple[WeightBlock, ...]  # rows this node stores for others (BPRAM)
     formats: Formats
     training: Training
     estimate: Resources
@@ -164,47 +172,17 @@ class NodeConfig:
     link_bytes_forward: int   # bytes per sample sent to the successor
     link_bytes_backward: int  # bytes per sample sent to the predecessor
     chain_length: int = 0     # nodes in the mapping; the last one applies the loss
-    relays: tuple = ()        # WeightBlocks whose rows and gradients pass through this node
+    relays: tuple[WeightBlock, ...] = ()  # blocks whose rows and gradients pass through this node
 
     def to_dict(self):
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d):
-        d = dict(d)
-        d["slices"] = tuple(_slice_from_dict(s) for s in d["slices"])
-        d["hosted"] = tuple(_block_from_dict(b) for b in d["hosted"])
-        d["relays"] = tuple(_block_from_dict(b) for b in d.get("relays", ()))
-        d["formats"] = Formats(**d["formats"])
-        d["training"] = Training(**d["training"])
-        d["estimate"] = Resources(**d["estimate"])
-        return cls(**d)
-
-
-def _block_from_dict(d):
-    owner_slice = d.get("owner_slice")
-    return WeightBlock(**{**d, "in_range": tuple(d["in_range"]), "out_range": tuple(d["out_range"]),
-                          "owner_slice": None if owner_slice is None else _slice_from_dict(owner_slice)})
-
-
-def _slice_from_dict(d):
-    d = dict(d)
-    for key in ("in_shape", "out_shape", "in_range", "out_range"):
-        d[key] = tuple(d[key])
-    for key in ("fp", "eb", "pg"):
-        d[key] = Engine(**d[key])
-    d["pool"] = Pool(**d["pool"]) if d["pool"] is not None else None
-    d["remote_weights"] = tuple(_block_from_dict(b) for b in d["remote_weights"])
-    if d.get("flatten_from") is not None:
-        d["flatten_from"] = tuple(d["flatten_from"])
-    return LayerSlice(**d)
 
 
 @dataclass(frozen=True)
 class Mapping:
     network: str           # zoo name or spec file the mapping was made from
     cluster: str           # cluster spec string or file
-    nodes: tuple           # NodeConfigs in chain order
+    nodes: tuple[NodeConfig, ...]  # in chain order
     summary: dict = field(default_factory=dict)  # performance-model figures
 
     def __post_init__(self):
@@ -213,19 +191,265 @@ class Mapping:
                                                 for n in self.nodes))
 
     def node(self, index):
-        from .errors import SpecError
-
         if not 0 <= index < len(self.nodes):
             raise SpecError(f"node {index} is not in the mapping: it has nodes 0..{len(self.nodes) - 1}")
         return self.nodes[index]
 
     def to_json(self, indent=1):
-        return json.dumps({"network": self.network, "cluster": self.cluster,
+        return json.dumps({"schema_version": SCHEMA_VERSION, "network": self.network, "cluster": self.cluster,
                            "nodes": [n.to_dict() for n in self.nodes], "summary": self.summary},
                           indent=indent)
 
     @classmethod
     def from_json(cls, text):
-        d = json.loads(text)
-        return cls(d["network"], d["cluster"], tuple(NodeConfig.from_dict(n) for n in d["nodes"]),
-                   d.get("summary", {}))
+        """The Mapping a JSON text describes, checked against the contract (docs/nodeconfig.md);
+        SpecError naming the first field that breaks it."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SpecError(f"not valid JSON ({error})") from None
+        if not isinstance(d, dict):
+            raise SpecError(f"expected a JSON object with a mapping's fields, got {_show(d)}")
+        if "nodes" not in d and "layers" in d:
+            raise SpecError("this is a network description, not a mapping (python -m mapping "
+                            "--for-hardware writes one)")
+        version = d.pop("schema_version", None)
+        if version != SCHEMA_VERSION:
+            raise SpecError(f"schema_version: {_show(version)}, but this version of the project reads "
+                            f"mappings of schema_version {SCHEMA_VERSION} (map the network again with "
+                            f"python -m mapping)")
+        mapping = _parse(cls, d, "")
+        check_mapping(mapping)
+        return mapping
+
+
+def _show(value):
+    """``value`` as JSON, cut short for a one-line message."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _parse(hint, value, where):
+    """``value`` (parsed JSON) as the type ``hint`` of a contract field at path ``where``."""
+    if get_origin(hint) in (UnionType, Union):
+        if value is None and type(None) in get_args(hint):
+            return None
+        (hint,) = [a for a in get_args(hint) if a is not type(None)]
+    if is_dataclass(hint):
+        return _parse_fields(hint, value, where)
+    if get_origin(hint) is tuple:
+        args = get_args(hint)
+        items = [args[0]] * len(value) if isinstance(value, list) and args[1:] == (...,) else args
+        if not isinstance(value, list) or len(items) != len(value):
+            size = "a list" if args[1:] == (...,) else f"a list of {len(args)}"
+            raise SpecError(f"{where}: expected {size}, got {_show(value)}")
+        return tuple(_parse(h, v, f"{where}[{i}]") for i, (h, v) in enumerate(zip(items, value)))
+    name, ok = _SCALARS[hint]
+    if not ok(value):
+        raise SpecError(f"{where}: expected {name}, got {_show(value)}")
+    return value
+
+
+_SCALARS = {
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: ("a finite number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v)),
+    str: ("a string", lambda v: isinstance(v, str)),
+    dict: ("an object", lambda v: isinstance(v, dict)),
+}
+
+
+def _parse_fields(cls, value, where):
+    if not isinstance(value, dict):
+        raise SpecError(f"{where or 'mapping'}: expected an object, got {_show(value)}")
+    at = f"{where}." if where else ""
+    hints = get_type_hints(cls)
+    unknown = [key for key in value if key not in hints]
+    if unknown:
+        raise SpecError(f"{at}{unknown[0]}: not a field of {cls.__name__}")
+    missing = [f.name for f in fields(cls)
+               if f.name not in value and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise SpecError(f"{at}{missing[0]}: missing")
+    try:
+        return cls(**{key: _parse(hints[key], v, f"{at}{key}") for key, v in value.items()})
+    except SpecError:
+        raise
+    except ValueError as error:  # a dataclass's own check (Formats), which names the dataclass
+        raise SpecError(f"{where}: {str(error).removeprefix(where.rpartition('.')[2] + ': ')}") from None
+
+
+def check_mapping(mapping):
+    """Refuse (SpecError naming the field) a Mapping whose fields disagree with each other or
+    name what does not exist: devices, families, modes, layer geometry, the channel ranges
+    of each layer's slices along the chain, weight blocks (docs/nodeconfig.md)."""
+    layers = {}  # layer name -> (path, slice) of its first slice
+    for i, node in enumerate(mapping.nodes):
+        where = f"nodes[{i}]"
+        if node.index != i:
+            raise SpecError(f"{where}.index: {node.index}, but the node is number {i} of the chain")
+        try:
+            device = get_device(node.device)
+        except SpecError as error:
+            raise SpecError(f"{where}.device: {error}") from None
+        if node.family not in FAMILIES:
+            raise SpecError(f"{where}.family: '{node.family}' is not a device family "
+                            f"(known: {', '.join(FAMILIES)})")
+        if node.family != device.family:
+            raise SpecError(f"{where}.family: '{node.family}', but {device.name} is '{device.family}'")
+        if not node.clock_mhz > 0:
+            raise SpecError(f"{where}.clock_mhz: {node.clock_mhz} must be positive")
+        if node.training.batch < 1 or not node.training.lr > 0:
+            raise SpecError(f"{where}.training: batch {node.training.batch} must be at least 1 and lr "
+                            f"{node.training.lr} positive")
+        for j, s in enumerate(node.slices):
+            check_slice(s, f"{where}.slices[{j}]")
+            path, seen = layers.setdefault(s.layer, (f"{where}.slices[{j}]", s))
+            for key in _LAYER_FIELDS:
+                if getattr(s, key) != getattr(seen, key):
+                    raise SpecError(f"{where}.slices[{j}].{key}: {_show(_json(getattr(s, key)))}, but "
+                                    f"{path} of layer '{s.layer}' has {_show(_json(getattr(seen, key)))}")
+        for key in ("hosted", "relays"):
+            for j, block in enumerate(getattr(node, key)):
+                _check_block(block, f"{where}.{key}[{j}]", len(mapping.nodes), i if key == "hosted" else None)
+        for j, s in enumerate(node.slices):
+            for k, block in enumerate(s.remote_weights):
+                _check_block(block, f"{where}.slices[{j}].remote_weights[{k}]", len(mapping.nodes), None)
+                if block.owner != i:
+                    raise SpecError(f"{where}.slices[{j}].remote_weights[{k}].owner: {block.owner}, but "
+                                    f"the slice is on node {i}")
+    _check_coverage(mapping)
+    _check_layer_chain(layers)
+
+
+# What every slice of one layer agrees on.
+_LAYER_FIELDS = ("position", "kind", "mode", "in_shape", "out_shape", "kernel", "stride", "padding", "bias",
+                 "relu", "pool", "needs_eb", "flatten_from")
+
+
+def _json(value):
+    return asdict(value) if is_dataclass(value) else value
+
+
+def conv_output(size, kernel, stride, padding):
+    """Output length of a convolution or pooling window walk over ``size`` inputs."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def sfu_shape(s):
+    """The (C, H, W) a slice's layer hands on after its SFU (ReLU, max-pool)."""
+    c, h, w = s.out_shape
+    if s.pool is None:
+        return s.out_shape
+    return (c, *(conv_output(n, s.pool.kernel, s.pool.stride, s.pool.padding) for n in (h, w)))
+
+
+def check_slice(s, where, cut=False):
+    """Refuse a LayerSlice whose fields disagree with each other (SpecError naming the field);
+    ``cut``: an owner slice cut to the output channels of a WeightBlock."""
+    if s.mode not in MODES:
+        raise SpecError(f"{where}.mode: '{s.mode}' is not one of {', '.join(MODES)}")
+    if s.kind not in KINDS:
+        raise SpecError(f"{where}.kind: '{s.kind}' is not one of {', '.join(KINDS)}")
+    for key in ("in_shape", "out_shape"):
+        if min(getattr(s, key)) < 1:
+            raise SpecError(f"{where}.{key}: {list(getattr(s, key))} must be positive")
+    if s.kernel < 1 or s.stride < 1 or s.padding < 0:
+        raise SpecError(f"{where}: kernel {s.kernel} and stride {s.stride} must be at least 1, padding "
+                        f"{s.padding} at least 0")
+    c, h, w = s.in_shape
+    if s.kind == "fc" and (s.in_shape[1:] != (1, 1) or s.out_shape[1:] != (1, 1) or
+                           (s.kernel, s.stride, s.padding) != (1, 1, 0)):
+        raise SpecError(f"{where}: a fully connected slice is a 1x1 convolution on a 1x1 map, got in_shape "
+                        f"{list(s.in_shape)}, out_shape {list(s.out_shape)}, kernel {s.kernel}, stride "
+                        f"{s.stride}, padding {s.padding}")
+    pixels = tuple(conv_output(n, s.kernel, s.stride, s.padding) for n in (h, w))
+    if s.out_shape[1:] != pixels:
+        raise SpecError(f"{where}: in_shape {list(s.in_shape)} with kernel {s.kernel}, stride {s.stride}, "
+                        f"padding {s.padding} gives {pixels[0]} x {pixels[1]} pixels, but out_shape is "
+                        f"{list(s.out_shape)}")
+    for key, full in (("in_range", c), ("out_range", s.out_shape[0])):
+        lo, hi = getattr(s, key)
+        if not 0 <= lo < hi <= full:
+            raise SpecError(f"{where}.{key}: {[lo, hi]} is not a channel range within 0..{full}")
+    owned = "out_range" if s.mode == "icp" else "in_range"
+    if not cut and getattr(s, owned) != (0, (s.out_shape if s.mode == "icp" else s.in_shape)[0]):
+        raise SpecError(f"{where}.{owned}: {list(getattr(s, owned))}, but a slice in mode '{s.mode}' covers "
+                        f"all {(s.out_shape if s.mode == 'icp' else s.in_shape)[0]} channels there")
+    for role in ("fp", "eb", "pg"):
+        engine = getattr(s, role)
+        least = 0 if role == "eb" and not s.needs_eb else 1  # the first weighted layer has no EB
+        if engine.kernel != s.kernel or min(engine.ces, engine.tiles) < least:
+            raise SpecError(f"{where}.{role}: {engine.ces} x {engine.tiles} tiles of {engine.kernel} x "
+                            f"{engine.kernel}, but the slice needs at least {least} x {least} tiles of "
+                            f"{s.kernel} x {s.kernel}")
+    for key in ("act_ram_words", "line_buffer_words", "pab_words", "lgb_words", "fp_stale", "cycles_per_sample"):
+        if getattr(s, key) < 0:
+            raise SpecError(f"{where}.{key}: {getattr(s, key)} must not be negative")
+    if s.act_ram_words % s.in_channels or s.act_ram_words < s.in_channels:  # whole input pixels
+        raise SpecError(f"{where}.act_ram_words: {s.act_ram_words} is not a positive multiple of the "
+                        f"slice's {s.in_channels} input channels")
+    if s.flatten_from is not None and math.prod(s.flatten_from) != c:
+        raise SpecError(f"{where}.flatten_from: {list(s.flatten_from)} flattens to {math.prod(s.flatten_from)} "
+                        f"values, but in_shape has {c} input channels")
+    if s.pool is not None and (s.pool.kernel < 1 or s.pool.stride < 1 or s.pool.padding < 0):
+        raise SpecError(f"{where}.pool: kernel {s.pool.kernel} and stride {s.pool.stride} must be at least 1, "
+                        f"padding {s.pool.padding} at least 0")
+
+
+def _check_block(block, where, nodes, on):
+    for key in ("owner", "host"):
+        if not 0 <= getattr(block, key) < nodes:
+            raise SpecError(f"{where}.{key}: {getattr(block, key)} is not a node of the mapping (0..{nodes - 1})")
+    if on is not None and block.host != on:
+        raise SpecError(f"{where}.host: {block.host}, but the block is hosted on node {on}")
+    cut = block.owner_slice
+    if cut is None:
+        raise SpecError(f"{where}.owner_slice: missing")
+    check_slice(cut, f"{where}.owner_slice", cut=True)
+    if (cut.layer, cut.in_range, cut.out_range) != (block.layer, block.in_range, block.out_range) or \
+            block.words != cut.weight_words:
+        raise SpecError(f"{where}: layer '{block.layer}' rows {list(block.out_range)} of inputs "
+                        f"{list(block.in_range)}, {block.words} words, but its owner_slice is layer "
+                        f"'{cut.layer}' rows {list(cut.out_range)} of inputs {list(cut.in_range)}, "
+                        f"{cut.weight_words} words")
+
+
+def _check_coverage(mapping):
+    """Each layer's slices, in chain order, own consecutive channel ranges from the first to
+    the last channel, the first and last of them so marked."""
+    owned = {}
+    for i, node in enumerate(mapping.nodes):
+        for j, s in enumerate(node.slices):
+            owned.setdefault(s.layer, []).append((f"nodes[{i}].slices[{j}]", s))
+    for layer, run in owned.items():
+        s = run[0][1]
+        key, full = ("in_range", s.in_shape[0]) if s.mode == "icp" else ("out_range", s.out_shape[0])
+        end = 0
+        for n, (where, s) in enumerate(run):
+            lo, hi = getattr(s, key)
+            if lo != end:
+                raise SpecError(f"{where}.{key}: {[lo, hi]}, but the slices of layer '{layer}' before it "
+                                f"in the chain end at channel {end}")
+            if (s.first, s.last) != (n == 0, n == len(run) - 1):
+                raise SpecError(f"{where}: first {str(s.first).lower()} and last {str(s.last).lower()}, but "
+                                f"it is slice {n + 1} of the {len(run)} of layer '{layer}' in chain order")
+            end = hi
+        if end != full:
+            raise SpecError(f"{run[-1][0]}.{key}: the slices of layer '{layer}' end at channel {end} of "
+                            f"{full}")
+
+
+def _check_layer_chain(layers):
+    """Each layer takes what the layer before it hands on after its SFU."""
+    ordered = sorted(layers.values(), key=lambda item: item[1].position)
+    for (_, before), (where, s) in zip(ordered, ordered[1:]):
+        given = sfu_shape(before)
+        expected = (math.prod(given), 1, 1) if s.flatten_from is not None else given
+        if s.flatten_from is not None and s.flatten_from != given:
+            raise SpecError(f"{where}.flatten_from: {list(s.flatten_from)}, but layer '{before.layer}' "
+                            f"hands on {list(given)}")
+        if s.in_shape != expected:
+            raise SpecError(f"{where}.in_shape: {list(s.in_shape)}, but layer '{before.layer}' hands on "
+                            f"{list(given)}{' (flattened)' if s.flatten_from is not None else ''}")

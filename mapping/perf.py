@@ -4,7 +4,7 @@ Assumptions
 -----------
 - Clock: each node runs at its device's ``clock_mhz`` (mapping/devices.py says
   why for each device; 200 MHz for the VC709). Cycle counts come from the
-  engine shapes (mapping/partition.py): a node's engines run concurrently, so
+  engine shapes (mapping/partition/cost.py): a node's engines run concurrently, so
   its cycles per sample are the maximum of its slices' FP, EB, PG cycles and of
   the transfer time of all its fully connected weights in DRAM (one DRAM per
   node, at the device's ``dram_gbps``; FC dataflow below).
@@ -28,7 +28,7 @@ Assumptions
   layer waits for its whole input anyway and uses streamed rows as they arrive).
   ``D`` = time from the FP of a sample on a slice to the start of its PG;
   ``fp_stale = floor(D / period) + 1`` samples are in flight there, which sizes
-  its Act-RAM and fixes the weight version each FP uses (DESIGN.md section 7).
+  its Act-RAM and fixes the weight version each FP uses (docs/weight_versions.md).
 
 FC dataflow (fully connected layers with weights in DRAM)
 ---------------------------------------------------------
@@ -39,8 +39,8 @@ like convolutions. B is the mini-batch, d the slice's ``fp_stale``.
 - One pass per sample period streams the slice's weights from DRAM once
   (:data:`mapping.partition.FC_READ_BYTES` = 2 bytes per weight): each weight
   tile read feeds both the FP engine (sample s) and the EB engine (sample
-  s - d). Both need the same weight version, ``(s - d) // B`` (DESIGN.md
-  section 7; ``mapping.golden.train``), so one read serves both exactly.
+  s - d). Both need the same weight version, ``(s - d) // B``
+  (docs/weight_versions.md; ``mapping.golden.train``), so one read serves both exactly.
 - The weight gradient is not accumulated per sample. The slice keeps the input
   activations and output errors of the mini-batch's samples on chip
   (``B * (S + O)`` words, mapping/balance.py). In the pass whose EB handles the

@@ -44,13 +44,35 @@ def sweep(network, device_cluster, sizes, link_gbps, **options):
             continue
         points.append({"devices": n, "compute_samples_per_s": s["compute_samples_per_s"],
                        "link_samples_per_s": s["link_samples_per_s"],
-                       "samples_per_s": s["samples_per_s"], "busiest_link_gbps": s["busiest_link_gbps"],
+                       "samples_per_s": s["samples_per_s"], "limited_by": s["limited_by"],
+                       "busiest_link_gbps": s["busiest_link_gbps"],
                        "idle": s["idle"], "gops_per_device": s["gops_per_device"]})
     return points
 
 
-def linear_limit(points, link_gbps):
-    """Largest cluster size before the busiest link first needs more than ``link_gbps``."""
+# Throughput scales linearly while each size that adds throughput keeps its samples/s per
+# device within this share of the best per-device rate of the smaller sizes.
+LINEAR_EFFICIENCY = 0.9
+
+
+def linear_limit(points):
+    """Largest cluster size of a sweep up to which throughput grows in proportion to the
+    devices (see LINEAR_EFFICIENCY), or None if no size maps. Refused sizes are skipped, and
+    so are sizes that add no throughput to a smaller one (whole-cycle periods make steps)."""
+    best_rate, record, limit = 0.0, 0.0, None
+    for p in points:
+        if "error" in p or p["samples_per_s"] <= record:
+            continue
+        rate = p["samples_per_s"] / p["devices"]
+        if rate < LINEAR_EFFICIENCY * best_rate:
+            return limit
+        best_rate, record, limit = max(best_rate, rate), p["samples_per_s"], p["devices"]
+    return limit
+
+
+def link_limit(points, link_gbps):
+    """Largest cluster size before the busiest link first needs more than ``link_gbps``
+    (at the compute-bound rate): where the links stop being enough, whatever else does."""
     best = None
     for p in points:
         if "error" in p:
@@ -59,3 +81,35 @@ def linear_limit(points, link_gbps):
             return best
         best = p["devices"]
     return best
+
+
+def scaling_summary(points, link_gbps):
+    """One line on how throughput scales over the sweep ``points``."""
+    mapped = [p for p in points if "error" not in p]
+    if not mapped:
+        return "no size of the sweep maps"
+    if len(mapped) == 1:
+        return f"only {mapped[0]['devices']} devices map in the sweep: no scaling to judge"
+    limit = linear_limit(points)
+    rule = f"samples/s per device within {LINEAR_EFFICIENCY:.0%} of the best of the smaller sizes"
+    if limit == mapped[-1]["devices"]:
+        return f"linear scaling over the whole sweep, up to {limit} devices ({rule})"
+    after = next(p for p in mapped if p["devices"] > limit)
+    bound = "compute bound" if after["limited_by"] == "compute" else f"link bound at {link_gbps:g} Gb/s per link"
+    best = max(mapped, key=lambda p: p["samples_per_s"])
+    beyond = (f"larger clusters add no throughput ({bound} from {after['devices']} devices)"
+              if best["devices"] == limit else
+              f"larger clusters add less ({bound} from {after['devices']} devices), up to "
+              f"{best['samples_per_s']:.0f} samples/s at {best['devices']} devices")
+    return f"linear scaling up to {limit} devices ({rule}); {beyond}"
+
+
+def balancing(mapping):
+    """One line per weight block: which rows of which node's slice another node keeps."""
+    lines = []
+    for node in mapping.nodes:
+        for s in node.slices:
+            for b in s.remote_weights:
+                lines.append(f"node {b.owner}'s layer '{b.layer}': output channels {b.out_range[0]}.."
+                             f"{b.out_range[1] - 1} ({b.words:,} weights) kept on node {b.host}")
+    return lines

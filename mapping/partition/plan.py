@@ -1,0 +1,126 @@
+"""Layer plans: the weighted layers of a network, each with its SFU and its ICP/OCP
+choice (paper sections 3.2, 3.4).
+
+Only convolution and fully connected ("weighted") layers carry work; ReLU and
+max-pool run in the special function unit (SFU) of the node that finishes a
+layer's output channels, flatten is a re-ordering. A weighted layer is cut into
+*units*: its input channels under ICP, its output channels under OCP.
+
+ICP/OCP rule: ICP, unless the layer has fewer than :data:`OCP_BELOW_IN_CHANNELS`
+input channels and more output than input channels (image inputs: grey or RGB,
+AlexNet's and VGG's conv1), where ICP could not spread the layer over more than
+one to three nodes; those layers use OCP.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..errors import SpecError
+from ..line_walk import line_buffer_cycles
+from ..nodeconfig import Pool
+
+OCP_BELOW_IN_CHANNELS = 4
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """A weighted layer with everything the partitioner and hw need about it."""
+
+    index: int            # among the weighted layers
+    position: int         # in the network (tensor ids)
+    name: str
+    kind: str             # "conv" or "fc"
+    mode: str             # "icp" or "ocp"
+    in_shape: tuple
+    out_shape: tuple      # conv/fc output before the SFU
+    sfu_shape: tuple      # after ReLU / max-pool: what the next layer receives
+    kernel: int
+    stride: int
+    padding: int
+    bias: bool
+    relu: bool
+    pool: Pool | None
+    needs_eb: bool
+    macs: int             # FP + EB + PG per sample
+    flatten_from: tuple | None = None  # fc after a flatten: the (C, H, W) it flattens
+
+    @cached_property
+    def engines(self):
+        return 3 if self.needs_eb else 2
+
+    @cached_property
+    def units(self):
+        return self.in_shape[0] if self.mode == "icp" else self.out_shape[0]
+
+    @cached_property
+    def full(self):
+        """Channels every slice handles in full: outputs under ICP, inputs under OCP."""
+        return self.out_shape[0] if self.mode == "icp" else self.in_shape[0]
+
+    @cached_property
+    def in_pixels(self):
+        return self.in_shape[1] * self.in_shape[2]
+
+    @cached_property
+    def out_pixels(self):
+        return self.out_shape[1] * self.out_shape[2]
+
+    @cached_property
+    def pass_pixels(self):
+        """Cycles per (output group, input group) pass over one sample."""
+        return max(self.out_pixels, self.in_pixels if self.needs_eb else 0)
+
+    @cached_property
+    def raster(self):
+        """Cycles the line buffers need per sample at one column per cycle: the input raster
+        plus the padding the windows walk over, and EB's walk over its error map."""
+        _, h, w = self.in_shape
+        walk = line_buffer_cycles(h, w, self.kernel, self.stride, self.padding)
+        if self.needs_eb:
+            walk = max(walk, line_buffer_cycles(h, w, self.kernel, self.stride, self.padding, errors=True))
+        return walk
+
+    @cached_property
+    def weights_per_unit(self):
+        return self.full * self.kernel * self.kernel
+
+
+def plan_layers(network):
+    """The weighted layers of a (trainable) network with their SFU and ICP/OCP choice."""
+    network.check_trainable()
+    plans, first, flattened = [], True, None
+    layers = list(network)
+    for i, info in enumerate(layers):
+        if not info.has_weights:
+            continue
+        relu, pool, sfu_shape = False, None, info.out_shape
+        for after in layers[i + 1:]:
+            if after.has_weights:
+                break
+            if after.type == "relu" and not relu:
+                relu = True
+            elif after.type == "maxpool" and pool is None:
+                pool = Pool(after.kernel, after.layer.stride, after.layer.padding)
+            elif after.type != "flatten":
+                raise SpecError(f"network {network.name}: layer '{after.name}' ({after.type}) after "
+                                f"'{info.name}' cannot run in its SFU (one ReLU and one max-pool at most)")
+            if after.type != "flatten":
+                sfu_shape = after.out_shape
+        kind = "conv" if info.type == "conv2d" else "fc"
+        c_in, c_out = info.in_channels, info.out_channels
+        mode = "ocp" if c_in < OCP_BELOW_IN_CHANNELS and c_out > c_in else "icp"
+        layer = info.layer
+        plans.append(LayerPlan(
+            index=len(plans), position=info.position, name=info.name, kind=kind, mode=mode,
+            in_shape=info.in_shape, out_shape=info.out_shape, sfu_shape=sfu_shape,
+            kernel=layer.kernel if kind == "conv" else 1,
+            stride=layer.stride if kind == "conv" else 1,
+            padding=layer.padding if kind == "conv" else 0,
+            bias=layer.bias, relu=relu, pool=pool, needs_eb=not first, macs=info.macs,
+            flatten_from=flattened if kind == "fc" else None))
+        first = False
+        following = layers[i + 1:next((j for j in range(i + 1, len(layers)) if layers[j].has_weights),
+                                      len(layers))]
+        flattened = sfu_shape if any(a.type == "flatten" for a in following) else None
+    return tuple(plans)
+

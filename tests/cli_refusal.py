@@ -1,0 +1,47 @@
+"""Running a command-line tool's main() in the test process, as ``python -m`` runs it."""
+
+import pytest
+
+from mapping.errors import run_cli
+
+
+def refusal(main, argv, capsys, status=2):
+    """The one line ``main(argv)`` prints on stderr under run_cli, which must exit with ``status``."""
+    with pytest.raises(SystemExit) as exit:
+        run_cli(lambda: main(argv))
+    assert exit.value.code == status
+    err = capsys.readouterr().err
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    return err.strip()
+
+
+# Option values both CLIs refuse (they share the checks of mapping/cli.py): argv, message.
+BAD_OPTIONS = [
+    (["--bram-fraction", "0"], "argument --bram-fraction: must be above 0 and at most 1, got '0'"),
+    (["--bram-fraction", "1.5"], "argument --bram-fraction: must be above 0 and at most 1, got '1.5'"),
+    (["--batch", "0"], "argument --batch: must be a positive integer, got '0'"),
+    (["--lr", "nan"], "argument --lr: must be a positive finite number, got 'nan'"),
+    (["--lr", "inf"], "argument --lr: must be a positive finite number, got 'inf'"),
+    (["--lr", "-0.1"], "argument --lr: must be a positive finite number, got '-0.1'"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+]
+
+
+# A network whose max-pool windows overlap (kernel 3, stride 2): the generator's SFU does not build it.
+OVERLAPPING_POOL = """name = "overlap"
+input = [1, 8, 8]
+layers = [{type = "conv2d", out_channels = 4, kernel = 3, padding = 1}, {type = "relu"},
+          {type = "maxpool", kernel = 3, stride = 2}, {type = "flatten"}, {type = "linear", out_features = 10}]
+"""
+
+# What both CLIs say about it.
+OVERLAPPING_POOL_REFUSAL = ("layer 'conv2d0': max-pool kernel 3, stride 2, padding 0 is not supported by the "
+                            "generator's SFU (only non-overlapping windows: kernel == stride, padding 0)")
+
+
+def bad_network_files(folder):
+    """(a network file that is not UTF-8, a network with overlapping max-pool windows) in ``folder``."""
+    latin, overlap = folder / "latin.toml", folder / "overlap.toml"
+    latin.write_bytes(b'name = "r\xe9seau"\n')
+    overlap.write_text(OVERLAPPING_POOL)
+    return latin, overlap
