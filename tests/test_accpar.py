@@ -125,4 +125,4 @@ def test_unknown_paper_is_one_line_exit_2():
     result = subprocess.run([sys.executable, "-m", "mapping.compare", "--paper", "hypar"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == "error: unknown paper 'hypar' (known: accpar)\n"
+    assert result.stderr == "error: unknown paper 'hypar' (known: accpar, mtrain)\n"

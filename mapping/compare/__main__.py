@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from ..errors import SpecError, run_cli
-from . import accpar_paper
+from . import accpar_paper, mtrain_paper
 
-PAPERS = {"accpar": accpar_paper.run}
+PAPERS = {"accpar": accpar_paper.run, "mtrain": mtrain_paper.run}
 
 
 def _progress(text):

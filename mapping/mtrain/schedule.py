@@ -1,0 +1,217 @@
+"""MTrain's Algorithm 1 (converting, duty-cycle re-partition) and Algorithm 2 (mapping), and HAP.
+
+Algorithm 2 maps a workflow in three procedures: DRAM-budget-aware mapping
+(each wave of sub-operations whose predecessors are mapped goes, over every
+combination of accelerators that fits the DRAM, where it adds the least
+latency), balance-aware re-mapping (towards sub-operation k on accelerator k)
+and data-locality-aware re-mapping (towards a predecessor's or successor's
+accelerator); a move is kept only where it shortens the mini-batch. Algorithm
+1 starts from a ratio proportional to the accelerators' DSPs (its PEs) and moves
+``step`` samples from the least-busy accelerator to another while that helps.
+
+HAP (Zhang et al. 2024) as MTrain evaluates it: every layer sharded over all
+accelerators with one sharding ratio, data-parallel (batch split, gradients
+all-reduced) or tensor-parallel (channel split, activations and errors
+gathered and scattered after the layer), whichever costs less per layer; the
+layer waits for its slowest shard (synchronous).
+"""
+
+from dataclasses import dataclass
+import itertools
+
+from ..errors import SpecError
+from .workflow import WORD_BYTES, Accelerator, balanced_ratio, convert, dram_use, fits, latency
+
+DSP_PER_FP32_MAC = 5   # a floating-point multiplier (3 DSP48) and adder (2 DSP48), full-DSP variants
+MAX_PASSES = 3
+
+
+def accelerator_of(device):
+    """The training IP on one FPGA of the device database; refuses a board without DRAM."""
+    if device.dram_gb <= 0:
+        raise SpecError(f"device {device.name} has no off-chip DRAM, where MTrain's training IPs "
+                        f"keep activations and losses until the weight update")
+    flops = 2 * device.dsp / DSP_PER_FP32_MAC * device.clock_mhz * 1e6
+    return Accelerator(device.name, flops, device.dram_gbps * 1e9 / 8, device.dram_gb * 1e9)
+
+
+def _waves(flow):
+    waves, current = [], []
+    for op in flow.ops:
+        if current and (op.stage.name, op.phase) != (current[0].stage.name, current[0].phase):
+            waves.append(current)
+            current = []
+        current.append(op)
+    return waves + [current]
+
+
+def _dram_aware(flow, accelerators, bw):
+    n = len(accelerators)
+    mapping, finish, free = {}, {}, [0.0] * n
+    use = [0.0] * n
+    held = [set() for _ in range(n)]
+    for wave in _waves(flow):
+        best = None
+        for choice in itertools.product(range(n), repeat=len(wave)):
+            trial_use, trial_held = list(use), [set(h) for h in held]
+            for op, device in zip(wave, choice):
+                trial_use[device] += op.stored_bytes
+                if op.stage not in trial_held[device]:
+                    trial_held[device].add(op.stage)
+                    trial_use[device] += 2 * WORD_BYTES * op.stage.weights
+            if any(u > a.dram_bytes for u, a in zip(trial_use, accelerators)):
+                continue
+            trial_free, ends = list(free), {}
+            for op, device in zip(wave, choice):
+                ready = max((finish[k] + (size / bw if mapping[k] != device else 0.0)
+                             for k, size in op.inputs), default=0.0)
+                trial_free[device] = max(ready, trial_free[device]) + accelerators[device].seconds(op)
+                ends[op.key] = trial_free[device]
+            score = (max(trial_free), sum(trial_free))
+            if best is None or score < best[0]:
+                best = (score, choice, trial_free, ends, trial_use, trial_held)
+        if best is None:
+            raise SpecError(f"layer '{wave[0].stage.name}' ({wave[0].phase}) does not fit the DRAM of "
+                            f"any accelerator: {', '.join(a.name for a in accelerators)}")
+        _, choice, free, ends, use, held = best
+        finish.update(ends)
+        mapping.update({op.key: device for op, device in zip(wave, choice)})
+    return mapping
+
+
+def _improve(flow, mapping, accelerators, bw, candidates):
+    """Try each op on ``candidates(op, mapping)``; keep every move that shortens the mini-batch."""
+    lat = latency(flow, mapping, accelerators, bw)
+    for _ in range(MAX_PASSES):
+        improved = False
+        for op in flow.ops:
+            for device in candidates(op, mapping):
+                if device == mapping[op.key]:
+                    continue
+                trial = dict(mapping)
+                trial[op.key] = device
+                trial_lat = latency(flow, trial, accelerators, bw)
+                if trial_lat < lat * (1 - 1e-9) and fits(flow, trial, accelerators):
+                    mapping, lat, improved = trial, trial_lat, True
+        if not improved:
+            break
+    return mapping, lat
+
+
+def mtrain_mapping(flow, accelerators, bw):
+    """Algorithm 2; returns the mapping and the latency after each of its three procedures."""
+    fastest = max(range(len(accelerators)), key=lambda d: accelerators[d].flops)
+    successors = {}
+    for op in flow.ops:
+        for key, _ in op.inputs:
+            successors.setdefault(key, []).append(op.key)
+
+    def balanced(op, mapping):
+        return [fastest if op.key[2] is None else op.key[2]]
+
+    def neighbours(op, mapping):
+        near = {mapping[k] for k, _ in op.inputs} | {mapping[k] for k in successors.get(op.key, ())}
+        return sorted(near)
+
+    mapping = _dram_aware(flow, accelerators, bw)
+    steps = [latency(flow, mapping, accelerators, bw)]
+    mapping, lat = _improve(flow, mapping, accelerators, bw, balanced)
+    steps.append(lat)
+    mapping, lat = _improve(flow, mapping, accelerators, bw, neighbours)
+    steps.append(lat)
+    return mapping, steps
+
+
+@dataclass
+class Schedule:
+    ratio: list
+    mapping: dict
+    seconds: float
+    steps: list           # Fig. 8's steps 1-4
+    busy: list            # seconds per accelerator
+    moved_bytes: float
+    dram_bytes: list
+
+
+def mtrain(stages, devices, batch, bw, step=None):
+    """Algorithm 1 on ``devices`` (Device entries) at ``bw`` bytes/s P2P; returns a Schedule."""
+    accelerators = [accelerator_of(d) for d in devices]
+    step = step or max(1, batch // 16)
+    ratio = balanced_ratio([d.dsp for d in devices], batch)
+
+    def run(r):
+        flow = convert(stages, r)
+        mapping, steps = mtrain_mapping(flow, accelerators, bw)
+        return flow, mapping, steps
+
+    flow, mapping, steps = run(ratio)
+    first_steps = list(steps)
+    best = (steps[-1], ratio, flow, mapping)
+    while True:
+        _, busy, _ = latency(best[2], best[3], accelerators, bw, detail=True)
+        order = sorted(range(len(devices)), key=lambda d: busy[d])
+        moved = False
+        for w in order:
+            if best[1][w] < step:
+                continue
+            trials = []
+            for r in range(len(devices)):
+                if r == w:
+                    continue
+                trial_ratio = list(best[1])
+                trial_ratio[r] += step
+                trial_ratio[w] -= step
+                try:
+                    flow, mapping, steps = run(trial_ratio)
+                except SpecError:
+                    continue
+                trials.append((steps[-1], trial_ratio, flow, mapping))
+            if trials and min(trials, key=lambda t: t[0])[0] < best[0] * (1 - 1e-9):
+                best = min(trials, key=lambda t: t[0])
+                moved = True
+                break
+        if not moved:
+            break
+    lat, ratio, flow, mapping = best
+    seconds, busy, moved_bytes = latency(flow, mapping, accelerators, bw, detail=True)
+    return Schedule(ratio, mapping, seconds, first_steps + [seconds], busy, moved_bytes,
+                    dram_use(flow, mapping, len(devices)))
+
+
+def _ratios(batch, n, step):
+    for cut in itertools.product(range(0, batch + 1, step), repeat=n - 1):
+        if sum(cut) <= batch:
+            yield list(cut) + [batch - sum(cut)]
+
+
+def hap(stages, devices, batch, bw, step=None):
+    """HAP's synchronous DP/TP sharding with the best single ratio; returns (seconds, ratio, plan)."""
+    accelerators = [accelerator_of(d) for d in devices]
+    n = len(devices)
+    step = step or max(1, batch // 16)
+    best = None
+    for ratio in _ratios(batch, n, step):
+        flow = convert(stages, ratio)
+        by_stage = {}
+        for op in flow.ops:
+            if op.key[2] is not None:
+                by_stage.setdefault(op.stage.name, []).append(op)
+        total, plan = 0.0, {}
+        for s in stages:
+            ops = by_stage.get(s.name, [])
+            compute = 0.0
+            for phase in ("FP", "BP", "WU"):
+                times = [accelerators[op.key[2]].seconds(op) for op in ops if op.phase == phase]
+                compute += max(times, default=0.0)
+            if s.batchwise:
+                # statistics over the whole batch: gather the activations, scatter the result
+                compute += 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements / bw
+                total += compute + sum(accelerators[0].seconds(op) * 0 for op in ops)
+                continue
+            data_parallel = 2 * (n - 1) / n * WORD_BYTES * s.weights / bw
+            tensor_parallel = 2 * 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements / bw
+            plan[s.name] = "DP" if data_parallel <= tensor_parallel else "TP"
+            total += compute + min(data_parallel, tensor_parallel)
+        if best is None or total < best[0]:
+            best = (total, ratio, plan)
+    return best
