@@ -116,7 +116,7 @@ def convert(stages, ratio):
                            for c in consumers[s.name]
                            for key in keys(c.name, "BP", None if s.batchwise else branch))
             if not consumers[s.name]:   # the last layer: the loss comes from its own output
-                losses = (((s.name, "FP", branch), 0),)
+                losses = (((s.name, "FP", branch), WORD_BYTES * s.out_elements * n),)
             traffic = WORD_BYTES * (n * (s.in_elements + s.out_elements) + s.weights)
             if not s.first:
                 weights = (((s.name, "FP", branch), WORD_BYTES * s.weights),) if not s.batchwise else ()
@@ -124,7 +124,7 @@ def convert(stages, ratio):
                 # its loss is used by the layer's WU, which runs right after it
                 bp.append(Op((s.name, "BP", branch), s, "BP", n, flop, traffic, losses + weights, 0))
             if not s.batchwise:
-                inputs = losses + (((s.name, "FP", branch), 0),)
+                inputs = losses + (((s.name, "FP", branch), WORD_BYTES * s.in_elements * n),)
                 wu[s.name] = wu.get(s.name, []) + [
                     Op((s.name, "WU", branch), s, "WU", n, 2 * s.macs * n, traffic, inputs, 0)]
         if s.name in wu:
