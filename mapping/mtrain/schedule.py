@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import itertools
 
 from ..errors import SpecError
-from .workflow import WORD_BYTES, Accelerator, balanced_ratio, convert, dram_use, fits, latency
+from .workflow import WORD_BYTES, Accelerator, Simulation, balanced_ratio, convert, dram_use, fits, latency
 
 DSP_PER_FP32_MAC = 5   # a floating-point multiplier (3 DSP48) and adder (2 DSP48), full-DSP variants
 MAX_PASSES = 3
@@ -50,6 +50,7 @@ def _dram_aware(flow, accelerators, bw):
     mapping, finish, free = {}, {}, [0.0] * n
     use = [0.0] * n
     held = [set() for _ in range(n)]
+    synced = 0.0   # when the gradients of the layers mapped so far are accumulated
     for wave in _waves(flow):
         best = None
         for choice in itertools.product(range(n), repeat=len(wave)):
@@ -67,13 +68,20 @@ def _dram_aware(flow, accelerators, bw):
                              for k, size in op.inputs), default=0.0)
                 trial_free[device] = max(ready, trial_free[device]) + accelerators[device].seconds(op)
                 ends[op.key] = trial_free[device]
-            score = (max(trial_free), sum(trial_free))
+            trial_synced = synced
+            if wave[0].phase == "WU":   # a WU away from the layer's largest sub-operation ships its gradients
+                home = choice[max(range(len(wave)), key=lambda i: wave[i].samples)]
+                for op, device in zip(wave, choice):
+                    if device != home:
+                        trial_synced = max(trial_synced,
+                                           ends[op.key] + WORD_BYTES * op.stage.weights / bw)
+            score = (max(max(trial_free), trial_synced), sum(trial_free))
             if best is None or score < best[0]:
-                best = (score, choice, trial_free, ends, trial_use, trial_held)
+                best = (score, choice, trial_free, ends, trial_use, trial_held, trial_synced)
         if best is None:
             raise SpecError(f"layer '{wave[0].stage.name}' ({wave[0].phase}) does not fit the DRAM of "
                             f"any accelerator: {', '.join(a.name for a in accelerators)}")
-        _, choice, free, ends, use, held = best
+        _, choice, free, ends, use, held, synced = best
         finish.update(ends)
         mapping.update({op.key: device for op, device in zip(wave, choice)})
     return mapping
@@ -81,21 +89,24 @@ def _dram_aware(flow, accelerators, bw):
 
 def _improve(flow, mapping, accelerators, bw, candidates):
     """Try each op on ``candidates(op, mapping)``; keep every move that shortens the mini-batch."""
-    lat = latency(flow, mapping, accelerators, bw)
+    simulation = Simulation(flow, mapping, accelerators, bw)
+    mapping = dict(mapping)
     for _ in range(MAX_PASSES):
         improved = False
-        for op in flow.ops:
+        for index, op in enumerate(flow.ops):
             for device in candidates(op, mapping):
-                if device == mapping[op.key]:
+                if device == mapping[op.key] or \
+                        simulation.end_if(index, device) >= simulation.end * (1 - 1e-9):
                     continue
                 trial = dict(mapping)
                 trial[op.key] = device
-                trial_lat = latency(flow, trial, accelerators, bw)
-                if trial_lat < lat * (1 - 1e-9) and fits(flow, trial, accelerators):
-                    mapping, lat, improved = trial, trial_lat, True
+                if fits(flow, trial, accelerators):
+                    mapping = trial
+                    simulation.move(index, device)
+                    improved = True
         if not improved:
             break
-    return mapping, lat
+    return mapping, simulation.end
 
 
 def mtrain_mapping(flow, accelerators, bw):

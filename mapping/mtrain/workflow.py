@@ -165,39 +165,71 @@ def _compiled(flow, accelerators):
     return cache[key]
 
 
+class Simulation:
+    """One mapping's timeline, kept so that moving one operation re-times only those after it
+    (earlier operations come first in every accelerator's order and cannot change)."""
+
+    def __init__(self, flow, mapping, accelerators, p2p_bytes_per_s):
+        self.ops, self.gradients = _compiled(flow, accelerators)
+        self.bw = p2p_bytes_per_s
+        self.device_of = [mapping[op.key] for op in flow.ops]
+        self.finish = [0.0] * len(self.ops)
+        self.free_before = [()] * len(self.ops)
+        self.end = self._run(self.device_of, 0, self.finish, [0.0] * len(accelerators), self.free_before)
+
+    def _run(self, device_of, start, finish, free, snapshots=None):
+        ops, bw = self.ops, self.bw
+        for i in range(start, len(ops)):
+            if snapshots is not None:
+                snapshots[i] = tuple(free)
+            sized, ordering, seconds = ops[i]
+            device = device_of[i]
+            ready = free[device]
+            for j, size in sized:
+                arrival = finish[j] + (size / bw if device_of[j] != device else 0.0)
+                if arrival > ready:
+                    ready = arrival
+            for j in ordering:
+                if finish[j] > ready:
+                    ready = finish[j]
+            finish[i] = free[device] = ready + seconds[device]
+        end = max(free)
+        for weight_bytes, home, indices in self.gradients:
+            for i in indices:
+                if device_of[i] != device_of[home]:
+                    end = max(end, finish[i] + weight_bytes / bw)
+        return end
+
+    def end_if(self, index, device):
+        """The mini-batch's end were operation ``index`` moved to ``device``."""
+        device_of = list(self.device_of)
+        device_of[index] = device
+        return self._run(device_of, index, list(self.finish), list(self.free_before[index]))
+
+    def move(self, index, device):
+        self.device_of[index] = device
+        self.end = self._run(self.device_of, index, self.finish, list(self.free_before[index]),
+                             self.free_before)
+
+    def traffic(self, n_devices):
+        """Seconds each accelerator computes and the bytes that cross between accelerators."""
+        busy, moved = [0.0] * n_devices, 0.0
+        for i, (sized, _, seconds) in enumerate(self.ops):
+            busy[self.device_of[i]] += seconds[self.device_of[i]]
+            moved += sum(size for j, size in sized if self.device_of[j] != self.device_of[i])
+        for weight_bytes, home, indices in self.gradients:
+            moved += sum(2 * weight_bytes for i in indices   # gradients in, updated weights back
+                         if self.device_of[i] != self.device_of[home])
+        return busy, moved
+
+
 def latency(flow, mapping, accelerators, p2p_bytes_per_s, detail=False):
-    """Makespan of one mini-batch (and per-accelerator busy time) for ``mapping`` {op key: device}."""
-    ops, gradients = _compiled(flow, accelerators)
-    device_of = [mapping[op.key] for op in flow.ops]
-    free = [0.0] * len(accelerators)
-    busy = [0.0] * len(accelerators)
-    finish = [0.0] * len(ops)
-    moved = 0.0
-    for i, (sized, ordering, seconds) in enumerate(ops):
-        device = device_of[i]
-        ready = free[device]
-        for j, size in sized:
-            arrival = finish[j]
-            if device_of[j] != device:
-                arrival += size / p2p_bytes_per_s
-                moved += size
-            if arrival > ready:
-                ready = arrival
-        for j in ordering:
-            if finish[j] > ready:
-                ready = finish[j]
-        run = seconds[device]
-        finish[i] = free[device] = ready + run
-        busy[device] += run
-    end = max(free)
-    for weight_bytes, home, indices in gradients:
-        for i in indices:
-            if device_of[i] != device_of[home]:
-                end = max(end, finish[i] + weight_bytes / p2p_bytes_per_s)
-                moved += 2 * weight_bytes   # gradients in, updated weights back
+    """Makespan of one mini-batch for ``mapping`` {op key: device}; with ``detail`` also each
+    accelerator's busy seconds and the bytes moved between accelerators."""
+    simulation = Simulation(flow, mapping, accelerators, p2p_bytes_per_s)
     if detail:
-        return end, busy, moved
-    return end
+        return (simulation.end, *simulation.traffic(len(accelerators)))
+    return simulation.end
 
 
 def dram_use(flow, mapping, n_devices):
