@@ -54,13 +54,14 @@ def main(argv=None):
         except SpecError as error:
             refused.append((name, str(error)))
     print(f"{args.network} on {cluster} ({cluster.spec}), mini-batch {args.batch}")
-    print(f"{'strategy':<9} {'samples/s':>12} {'comm B/sample':>14} {'comm share':>10}  "
+    print(f"{'strategy':<9} {'samples/s':>12} {'comm B/sample':>14} {'link busy':>9}  "
           f"{'utilisation per device':<28} memory per device (MB)")
     for o in outcomes:
         util = " ".join(f"{100 * u:.0f}%" for u in o.utilisation) if o.utilisation else "-"
         memory = " ".join(f"{m / 1e6:.2f}" for m in o.memory_bytes) if o.memory_bytes else "-"
-        print(f"{o.strategy:<9} {o.samples_per_s:>12.1f} {o.comm_bytes_per_sample:>14,.0f} "
-              f"{o.comm_share:>10.2f}  {util:<28} {memory}")
+        comm = f"{o.comm_bytes_per_sample:,.0f}" if o.comm_bytes_per_sample is not None else "-"
+        share = f"{100 * o.link_busy:.0f}%" if o.link_busy is not None else "-"
+        print(f"{o.strategy:<9} {o.samples_per_s:>12.1f} {comm:>14} {share:>9}  {util:<28} {memory}")
     for o in outcomes:
         print(f"\n{o.strategy}: " + "; ".join(f"{k} {v}" for k, v in o.partition.items()))
     if refused:

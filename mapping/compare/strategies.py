@@ -8,6 +8,11 @@
 - ``mtrain``, ``hap``: MTrain's Algorithms 1-2 and its HAP baseline, fp32 training IPs,
   P2P bandwidth the slowest link of the chain; they need DRAM on every device.
 - ``hybrid``: per layer, FPDeep-style pipelined placement or an AccPar split (mapping/hybrid.py).
+
+``link_busy``: FPDeep, the busiest link's share of its bandwidth; AccPar and its baselines,
+the share of the mini-batch the critical path spends communicating; MTrain and HAP, the
+bytes exchanged over the P2P bandwidth per mini-batch time (above 100% where several pairs
+exchange at once).
 """
 
 from dataclasses import dataclass, field
@@ -28,10 +33,10 @@ FIXED_POINT_BYTES = 2
 class Outcome:
     strategy: str
     samples_per_s: float
-    utilisation: list          # per device, share of the time it computes (None: not modelled)
-    comm_bytes_per_sample: float
-    comm_share: float          # share of the time spent communicating on the critical path
-    memory_bytes: list         # per device
+    utilisation: list | None           # per device, share of the time it computes
+    comm_bytes_per_sample: float | None  # bytes crossing between devices
+    link_busy: float | None            # share of the time the busiest link (or the exchange) is busy
+    memory_bytes: list | None          # per device
     partition: dict = field(default_factory=dict)
 
 
@@ -93,7 +98,7 @@ def run_mtrain(network, cluster, batch):
         if key[1] == "FP":
             placement.setdefault(key[0], set()).add(device)
     return Outcome("mtrain", batch / schedule.seconds, [b / schedule.seconds for b in schedule.busy],
-                   schedule.moved_bytes / batch, 1 - max(schedule.busy) / schedule.seconds,
+                   schedule.moved_bytes / batch, schedule.moved_bytes / _p2p(cluster) / schedule.seconds,
                    schedule.dram_bytes,
                    {"ratio": ":".join(map(str, schedule.ratio)),
                     **{k: ",".join(map(str, sorted(v))) for k, v in placement.items()}})
@@ -103,9 +108,10 @@ def run_hap(network, cluster, batch):
     stages = stages_of(network)
     for device in cluster:
         accelerator_of(device)
-    seconds, ratio, plan = hap(stages, cluster.devices, batch, _p2p(cluster))
-    return Outcome("hap", batch / seconds, None, float("nan"), float("nan"), None,
-                   {"ratio": ":".join(map(str, ratio)), **plan})
+    result = hap(stages, cluster.devices, batch, _p2p(cluster))
+    return Outcome("hap", batch / result.seconds, [b / result.seconds for b in result.busy],
+                   result.moved_bytes / batch, result.moved_bytes / _p2p(cluster) / result.seconds, None,
+                   {"ratio": ":".join(map(str, result.ratio)), **result.plan})
 
 
 def run(strategy, network, cluster, batch):
@@ -119,4 +125,4 @@ def run(strategy, network, cluster, batch):
     if strategy == "hap":
         return run_hap(network, cluster, batch)
     rate, description, choices = best_plan(network, cluster, batch, accpar_devices(cluster))
-    return Outcome("hybrid", rate, None, float("nan"), float("nan"), None, {"plan": description, **choices})
+    return Outcome("hybrid", rate, None, None, None, None, {"plan": description, **choices})

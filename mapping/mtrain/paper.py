@@ -26,7 +26,7 @@ def run(network, cluster, gbps):
     stages = stages_of(zoo.get(NETWORKS[network]))
     devices = parse_cluster(spec).devices
     schedule = mtrain(stages, devices, batch, gbps * 1e9)
-    hap_seconds = hap(stages, devices, batch, gbps * 1e9)[0]
+    hap_seconds = hap(stages, devices, batch, gbps * 1e9).seconds
     return schedule, hap_seconds, training_flop(stages, batch)
 
 

@@ -195,34 +195,48 @@ def _ratios(batch, n, step):
             yield list(cut) + [batch - sum(cut)]
 
 
+@dataclass
+class HapPlan:
+    seconds: float
+    ratio: list
+    plan: dict            # layer -> "DP" or "TP"
+    busy: list            # seconds each accelerator computes
+    moved_bytes: float
+
+
 def hap(stages, devices, batch, bw, step=None):
-    """HAP's synchronous DP/TP sharding with the best single ratio; returns (seconds, ratio, plan)."""
+    """HAP's synchronous DP/TP sharding with the best single ratio (a HapPlan)."""
     accelerators = [accelerator_of(d) for d in devices]
     n = len(devices)
     step = step or max(1, batch // 16)
     best = None
     for ratio in _ratios(batch, n, step):
         flow = convert(stages, ratio)
-        by_stage = {}
-        for op in flow.ops:
-            if op.key[2] is not None:
-                by_stage.setdefault(op.stage.name, []).append(op)
-        total, plan = 0.0, {}
+        total, moved, plan, busy = 0.0, 0.0, {}, [0.0] * n
         for s in stages:
-            ops = by_stage.get(s.name, [])
-            compute = 0.0
             for phase in ("FP", "BP", "WU"):
-                times = [accelerators[op.key[2]].seconds(op) for op in ops if op.phase == phase]
-                compute += max(times, default=0.0)
+                shards = []
+                for op in flow.ops:
+                    if op.stage is not s or op.phase != phase:
+                        continue
+                    if op.key[2] is None:   # batch norm: each shard normalises its samples
+                        shards += [(d, accelerators[d].seconds(op) * ratio[d] / batch)
+                                   for d in range(n) if ratio[d]]
+                    else:
+                        shards.append((op.key[2], accelerators[op.key[2]].seconds(op)))
+                for d, seconds in shards:
+                    busy[d] += seconds
+                total += max((seconds for _, seconds in shards), default=0.0)
             if s.batchwise:
                 # statistics over the whole batch: gather the activations, scatter the result
-                compute += 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements / bw
-                total += compute + sum(accelerators[0].seconds(op) * 0 for op in ops)
-                continue
-            data_parallel = 2 * (n - 1) / n * WORD_BYTES * s.weights / bw
-            tensor_parallel = 2 * 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements / bw
-            plan[s.name] = "DP" if data_parallel <= tensor_parallel else "TP"
-            total += compute + min(data_parallel, tensor_parallel)
-        if best is None or total < best[0]:
-            best = (total, ratio, plan)
+                exchange = 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements
+            else:
+                data_parallel = 2 * (n - 1) / n * WORD_BYTES * s.weights
+                tensor_parallel = 2 * 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements
+                plan[s.name] = "DP" if data_parallel <= tensor_parallel else "TP"
+                exchange = min(data_parallel, tensor_parallel)
+            total += exchange / bw
+            moved += exchange
+        if best is None or total < best.seconds:
+            best = HapPlan(total, ratio, plan, busy, moved)
     return best
