@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from mapping import zoo
+from mapping.network import Layer, infer
 from mapping.accpar import costs, paper
 from mapping.accpar.costs import LayerDims, conversion_elements, flop, intra_elements
 from mapping.accpar.graph import Block, items_of
@@ -91,6 +92,34 @@ def test_layerwise_dp_matches_brute_force():
     best = min(itertools.product(costs.TYPES, repeat=len(items)), key=cost)
     choice = level.solve(items)
     assert cost([choice[layer.name] for layer in items]) == pytest.approx(cost(best))
+
+
+def test_multi_path_dp_matches_brute_force():
+    # c1 forks into a two-convolution path and an identity shortcut, joined by an add
+    net = infer("residual", (1, 8, 8), [
+        Layer("conv2d", "c1", out_channels=4, kernel=3, padding=1),
+        Layer("conv2d", "a", out_channels=4, kernel=3, padding=1),
+        Layer("conv2d", "b", out_channels=4, kernel=3, padding=1),
+        Layer("add", "add", inputs=("b", "c1")),
+        Layer("flatten", "flat"), Layer("linear", "fc", out_channels=10)])
+    c1, block, fc_layer = items = items_of(net, 32)
+    assert [len(path) for path in block.paths] == [2, 0]
+    level = Level((Side(1e9, 1e8, 0.4), Side(1.5e9, 2e8, 0.6)), "accpar", 2)
+
+    def cost(t1, ta, tb, join, tfc):
+        total = max(level.layer_seconds(c1, t1, None))
+        source = costs.OUT_LAYOUT[t1]
+        for layer, t in zip(block.paths[0], (ta, tb)):
+            total += max(level.layer_seconds(layer, t, source))
+            source = costs.OUT_LAYOUT[t]
+        total += max(level.join_seconds(source, join, block))
+        total += max(level.join_seconds(costs.OUT_LAYOUT[t1], join, block))   # the identity path
+        return total + max(level.layer_seconds(fc_layer, tfc, join))
+
+    space = itertools.product(costs.TYPES, costs.TYPES, costs.TYPES, costs.LAYOUTS, costs.TYPES)
+    best = min(cost(*assignment) for assignment in space)
+    c = level.solve(items)
+    assert cost(c["c1"], c["a"], c["b"], c["add"], c["fc"]) == pytest.approx(best)
 
 
 def test_resnet_blocks_are_multi_path():

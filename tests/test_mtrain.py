@@ -6,9 +6,9 @@ from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mtrain import paper
-from mapping.mtrain.schedule import accelerator_of, hap, mtrain, mtrain_mapping
-from mapping.mtrain.workflow import (WORD_BYTES, Accelerator, balanced_ratio, convert, dram_use, latency,
-                                     stages_of, training_flop)
+from mapping.mtrain.schedule import accelerator_of, hap, mtrain
+from mapping.mtrain.workflow import (WORD_BYTES, Accelerator, balanced_ratio, convert, latency, stages_of,
+                                     training_flop)
 
 
 def test_stages_keep_batch_norm_and_residual_producers():

@@ -23,7 +23,6 @@ of multi-path blocks (section 5.2), which keep one layout in and out.
 """
 
 from dataclasses import dataclass, replace
-import math
 
 TYPES = ("I", "II", "III")
 IN_LAYOUT = {"I": "B", "II": "C", "III": "R"}
@@ -132,7 +131,3 @@ def dims_of(info, batch, first):
     kernel_area = info.kernel ** 2 if kind == "conv" else 1
     return LayerDims(info.name, kind, float(batch), float(c_in), float(c_out), h_in * w_in,
                      h_out * w_out, kernel_area, info.weights / c_out, needs_eb=not first)
-
-
-def elements(shape, batch):
-    return batch * math.prod(shape)

@@ -45,7 +45,6 @@ def items_of(network, batch):
     previous = "input"
 
     def emit(origin, path):
-        nonlocal emitted_origin
         if origin != emitted_origin:
             raise SpecError(f"network {network.name}: branches leave '{origin}' after the chain "
                             f"moved on past it; only nested-free residual blocks are supported")

@@ -84,14 +84,18 @@ class Level:
             out.append(seconds + own.share * flop / own.flops)
         return out
 
-    def layer_seconds(self, layer, partition_type, source):
+    def layer_seconds(self, layer, partition_type, source, with_compute=None):
+        """Each side's seconds for ``layer`` as ``partition_type`` after a ``source`` layout
+        (None: the network's input); with the computation where the objective has it."""
+        with_compute = self.with_compute if with_compute is None else with_compute
+
         def reads(own, other):
             amount = intra_elements(layer, partition_type)
             if source is not None:
                 amount += conversion_elements(source, IN_LAYOUT[partition_type], layer.in_features,
                                               own, other)
             return amount
-        return self._per_side(reads, total_flop(layer) if self.with_compute else 0.0)
+        return self._per_side(reads, total_flop(layer) if with_compute else 0.0)
 
     def join_seconds(self, source, target, block):
         return self._per_side(lambda own, other: conversion_elements(source, target, block.out_features,
@@ -147,7 +151,7 @@ class Level:
         def chain(layers, source):
             for layer in layers:
                 t = choice[layer.name]
-                add(self._comm_only(layer, t, source))
+                add(self.layer_seconds(layer, t, source, with_compute=False))
                 source = OUT_LAYOUT[t]
             return source
 
@@ -162,13 +166,6 @@ class Level:
             else:
                 source = chain([item], source)
         return totals
-
-    def _comm_only(self, layer, t, source):
-        saved, self.with_compute = self.with_compute, False
-        try:
-            return self.layer_seconds(layer, t, source)
-        finally:
-            self.with_compute = saved
 
 
 def split_items(items, choice, share):
