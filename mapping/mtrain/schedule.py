@@ -54,11 +54,11 @@ def _dram_aware(flow, accelerators, bw):
     for wave in _waves(flow):
         best = None
         for choice in itertools.product(range(n), repeat=len(wave)):
-            trial_use, trial_held = list(use), [set(h) for h in held]
+            trial_use, trial_held = list(use), list(held)
             for op, device in zip(wave, choice):
                 trial_use[device] += op.stored_bytes
                 if op.stage not in trial_held[device]:
-                    trial_held[device].add(op.stage)
+                    trial_held[device] = trial_held[device] | {op.stage}
                     trial_use[device] += 2 * WORD_BYTES * op.stage.weights
             if any(u > a.dram_bytes for u, a in zip(trial_use, accelerators)):
                 continue
@@ -212,13 +212,14 @@ def hap(stages, devices, batch, bw, step=None):
     best = None
     for ratio in _ratios(batch, n, step):
         flow = convert(stages, ratio)
+        by_phase = {}
+        for op in flow.ops:
+            by_phase.setdefault((op.stage.name, op.phase), []).append(op)
         total, moved, plan, busy = 0.0, 0.0, {}, [0.0] * n
         for s in stages:
             for phase in ("FP", "BP", "WU"):
                 shards = []
-                for op in flow.ops:
-                    if op.stage is not s or op.phase != phase:
-                        continue
+                for op in by_phase.get((s.name, phase), ()):
                     if op.key[2] is None:   # batch norm: each shard normalises its samples
                         shards += [(d, accelerators[d].seconds(op) * ratio[d] / batch)
                                    for d in range(n) if ratio[d]]
