@@ -48,6 +48,16 @@ def test_latency_hand_case():
     assert split == pytest.approx(2 * 2 * 2304 / 1e9 + 1024 / 1e6 + 2 * 2304 / 1e9 + WORD_BYTES * 40 / 1e6)
 
 
+def test_batch_norm_and_add_arithmetic():
+    net = zoo.get("resnet18")
+    n = 64 * 112 * 112   # bn1's output elements
+    assert net["bn1"].elementwise_ops == (7 * n, 7 * n, 2 * n)
+    assert net["layer1.0.add"].elementwise_ops == (64 * 56 * 56, 0, 0)
+    assert net["conv1"].elementwise_ops == (0, 0, 0)
+    bn1 = next(s for s in stages_of(net) if s.name == "bn1")
+    assert (bn1.flop("FP"), bn1.flop("BP")) == (7 * n, 9 * n)
+
+
 def test_training_flop_counts_three_phases_but_no_first_backward():
     stages = stages_of(zoo.get("lenet-digits"))
     macs = [s.macs for s in stages]

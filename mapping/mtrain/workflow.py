@@ -23,7 +23,6 @@ import math
 from ..errors import SpecError
 
 WORD_BYTES = 4      # both IPs MTrain uses (DarkFPGA, EF-Train) train in 32-bit floating point
-BN_FLOP_PER_ELEMENT = 10   # mean, variance, normalise, scale and shift (FP); about as many in BP
 
 
 @dataclass(frozen=True)
@@ -36,6 +35,15 @@ class Stage:
     weights: int
     macs: int             # per sample, one phase
     first: bool
+    elementwise_ops: tuple = (0, 0, 0)   # batch norm's (FP, EB, PG) per sample
+
+    def flop(self, phase):
+        """Floating-point operations per sample of one phase (a batch norm's "BP" carries
+        its gradients of gamma and beta too)."""
+        if not self.batchwise:
+            return 2 * self.macs
+        fp, eb, pg = self.elementwise_ops
+        return fp if phase == "FP" else eb + pg
 
 
 def stages_of(network):
@@ -50,7 +58,8 @@ def stages_of(network):
                 raise SpecError(f"network {network.name}: grouped convolution '{info.name}' "
                                 f"is not modelled by MTrain's sub-operations")
             stages.append(Stage(info.name, info.type == "batchnorm", producers, info.in_activations,
-                                info.out_activations, info.params, info.fp_macs, first))
+                                info.out_activations, info.params, info.fp_macs, first,
+                                info.elementwise_ops))
             first = False
             source_of[info.name] = (info.name,)
         else:
@@ -105,7 +114,7 @@ def convert(stages, ratio):
             n = samples_of(branch)
             inputs = tuple((key, WORD_BYTES * s.in_elements * (samples_of(key[2]) if s.batchwise else n))
                            for p in s.producers for key in keys(p, "FP", None if s.batchwise else branch))
-            flop = (BN_FLOP_PER_ELEMENT * s.out_elements if s.batchwise else 2 * s.macs) * n
+            flop = s.flop("FP") * n
             traffic = WORD_BYTES * (n * (s.in_elements + s.out_elements) + s.weights)
             fp.append(Op((s.name, "FP", branch), s, "FP", n, flop, traffic, inputs,
                          WORD_BYTES * n * s.in_elements))
@@ -120,13 +129,13 @@ def convert(stages, ratio):
             traffic = WORD_BYTES * (n * (s.in_elements + s.out_elements) + s.weights)
             if not s.first:
                 weights = (((s.name, "FP", branch), WORD_BYTES * s.weights),) if not s.batchwise else ()
-                flop = (BN_FLOP_PER_ELEMENT * s.out_elements if s.batchwise else 2 * s.macs) * n
+                flop = s.flop("BP") * n
                 # its loss is used by the layer's WU, which runs right after it
                 bp.append(Op((s.name, "BP", branch), s, "BP", n, flop, traffic, losses + weights, 0))
             if not s.batchwise:
                 inputs = losses + (((s.name, "FP", branch), WORD_BYTES * s.in_elements * n),)
                 wu[s.name] = wu.get(s.name, []) + [
-                    Op((s.name, "WU", branch), s, "WU", n, 2 * s.macs * n, traffic, inputs, 0)]
+                    Op((s.name, "WU", branch), s, "WU", n, s.flop("WU") * n, traffic, inputs, 0)]
         if s.name in wu:
             bp.extend(wu[s.name])
     flow = Workflow(fp + bp)
@@ -252,12 +261,11 @@ def fits(flow, mapping, accelerators):
 
 
 def training_flop(stages, batch):
-    """FLOPs of one mini-batch: FP, BP (not for the first layer) and WU."""
+    """FLOPs of one mini-batch: FP, BP (not for the first layer) and WU (not for batch norm)."""
     total = 0.0
     for s in stages:
-        per_phase = BN_FLOP_PER_ELEMENT * s.out_elements if s.batchwise else 2 * s.macs
-        phases = (1 if s.first else 2) if s.batchwise else (2 if s.first else 3)
-        total += per_phase * phases * batch
+        phases = ("FP",) + (() if s.first else ("BP",)) + (() if s.batchwise else ("WU",))
+        total += sum(s.flop(phase) for phase in phases) * batch
     return total
 
 
