@@ -11,14 +11,15 @@ cut is tried, and the two pure strategies too, so the plan is never worse than
 either on its own.
 """
 
+from dataclasses import replace
+
 from .accpar import search
 from .accpar.graph import items_of
 from .cluster import Cluster
+from .compare.outcome import FIXED_POINT_BYTES, accpar_devices, of_accpar, of_fpdeep
 from .errors import SpecError
 from .mapper import map_network
 from .network import infer
-
-WORD_BYTES = 2
 
 
 def _suffix(network, cut):
@@ -27,59 +28,73 @@ def _suffix(network, cut):
     return infer(f"{network.name}[{cut}:]", network.layers[cut].in_shape, layers)
 
 
+def _prefix(network, cut):
+    return infer(f"{network.name}[:{cut}]", network.input_shape, [info.layer for info in network.layers[:cut]])
+
+
 def _sub_cluster(cluster, first, last):
     return Cluster(cluster.devices[first:last], cluster.link_gbps[first:last - 1],
                    f"{cluster.spec}[{first}:{last}]")
 
 
-def _accpar_rate(network, cluster, batch, devices):
-    items = items_of(network, batch)
-    plan = search.partition(items, devices, "accpar", WORD_BYTES)
-    return batch / plan.seconds, plan
+def _accpar(network, cluster, batch):
+    plan = search.partition(items_of(network, batch), accpar_devices(cluster), "accpar", FIXED_POINT_BYTES)
+    return of_accpar("accpar", plan, cluster.devices, batch)
 
 
-def candidates(network, cluster, batch, accelerators):
-    """(samples/s, description, choices) for every cut that maps, pure strategies included."""
+def _fpdeep(network, cluster, batch, first_device=0):
+    network.check_trainable()
+    return of_fpdeep(map_network(network, cluster, batch=batch), first_device)
+
+
+def _pipeline(front, back, link_samples_per_s, boundary_bytes, description):
+    """AccPar's front and FPDeep's back as one two-stage pipeline."""
+    rate = min(front.samples_per_s, back.samples_per_s, link_samples_per_s)
+    front, back = front.paced(rate), back.paced(rate)
+    partition = {"plan": description, **front.partition,
+                 **{layer: f"fpdeep {where}" for layer, where in back.partition.items()}}
+    return replace(front, strategy="hybrid", samples_per_s=rate,
+                   utilisation=front.utilisation + back.utilisation,
+                   comm_bytes_per_sample=front.comm_bytes_per_sample + back.comm_bytes_per_sample + boundary_bytes,
+                   link_busy=max(front.link_busy, back.link_busy, rate / link_samples_per_s),
+                   memory_bytes=front.memory_bytes + back.memory_bytes, partition=partition)
+
+
+def candidates(network, cluster, batch):
+    """An Outcome for every plan that maps: both pure strategies and every cut."""
     out = []
-    try:
-        rate, plan = _accpar_rate(network, cluster, batch, accelerators)
-        out.append((rate, "accpar on every device", dict(plan.choice)))
-    except SpecError:
-        pass
-    try:
-        network.check_trainable()
-        mapping = map_network(network, cluster, batch=batch)
-        out.append((mapping.summary["samples_per_s"], "fpdeep on every device", {}))
-    except SpecError:
-        pass
-    weighted = [i for i, info in enumerate(network.layers) if info.has_weights]
-    for cut in weighted[1:]:
-        front = infer(f"{network.name}[:{cut}]", network.input_shape,
-                      [info.layer for info in network.layers[:cut]])
-        if not any(info.has_weights for info in front.layers):
-            continue
+    for pure, description in ((_accpar, "accpar on every device"), (_fpdeep, "fpdeep on every device")):
         try:
-            back = _suffix(network, cut)
-            back.check_trainable()
+            outcome = pure(network, cluster, batch)
         except SpecError:
             continue
-        boundary = WORD_BYTES * 2 * front.layers[-1].out_activations
+        out.append(replace(outcome, strategy="hybrid", partition={"plan": description, **outcome.partition}))
+    weighted = [i for i, info in enumerate(network.layers) if info.has_weights]
+    for cut in weighted[1:]:
+        try:
+            back_network = _suffix(network, cut)
+            back_network.check_trainable()
+        except SpecError:
+            continue
+        front_network = _prefix(network, cut)
+        # the cut tensor crosses forward and its error back, for every sample
+        boundary = FIXED_POINT_BYTES * 2 * front_network.layers[-1].out_activations
         for split in range(1, len(cluster)):
             try:
-                front_rate, plan = _accpar_rate(front, cluster, batch, accelerators[:split])
-                mapping = map_network(back, _sub_cluster(cluster, split, len(cluster)), batch=batch)
+                front = _accpar(front_network, _sub_cluster(cluster, 0, split), batch)
+                back = _fpdeep(back_network, _sub_cluster(cluster, split, len(cluster)), batch, split)
             except SpecError:
                 continue
-            link_rate = cluster.link_gbps[split - 1] * 1e9 / 8 / boundary
-            rate = min(front_rate, mapping.summary["samples_per_s"], link_rate)
-            choices = {**plan.choice, **{info.name: f"fpdeep@{split}+" for info in back.weighted_layers}}
-            out.append((rate, f"accpar on devices 0-{split - 1} for layers before "
-                              f"'{network.layers[cut].name}', fpdeep on {split}-{len(cluster) - 1}", choices))
+            link = cluster.link_gbps[split - 1] * 1e9 / 8 / boundary
+            out.append(_pipeline(front, back, link, boundary,
+                                 f"accpar on devices 0-{split - 1} for layers before "
+                                 f"'{network.layers[cut].name}', fpdeep on {split}-{len(cluster) - 1}"))
     return out
 
 
-def best_plan(network, cluster, batch, accelerators):
-    options = candidates(network, cluster, batch, accelerators)
+def best_plan(network, cluster, batch):
+    """The fastest of :func:`candidates` (an Outcome named "hybrid")."""
+    options = candidates(network, cluster, batch)
     if not options:
         raise SpecError(f"no hybrid plan maps network {network.name} on cluster '{cluster.spec}'")
-    return max(options, key=lambda option: option[0])
+    return max(options, key=lambda option: option.samples_per_s)
