@@ -74,3 +74,16 @@ def test_no_plan_for_a_network_nothing_maps():
         run("mtrain", zoo.get("alexnet"), parse_cluster("u50lv+u30"), 16)
     assert str(error.value) == ("network alexnet: grouped convolution 'conv2' is not modelled by "
                                 "MTrain's sub-operations")
+
+
+@pytest.mark.parametrize("paper,tally,plots", [
+    ("accpar", "within 20% of the paper: 17 of 18 figures", ["accpar_fig5.png", "accpar_fig6.png",
+                                                              "accpar_fig8.png"]),
+    ("mtrain", "within 20% of the paper: 6 of 17 figures", ["mtrain_speedup.png"]),
+])
+def test_paper_commands_end_with_the_tally(paper, tally, plots, tmp_path, capsys):
+    main(["--paper", paper, "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == tally
+    assert all((tmp_path / name).stat().st_size > 0 for name in plots)
+    assert captured.err.startswith(f"{'AccPar' if paper == 'accpar' else 'MTrain'} section")

@@ -7,6 +7,7 @@ figures quoted in its text are the ones compared; its bar charts (Figs. 5, 6,
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 import math
 
 from .. import zoo
@@ -47,6 +48,7 @@ def homogeneous(h=7):
     return (accelerator("tpu-v3"),) * 2 ** h
 
 
+@lru_cache(maxsize=None)
 def speedups(network, devices, batch=ACCPAR_BATCH):
     """{strategy: speedup over DP} for one network on one array."""
     items = items_of(zoo.get(network), batch)
