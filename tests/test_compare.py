@@ -1,5 +1,6 @@
 """``python -m mapping.compare``: strategies side by side, refusals, the hybrid planner."""
 
+from pathlib import Path
 import subprocess
 import sys
 
@@ -44,6 +45,16 @@ def test_fpdeep_default_cluster(network, tmp_path, capsys):
     assert ("  mtrain: device lfe5um5g-85f has no off-chip DRAM, where MTrain's training IPs keep "
             "activations and losses until the weight update") in out
     assert (tmp_path / "compare.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("cluster", ["mtrain-cluster2.toml", "mtrain-cluster3.toml"])
+def test_mtrain_cluster_files(cluster, tmp_path, capsys):
+    path = Path(__file__).resolve().parents[1] / "mapping" / "examples" / cluster
+    main(["--network", "alexnet-ungrouped", "--cluster", str(path), "--strategies", "mtrain,hap,accpar,dp",
+          "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert all(f"\n{s} " in out for s in ("mtrain", "hap", "accpar", "dp"))
+    assert "not applicable" not in out
 
 
 def test_mtrain_cluster(tmp_path, capsys):
