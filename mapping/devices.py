@@ -257,3 +257,37 @@ def get_device(name):
         known = ", ".join(sorted(ALIASES) + sorted(DEVICES))
         raise SpecError(f"unknown device '{name}' (known: {known})")
     return DEVICES[key]
+
+
+@dataclass(frozen=True)
+class TensorAccelerator:
+    """A training accelerator board as AccPar's Table 7 gives it (not an FPGA: no fabric counts)."""
+
+    name: str
+    tflops: float          # peak floating-point operations per second, in T
+    hbm_gb: float
+    hbm_gbps: float        # GB/s
+    network_gbps: float    # Gb/s per board (AccPar section 6.1: 2 Gb/s per core)
+    cores: int
+    element_bytes: int     # bfloat16
+    source: str
+
+    @property
+    def flops(self):
+        return self.tflops * 1e12
+
+    @property
+    def network_bytes_per_s(self):
+        return self.network_gbps * 1e9 / 8
+
+
+_ACCPAR_TABLE = ("AccPar (HPCA 2020) Table 7 and section 6.1: 4 chips x 2 cores per board, "
+                 "2 Gb/s network per core, bfloat16, mini-batch 512")
+TENSOR_ACCELERATORS = {
+    "tpu-v2": TensorAccelerator("tpu-v2", tflops=180, hbm_gb=64, hbm_gbps=2400, network_gbps=8,
+                                cores=8, element_bytes=2, source=_ACCPAR_TABLE),
+    "tpu-v3": TensorAccelerator("tpu-v3", tflops=420, hbm_gb=128, hbm_gbps=4800, network_gbps=16,
+                                cores=8, element_bytes=2,
+                                source=_ACCPAR_TABLE + " (its 4800 GB/s is the paper's assumption)"),
+}
+ACCPAR_BATCH = 512

@@ -77,6 +77,22 @@ class LayerInfo:
         return self.fp_macs + self.eb_macs + self.pg_macs
 
     @property
+    def elementwise_ops(self):
+        """(FP, EB, PG) arithmetic per sample of the layers that make no MACs, per output element.
+
+        Batch norm: FP sums x and x^2 for the batch statistics (3 ops), then subtracts the
+        mean, scales by 1/sigma, by gamma and adds beta (4); EB forms dy * x_hat and the two
+        batch means of dy and dy * x_hat (3), then dy - mean(dy) - x_hat * mean(dy * x_hat)
+        times gamma / sigma (4); PG sums dy * x_hat and dy into the gradients of gamma and
+        beta (2). Residual add: one addition forward; its error goes to both inputs as is."""
+        n = self.out_activations
+        if self.type == "batchnorm":
+            return 7 * n, 7 * n, 2 * n
+        if self.type == "add":
+            return n, 0, 0
+        return 0, 0, 0
+
+    @property
     def has_weights(self):
         return self.weights > 0
 

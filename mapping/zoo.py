@@ -5,7 +5,10 @@
 227x227 input), ``alexnet-ungrouped`` (the same as one tower, trainable here),
 ``vgg16``/``vgg19`` (Simonyan & Zisserman, 224x224) and
 ``resnet18`` (He et al., 224x224; shapes and counts only) are the paper-scale
-benchmarks.
+benchmarks. For the AccPar and MTrain comparisons (mapping/accpar, mapping/mtrain):
+``lenet5`` (LeNet-5 on MNIST), ``vgg11``/``vgg13``, ``vgg16-bn`` (batch norm after
+every convolution) and ``resnet34``/``resnet50`` (bottleneck blocks); batch norm and
+residual adds are described (shapes, counts) but refused for training as before.
 """
 
 from pathlib import Path
@@ -29,6 +32,16 @@ def _pool(name, k=2, stride=2, pad=0):
 
 def _fc(name, out):
     return Layer("linear", name, out_channels=out)
+
+
+def lenet5():
+    """LeNet-5 (LeCun et al. 1998) on 28x28 MNIST digits, padded to 32x32 by conv1."""
+    return infer("lenet5", (1, 28, 28), [
+        _conv("conv1", 6, 5, pad=2), _relu("relu1"), _pool("pool1"),
+        _conv("conv2", 16, 5), _relu("relu2"), _pool("pool2"),
+        Layer("flatten", "flatten"), _fc("fc1", 120), _relu("relu3"), _fc("fc2", 84), _relu("relu4"),
+        _fc("fc3", 10),
+    ])
 
 
 def tiny():
@@ -72,48 +85,93 @@ def alexnet_ungrouped():
     return _alexnet("alexnet-ungrouped", groups=1)
 
 
-def _vgg(name, stages):
+def _vgg(name, stages, batchnorm=False):
     layers = []
     for stage, (channels, convs) in enumerate(stages, start=1):
         for i in range(1, convs + 1):
-            layers += [_conv(f"conv{stage}_{i}", channels, 3, pad=1), _relu(f"relu{stage}_{i}")]
+            layers.append(_conv(f"conv{stage}_{i}", channels, 3, pad=1))
+            if batchnorm:
+                layers.append(Layer("batchnorm", f"bn{stage}_{i}"))
+            layers.append(_relu(f"relu{stage}_{i}"))
         layers.append(_pool(f"pool{stage}"))
     layers += [Layer("flatten", "flatten"), _fc("fc6", 4096), _relu("relu6"),
                _fc("fc7", 4096), _relu("relu7"), _fc("fc8", 1000)]
     return infer(name, (3, 224, 224), layers)
 
 
+def vgg11():
+    return _vgg("vgg11", [(64, 1), (128, 1), (256, 2), (512, 2), (512, 2)])
+
+
+def vgg13():
+    return _vgg("vgg13", [(64, 2), (128, 2), (256, 2), (512, 2), (512, 2)])
+
+
 def vgg16():
     return _vgg("vgg16", [(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)])
+
+
+def vgg16_bn():
+    """VGG-16 with batch norm after every convolution, the VGG-16 MTrain trains."""
+    return _vgg("vgg16-bn", [(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)], batchnorm=True)
 
 
 def vgg19():
     return _vgg("vgg19", [(64, 2), (128, 2), (256, 4), (512, 4), (512, 4)])
 
 
-def resnet18():
+def _basic_block(p, channels, stride, previous):
+    """Two 3x3 convolutions (He et al. Fig. 2 left); returns the block's layers and its last name."""
+    return [
+        _conv(f"{p}.conv1", channels, 3, stride=stride, pad=1, bias=False),
+        Layer("batchnorm", f"{p}.bn1"), _relu(f"{p}.relu1"),
+        _conv(f"{p}.conv2", channels, 3, pad=1, bias=False), Layer("batchnorm", f"{p}.bn2"),
+    ], f"{p}.bn2"
+
+
+def _bottleneck(p, channels, stride, previous):
+    """1x1 reduce, 3x3 (carrying the stride, as torchvision's v1.5), 1x1 expand by 4 (He et al. Fig. 5 right)."""
+    return [
+        _conv(f"{p}.conv1", channels, 1, bias=False), Layer("batchnorm", f"{p}.bn1"), _relu(f"{p}.relu1"),
+        _conv(f"{p}.conv2", channels, 3, stride=stride, pad=1, bias=False),
+        Layer("batchnorm", f"{p}.bn2"), _relu(f"{p}.relu2"),
+        _conv(f"{p}.conv3", 4 * channels, 1, bias=False), Layer("batchnorm", f"{p}.bn3"),
+    ], f"{p}.bn3"
+
+
+def _resnet(name, block, blocks_per_stage, expansion):
     layers = [_conv("conv1", 64, 7, stride=2, pad=3, bias=False), Layer("batchnorm", "bn1"),
               _relu("relu1"), _pool("pool1", 3, 2, 1)]
-    previous = "pool1"
-    for stage, channels in enumerate((64, 128, 256, 512), start=1):
-        for block in range(2):
-            p = f"layer{stage}.{block}"
-            stride = 2 if stage > 1 and block == 0 else 1
-            layers += [
-                _conv(f"{p}.conv1", channels, 3, stride=stride, pad=1, bias=False),
-                Layer("batchnorm", f"{p}.bn1"), _relu(f"{p}.relu1"),
-                _conv(f"{p}.conv2", channels, 3, pad=1, bias=False), Layer("batchnorm", f"{p}.bn2"),
-            ]
+    previous, channels_in = "pool1", 64
+    for stage, (channels, count) in enumerate(zip((64, 128, 256, 512), blocks_per_stage), start=1):
+        for index in range(count):
+            p = f"layer{stage}.{index}"
+            stride = 2 if stage > 1 and index == 0 else 1
+            body, last = block(p, channels, stride, previous)
+            layers += body
             shortcut = previous
-            if stride != 1:
-                layers += [Layer("conv2d", f"{p}.down", out_channels=channels, kernel=1, stride=2,
-                                 bias=False, input=previous),
+            if stride != 1 or channels_in != channels * expansion:
+                layers += [Layer("conv2d", f"{p}.down", out_channels=channels * expansion, kernel=1,
+                                 stride=stride, bias=False, input=previous),
                            Layer("batchnorm", f"{p}.downbn")]
                 shortcut = f"{p}.downbn"
-            layers += [Layer("add", f"{p}.add", inputs=(f"{p}.bn2", shortcut)), _relu(f"{p}.relu2")]
-            previous = f"{p}.relu2"
+            out = f"{p}.relu{sum(layer.type == 'relu' for layer in body) + 1}"
+            layers += [Layer("add", f"{p}.add", inputs=(last, shortcut)), _relu(out)]
+            previous, channels_in = out, channels * expansion
     layers += [Layer("avgpool", "avgpool", kernel=0), Layer("flatten", "flatten"), _fc("fc", 1000)]
-    return infer("resnet18", (3, 224, 224), layers)
+    return infer(name, (3, 224, 224), layers)
+
+
+def resnet18():
+    return _resnet("resnet18", _basic_block, (2, 2, 2, 2), 1)
+
+
+def resnet34():
+    return _resnet("resnet34", _basic_block, (3, 4, 6, 3), 1)
+
+
+def resnet50():
+    return _resnet("resnet50", _bottleneck, (3, 4, 6, 3), 4)
 
 
 NETWORKS = {
@@ -124,6 +182,12 @@ NETWORKS = {
     "vgg16": vgg16,
     "vgg19": vgg19,
     "resnet18": resnet18,
+    "lenet5": lenet5,
+    "vgg11": vgg11,
+    "vgg13": vgg13,
+    "vgg16-bn": vgg16_bn,
+    "resnet34": resnet34,
+    "resnet50": resnet50,
 }
 
 

@@ -246,7 +246,8 @@ def test_unknown_zoo_name():
     with pytest.raises(SpecError) as error:
         zoo.get("lenet")
     assert str(error.value) == ("unknown network 'lenet' (zoo: tiny, lenet-digits, alexnet, "
-                                "alexnet-ungrouped, vgg16, vgg19, resnet18; or a .toml/.json file)")
+                                "alexnet-ungrouped, vgg16, vgg19, resnet18, lenet5, vgg11, vgg13, "
+                                "vgg16-bn, resnet34, resnet50; or a .toml/.json file)")
 
 
 # --- what training accepts ---------------------------------------------------

@@ -1,0 +1,243 @@
+"""MTrain's Algorithm 1 (converting, duty-cycle re-partition) and Algorithm 2 (mapping), and HAP.
+
+Algorithm 2 maps a workflow in three procedures: DRAM-budget-aware mapping
+(each wave of sub-operations whose predecessors are mapped goes, over every
+combination of accelerators that fits the DRAM, where it adds the least
+latency), balance-aware re-mapping (towards sub-operation k on accelerator k)
+and data-locality-aware re-mapping (towards a predecessor's or successor's
+accelerator); a move is kept only where it shortens the mini-batch. Algorithm
+1 starts from a ratio proportional to the accelerators' DSPs (its PEs) and moves
+``step`` samples from the least-busy accelerator to another while that helps.
+
+HAP (Zhang et al. 2024) as MTrain evaluates it: every layer sharded over all
+accelerators with one sharding ratio, data-parallel (batch split, gradients
+all-reduced) or tensor-parallel (channel split, activations and errors
+gathered and scattered after the layer), whichever costs less per layer; the
+layer waits for its slowest shard (synchronous).
+"""
+
+from dataclasses import dataclass
+import itertools
+
+from ..errors import SpecError
+from .workflow import WORD_BYTES, Accelerator, Simulation, balanced_ratio, convert, dram_use, fits, latency
+
+DSP_PER_FP32_MAC = 5   # a floating-point multiplier (3 DSP48) and adder (2 DSP48), full-DSP variants
+MAX_PASSES = 3
+
+
+def accelerator_of(device):
+    """The training IP on one FPGA of the device database; refuses a board without DRAM."""
+    if device.dram_gb <= 0:
+        raise SpecError(f"device {device.name} has no off-chip DRAM, where MTrain's training IPs "
+                        f"keep activations and losses until the weight update")
+    flops = 2 * device.dsp / DSP_PER_FP32_MAC * device.clock_mhz * 1e6
+    return Accelerator(device.name, flops, device.dram_gbps * 1e9 / 8, device.dram_gb * 1e9)
+
+
+def _waves(flow):
+    waves, current = [], []
+    for op in flow.ops:
+        if current and (op.stage.name, op.phase) != (current[0].stage.name, current[0].phase):
+            waves.append(current)
+            current = []
+        current.append(op)
+    return waves + [current]
+
+
+def _dram_aware(flow, accelerators, bw):
+    n = len(accelerators)
+    mapping, finish, free = {}, {}, [0.0] * n
+    use = [0.0] * n
+    held = [set() for _ in range(n)]
+    synced = 0.0   # when the gradients of the layers mapped so far are accumulated
+    for wave in _waves(flow):
+        best = None
+        for choice in itertools.product(range(n), repeat=len(wave)):
+            trial_use, trial_held = list(use), list(held)
+            for op, device in zip(wave, choice):
+                trial_use[device] += op.stored_bytes
+                if op.stage not in trial_held[device]:
+                    trial_held[device] = trial_held[device] | {op.stage}
+                    trial_use[device] += 2 * WORD_BYTES * op.stage.weights
+            if any(u > a.dram_bytes for u, a in zip(trial_use, accelerators)):
+                continue
+            trial_free, ends = list(free), {}
+            for op, device in zip(wave, choice):
+                ready = max((finish[k] + (size / bw if mapping[k] != device else 0.0)
+                             for k, size in op.inputs), default=0.0)
+                trial_free[device] = max(ready, trial_free[device]) + accelerators[device].seconds(op)
+                ends[op.key] = trial_free[device]
+            trial_synced = synced
+            if wave[0].phase == "WU":   # a WU away from the layer's largest sub-operation ships its gradients
+                home = choice[max(range(len(wave)), key=lambda i: wave[i].samples)]
+                for op, device in zip(wave, choice):
+                    if device != home:
+                        trial_synced = max(trial_synced,
+                                           ends[op.key] + WORD_BYTES * op.stage.weights / bw)
+            score = (max(max(trial_free), trial_synced), sum(trial_free))
+            if best is None or score < best[0]:
+                best = (score, choice, trial_free, ends, trial_use, trial_held, trial_synced)
+        if best is None:
+            raise SpecError(f"layer '{wave[0].stage.name}' ({wave[0].phase}) does not fit the DRAM of "
+                            f"any accelerator: {', '.join(a.name for a in accelerators)}")
+        _, choice, free, ends, use, held, synced = best
+        finish.update(ends)
+        mapping.update({op.key: device for op, device in zip(wave, choice)})
+    return mapping
+
+
+def _improve(flow, mapping, accelerators, bw, candidates):
+    """Try each op on ``candidates(op, mapping)``; keep every move that shortens the mini-batch."""
+    simulation = Simulation(flow, mapping, accelerators, bw)
+    mapping = dict(mapping)
+    for _ in range(MAX_PASSES):
+        improved = False
+        for index, op in enumerate(flow.ops):
+            for device in candidates(op, mapping):
+                if device == mapping[op.key] or \
+                        simulation.end_if(index, device) >= simulation.end * (1 - 1e-9):
+                    continue
+                trial = dict(mapping)
+                trial[op.key] = device
+                if fits(flow, trial, accelerators):
+                    mapping = trial
+                    simulation.move(index, device)
+                    improved = True
+        if not improved:
+            break
+    return mapping, simulation.end
+
+
+def mtrain_mapping(flow, accelerators, bw):
+    """Algorithm 2; returns the mapping and the latency after each of its three procedures."""
+    fastest = max(range(len(accelerators)), key=lambda d: accelerators[d].flops)
+    successors = {}
+    for op in flow.ops:
+        for key, _ in op.inputs:
+            successors.setdefault(key, []).append(op.key)
+
+    def balanced(op, mapping):
+        return [fastest if op.key[2] is None else op.key[2]]
+
+    def neighbours(op, mapping):
+        near = {mapping[k] for k, _ in op.inputs} | {mapping[k] for k in successors.get(op.key, ())}
+        return sorted(near)
+
+    mapping = _dram_aware(flow, accelerators, bw)
+    steps = [latency(flow, mapping, accelerators, bw)]
+    mapping, lat = _improve(flow, mapping, accelerators, bw, balanced)
+    steps.append(lat)
+    mapping, lat = _improve(flow, mapping, accelerators, bw, neighbours)
+    steps.append(lat)
+    return mapping, steps
+
+
+@dataclass
+class Schedule:
+    ratio: list
+    mapping: dict
+    seconds: float
+    steps: list           # Fig. 8's steps 1-4
+    busy: list            # seconds per accelerator
+    moved_bytes: float
+    dram_bytes: list
+
+
+def mtrain(stages, devices, batch, bw, step=None):
+    """Algorithm 1 on ``devices`` (Device entries) at ``bw`` bytes/s P2P; returns a Schedule."""
+    accelerators = [accelerator_of(d) for d in devices]
+    step = step or max(1, batch // 16)
+    ratio = balanced_ratio([d.dsp for d in devices], batch)
+
+    def run(r):
+        flow = convert(stages, r)
+        mapping, steps = mtrain_mapping(flow, accelerators, bw)
+        return flow, mapping, steps
+
+    flow, mapping, steps = run(ratio)
+    first_steps = list(steps)
+    best = (steps[-1], ratio, flow, mapping)
+    while True:
+        _, busy, _ = latency(best[2], best[3], accelerators, bw, detail=True)
+        order = sorted(range(len(devices)), key=lambda d: busy[d])
+        moved = False
+        for w in order:
+            if best[1][w] < step:
+                continue
+            trials = []
+            for r in range(len(devices)):
+                if r == w:
+                    continue
+                trial_ratio = list(best[1])
+                trial_ratio[r] += step
+                trial_ratio[w] -= step
+                try:
+                    flow, mapping, steps = run(trial_ratio)
+                except SpecError:
+                    continue
+                trials.append((steps[-1], trial_ratio, flow, mapping))
+            if trials and min(trials, key=lambda t: t[0])[0] < best[0] * (1 - 1e-9):
+                best = min(trials, key=lambda t: t[0])
+                moved = True
+                break
+        if not moved:
+            break
+    lat, ratio, flow, mapping = best
+    seconds, busy, moved_bytes = latency(flow, mapping, accelerators, bw, detail=True)
+    return Schedule(ratio, mapping, seconds, first_steps + [seconds], busy, moved_bytes,
+                    dram_use(flow, mapping, len(devices)))
+
+
+def _ratios(batch, n, step):
+    for cut in itertools.product(range(0, batch + 1, step), repeat=n - 1):
+        if sum(cut) <= batch:
+            yield list(cut) + [batch - sum(cut)]
+
+
+@dataclass
+class HapPlan:
+    seconds: float
+    ratio: list
+    plan: dict            # layer -> "DP" or "TP"
+    busy: list            # seconds each accelerator computes
+    moved_bytes: float
+
+
+def hap(stages, devices, batch, bw, step=None):
+    """HAP's synchronous DP/TP sharding with the best single ratio (a HapPlan)."""
+    accelerators = [accelerator_of(d) for d in devices]
+    n = len(devices)
+    step = step or max(1, batch // 16)
+    best = None
+    for ratio in _ratios(batch, n, step):
+        flow = convert(stages, ratio)
+        by_phase = {}
+        for op in flow.ops:
+            by_phase.setdefault((op.stage.name, op.phase), []).append(op)
+        total, moved, plan, busy = 0.0, 0.0, {}, [0.0] * n
+        for s in stages:
+            for phase in ("FP", "BP", "WU"):
+                shards = []
+                for op in by_phase.get((s.name, phase), ()):
+                    if op.key[2] is None:   # batch norm: each shard normalises its samples
+                        shards += [(d, accelerators[d].seconds(op) * ratio[d] / batch)
+                                   for d in range(n) if ratio[d]]
+                    else:
+                        shards.append((op.key[2], accelerators[op.key[2]].seconds(op)))
+                for d, seconds in shards:
+                    busy[d] += seconds
+                total += max((seconds for _, seconds in shards), default=0.0)
+            if s.batchwise:
+                # statistics over the whole batch: gather the activations, scatter the result
+                exchange = 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements
+            else:
+                data_parallel = 2 * (n - 1) / n * WORD_BYTES * s.weights
+                tensor_parallel = 2 * 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements
+                plan[s.name] = "DP" if data_parallel <= tensor_parallel else "TP"
+                exchange = min(data_parallel, tensor_parallel)
+            total += exchange / bw
+            moved += exchange
+        if best is None or total < best.seconds:
+            best = HapPlan(total, ratio, plan, busy, moved)
+    return best

@@ -1,0 +1,121 @@
+"""MTrain's workflow (sub-operations, batch norm), latency model, Algorithms 1-2, HAP and figures."""
+
+import pytest
+
+from mapping import zoo
+from mapping.cluster import parse_cluster
+from mapping.errors import SpecError
+from mapping.mtrain import paper
+from mapping.mtrain.schedule import accelerator_of, hap, mtrain
+from mapping.mtrain.workflow import (WORD_BYTES, Accelerator, balanced_ratio, convert, latency, stages_of,
+                                     training_flop)
+
+
+def test_stages_keep_batch_norm_and_residual_producers():
+    stages = {s.name: s for s in stages_of(zoo.get("resnet18"))}
+    assert stages["bn1"].batchwise and not stages["conv1"].batchwise
+    # the block after layer1.0 reads both branches of its add: bn2 and the identity (bn1 of the stem)
+    assert stages["layer1.1.conv1"].producers == ("layer1.0.bn2", "bn1")
+    assert stages["layer2.0.down"].producers == ("layer1.1.bn2", "layer1.0.bn2", "bn1")
+
+
+def test_sub_operations_per_branch_and_batch_norm_once():
+    stages = stages_of(zoo.get("vgg16-bn"))
+    flow = convert(stages, [3, 1])
+    phases = [op.key for op in flow.ops if op.stage.name in ("conv1_2", "bn1_2")]
+    assert sorted(phases, key=str) == sorted([
+        ("conv1_2", "FP", 0), ("conv1_2", "FP", 1), ("conv1_2", "BP", 0), ("conv1_2", "BP", 1),
+        ("conv1_2", "WU", 0), ("conv1_2", "WU", 1), ("bn1_2", "FP", None), ("bn1_2", "BP", None)], key=str)
+    bn = flow.ops[flow.index[("bn1_2", "FP", None)]]
+    # the batch norm gathers every branch: 3 and 1 samples of conv1_2's 64x224x224 output
+    assert [size for _, size in bn.inputs] == [WORD_BYTES * 64 * 224 * 224 * 3, WORD_BYTES * 64 * 224 * 224]
+
+
+def test_latency_hand_case():
+    # tiny's conv1 alone, one sample on each of two branches
+    stages = stages_of(zoo.get("tiny"))[:1]
+    flow = convert(stages, [1, 1])
+    fast = Accelerator("a", 1e9, 1e12, 1e9)
+    mapping = {op.key: 0 for op in flow.ops}
+    one_device = latency(flow, mapping, [fast, fast], 1e6)
+    # conv1 of tiny: 4x1x3x3 on 8x8 = 2,304 MACs; FP and WU per branch (no BP for the first layer)
+    assert one_device == pytest.approx(4 * 2 * 2304 / 1e9)
+    mapping[("conv1", "WU", 1)] = 1
+    # WU of branch 1 on device 1 reads from device 0 the FP's input (64 words, 256 B) and, this
+    # being the last layer, the loss at its output (256 words, 1,024 B, the later arrival at
+    # 1 MB/s); then its gradients (36 weights + 4 biases) go back to branch 0's device
+    split = latency(flow, mapping, [fast, fast], 1e6)
+    assert split == pytest.approx(2 * 2 * 2304 / 1e9 + 1024 / 1e6 + 2 * 2304 / 1e9 + WORD_BYTES * 40 / 1e6)
+
+
+def test_batch_norm_and_add_arithmetic():
+    net = zoo.get("resnet18")
+    n = 64 * 112 * 112   # bn1's output elements
+    assert net["bn1"].elementwise_ops == (7 * n, 7 * n, 2 * n)
+    assert net["layer1.0.add"].elementwise_ops == (64 * 56 * 56, 0, 0)
+    assert net["conv1"].elementwise_ops == (0, 0, 0)
+    bn1 = next(s for s in stages_of(net) if s.name == "bn1")
+    assert (bn1.flop("FP"), bn1.flop("BP")) == (7 * n, 9 * n)
+
+
+def test_training_flop_counts_three_phases_but_no_first_backward():
+    stages = stages_of(zoo.get("lenet-digits"))
+    macs = [s.macs for s in stages]
+    assert training_flop(stages, 2) == 2 * 2 * (2 * macs[0] + 3 * sum(macs[1:]))
+
+
+def test_pe_based_initial_ratio():
+    assert balanced_ratio([5952, 1728], 64) == [50, 14]
+    assert balanced_ratio([2520, 900, 160], 16) == [11, 4, 1]
+
+
+def test_board_without_dram_is_refused():
+    with pytest.raises(SpecError) as error:
+        accelerator_of(parse_cluster("ecp5-85").devices[0])
+    assert str(error.value) == ("device lfe5um5g-85f has no off-chip DRAM, where MTrain's training IPs "
+                                "keep activations and losses until the weight update")
+
+
+def test_dram_budget_is_respected():
+    devices = parse_cluster("zcu102+zc706+xc7z015").devices
+    schedule = mtrain(stages_of(zoo.get("vgg16-bn")), devices, 16, 3e9)
+    assert all(use <= d.dram_gb * 1e9 for use, d in zip(schedule.dram_bytes, devices))
+    # the ZU9EG's 4.5 GB alone cannot hold VGG-16's 16 samples
+    assert sum(schedule.dram_bytes) > 4.5e9 and schedule.dram_bytes[1] > 0
+
+
+def test_remapping_and_repartition_never_lose():
+    stages = stages_of(zoo.get("resnet18"))
+    schedule = mtrain(stages, parse_cluster("u50lv+u30").devices, 64, 0.5e9)
+    assert schedule.steps == sorted(schedule.steps, reverse=True)
+    assert schedule.steps[-1] < schedule.steps[0]
+
+
+def test_hap_is_synchronous_and_slower_at_low_bandwidth():
+    stages = stages_of(zoo.get("resnet18"))
+    devices = parse_cluster("u50lv+u30").devices
+    slow = hap(stages, devices, 64, 0.5e9)
+    fast = hap(stages, devices, 64, 15e9)
+    assert slow.seconds > fast.seconds and sum(slow.ratio) == 64
+    assert set(slow.plan.values()) <= {"DP", "TP"}
+    # synchronous: every layer waits for its slowest shard, so the computing part of the
+    # mini-batch is at least the busiest accelerator's total
+    assert slow.seconds - slow.moved_bytes / 0.5e9 >= max(slow.busy) * (1 - 1e-9)
+    # fc: all-reducing 513,000 weights (2 x 1/2 x 4 B each) costs more than gathering 64 x 1,000
+    # outputs forward and back (4 x 1/2 x 4 B each); conv1's 9,408 weights are the cheaper way
+    assert slow.plan["fc"] == "TP" and slow.plan["conv1"] == "DP"
+
+
+def test_paper_figures_pinned():
+    figures = paper.figures(progress=lambda text: None)
+    assert len(figures) == 17
+    assert [f.label for f in figures if f.within] == [
+        "Table III AlexNet cluster 1 GFLOPS", "Table III VGG-16 cluster 1 GFLOPS",
+        "Fig. 8 AlexNet cluster 1 best GFLOPS", "Fig. 8 VGG-16 cluster 1 best GFLOPS",
+        "Fig. 8 VGG-16 cluster 3 GFLOPS at 0.5 GB/s", "Figs. 9-11 lowest speedup over HAP at 15 GB/s"]
+
+
+def test_low_bandwidth_keeps_mtrain_ahead_of_hap():
+    # at 0.125 GB/s the gradient exchange of AlexNet's fully connected layers dominates: the
+    # DRAM-aware mapping prices it and keeps them on one accelerator
+    assert paper.speedup_over_hap("AlexNet", 1, 0.125) == pytest.approx(1.33, abs=0.01)
