@@ -1,4 +1,4 @@
-"""The line buffer's walk over one sample (hw/line_buffer.py builds it; mapping/partition/plan.py
+"""The line buffer's walk over one sample (hw/memory/line_buffer.py builds it; mapping/partition/plan.py
 counts its cycles): the geometry of the virtual map (input with padding and dilation) and
 the row steps, one per virtual row that brings an input row and/or ends windows."""
 

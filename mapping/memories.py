@@ -23,7 +23,7 @@ from .resources import MemoryCost, bram_blocks, lutram_luts
 # column of a block RAM: two 9-bit byte enables.
 GRANULAR_WORD_BITS = 18
 LABEL_FIFO_DEPTH = 8
-PAB_MIN_DEPTH = 3  # hw/fifo.py passes one beat per cycle from depth 3
+PAB_MIN_DEPTH = 3  # hw/memory/fifo.py passes one beat per cycle from depth 3
 LABEL_BITS = 16
 RELAY_DEPTH = PAB_MIN_DEPTH  # a relayed weight or gradient stream: one beat per cycle
 
@@ -53,7 +53,7 @@ def buildable(s):
 
 
 def pool_problem(pool, height, width):
-    """Why the SFU (hw/sfu.py) cannot max-pool a ``height`` x ``width`` conv output with
+    """Why the SFU (hw/node/sfu.py) cannot max-pool a ``height`` x ``width`` conv output with
     ``pool``, or None: it pools non-overlapping windows inside the map only."""
     if pool is None:
         return None
@@ -88,7 +88,7 @@ def generator_problem(s):
 
 def remote_rows_problem(blocks, owner=None):
     """Why hw/ cannot stream the weight rows ``blocks`` of one owner slice from their hosts
-    (hw/weight_stream.py), or None. The generator streams fully connected rows only (a
+    (hw/balance/weight_stream.py), or None. The generator streams fully connected rows only (a
     convolution row used from another node would need a weight-stationary engine), each
     host's rows one range (through the nodes in between: ``NodeConfig.relays``), the
     ranges together the top of the slice's output channels, each starting at an engine
@@ -243,7 +243,7 @@ def _weight_memories(ram, gradients, s, rows):
 
 def sfu_mask_bits(pool_kernel, relu):
     """(pool code bits, mask bits) the SFU keeps per kept output and channel: the winner's
-    window position and, with ReLU, whether the winner is > 0 (hw/sfu.py); without a pool
+    window position and, with ReLU, whether the winner is > 0 (hw/node/sfu.py); without a pool
     (``pool_kernel`` 1) the ReLU bit of every output."""
     code_bits = (pool_kernel * pool_kernel - 1).bit_length()
     return code_bits, code_bits + relu
@@ -266,7 +266,7 @@ def _sfu_memories(s, channels, height, width, samples_in_flight):
 def sfu_error_slack(s):
     """Pooled-output errors buffered in front of a pooling SFU's backward input: it takes a
     pooled row's errors during the first conv row of their band and none while it replays
-    them for the other k-1 rows (hw/sfu.py), so without them the EB engine that produces
+    them for the other k-1 rows (hw/node/sfu.py), so without them the EB engine that produces
     those errors stalls whenever its output lands in that window. One pooled row, None
     without a pool (no replay)."""
     if s.pool is None or s.pool.kernel == 1:
@@ -275,7 +275,7 @@ def sfu_error_slack(s):
 
 
 def activation_slack(s):
-    """Input pixels buffered ahead of a slice's line buffer: two rows (hw/slice_unit.py)."""
+    """Input pixels buffered ahead of a slice's line buffer: two rows (hw/node/slice_unit.py)."""
     return max(PAB_MIN_DEPTH, 2 * s.in_shape[2])
 
 
@@ -290,7 +290,7 @@ def window_slack(s, role):
 
 def pg_error_slack(s):
     """Conv-output error pixels PG's branch buffers so EB's line buffer can run a whole
-    window height (K rows) ahead of PG (hw/slice_unit.py)."""
+    window height (K rows) ahead of PG (hw/node/slice_unit.py)."""
     return s.kernel * s.out_shape[2] + 1
 
 
@@ -301,7 +301,7 @@ def sfu_samples_in_flight(s):
 
 def hosted_memories(owner, rows):
     """BPRAM and BGB of ``rows`` output channels of the ``owner`` slice kept on its host:
-    laid out as the owner's LPRAM and LGB (hw/bpram_host.py)."""
+    laid out as the owner's LPRAM and LGB (hw/balance/hosted_rows.py)."""
     return _weight_memories("bpram", "bgb", owner, rows)
 
 

@@ -134,7 +134,7 @@ def memory_cost(width_bits, depth, family, count=1, dual_read=False):
                       count * width_bits * depth)
 
 
-# hw/grad_buffer.py forms gsum * lr with three multipliers (the 48-bit sum split 17 + 17 +
+# hw/memory/grad_buffer.py forms gsum * lr with three multipliers (the 48-bit sum split 17 + 17 +
 # 14 bits), once per gradient buffer: the LGB, and the bias LGB of a slice owning biases.
 UPDATE_MULTIPLIERS = 3
 

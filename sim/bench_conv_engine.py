@@ -5,7 +5,7 @@ Run with ``python -m pytest sim/bench_conv_engine.py -m bench -s``. Prints:
   3x3 layers with continuous input (the paper's nodes reached about 80% DSP use);
 - the Amaranth simulator's speed in cycles per second for a CE of 36 multipliers;
 - that CE's Fmax on an ECP5-85 (LFE5UM5G-85F, CABGA381, speed 8) from nextpnr, with
-  the MULT18X18D primitive and its registers (hw.mult, family "ecp5") and with the
+  the MULT18X18D primitive and its registers (hw.arith.mult, family "ecp5") and with the
   multiply left for Yosys to infer (family None).
 """
 

@@ -159,7 +159,7 @@ def test_balanced_chain_runs_at_its_bottleneck_rate_in_steady_state():
     # 8 passes), as predicted. The rate is read over the second half of 40 samples in one
     # mini-batch, once the buffers in front of the slowest node have filled. (The default
     # chain balanced at 6%, as it was mapped before, settled at 200 and 176 cycles without
-    # the EB rounding point taking beats with their first chunk, hw/map_rounder.py, and the
+    # the EB rounding point taking beats with their first chunk, hw/arith/map_rounder.py, and the
     # FIFO in front of the pooling SFU's errors; its prediction was 160.)
     network, samples = zoo.tiny(), 40
     mapping = map_network(network, parse_cluster(CHAIN), batch=samples, lr=LR, bram_fraction=BALANCED_BRAM,

@@ -56,7 +56,7 @@ def test_behavioural_product_latency_and_enable(a_width, b_width):
     assert seen == want
 
 
-# A behavioural MULT18X18D for the configuration hw.mult uses, after Lattice TN1267
+# A behavioural MULT18X18D for the configuration hw.arith.mult uses, after Lattice TN1267
 # (ECP5 sysDSP): A/B input registers and the output register on CLK0 with CE0, signed
 # operands when SIGNEDA/SIGNEDB are high. Yosys ships only a blackbox of the primitive.
 MULT18X18D_MODEL = """

@@ -25,7 +25,7 @@ def test_ecp5_multiplier_is_one_mult18x18d_with_its_own_registers():
 
 
 def test_inferred_ecp5_multiply_leaves_its_registers_in_the_fabric():
-    """Why hw.mult instantiates the primitive: Yosys does not pack registers into MULT18X18D."""
+    """Why hw.arith.mult instantiates the primitive: Yosys does not pack registers into MULT18X18D."""
     result = synth(Multiplier(16, 16), "ecp5")
     assert result.dsp == 1 and result.lut == 0
     assert result.ff == 16 + 16 + 32

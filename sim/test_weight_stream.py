@@ -1,4 +1,4 @@
-"""RowStreamer, WeightSource and GradientSplit (hw/weight_stream.py), bit for bit, with random stalls."""
+"""RowStreamer, WeightSource and GradientSplit (hw/balance/weight_stream.py), bit for bit, with random stalls."""
 
 import re
 

@@ -44,7 +44,7 @@ def test_tiny_engines_cycles_and_idle_are_exact(tiny4):
             # padding row (80 cycles, mapping.line_walk); conv2 needs 64 (below), fc 10 x 8 passes
             assert s.cycles_per_sample == (64 if s.layer == "conv2" else 80)
             assert s.fp_stale >= 1
-        # engines plus the weight (and bias) update's multipliers, as hw/grad_buffer.py builds them
+        # engines plus the weight (and bias) update's multipliers, as hw/memory/grad_buffer.py builds them
         assert node.estimate.dsp == sum(s.multipliers + update_multipliers(s.owns_biases)
                                         for s in node.slices)
     conv2 = tiny4.nodes[2].slices[0]  # 2 input channels, all 8 outputs
@@ -316,7 +316,7 @@ def test_training_constants(tiny4):
 
 
 def test_mask_bits_are_the_sfus():
-    """Per pooled output a 2-bit window index and the winner's ReLU bit (hw/sfu.py); without
+    """Per pooled output a 2-bit window index and the winner's ReLU bit (hw/node/sfu.py); without
     a pool one ReLU bit per conv output."""
     plans = {p.name: p for p in plan_layers(zoo.vgg16())}
     assert balance.mask_bits(plans["conv1_2"], 64) == 64 * 112 * 112 * 3

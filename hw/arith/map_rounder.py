@@ -2,7 +2,7 @@
 
 The EB engine emits the 48-bit error sums of all C input channels of a pixel in one
 beat, but only one beat per ``G * v`` cycles (its groups times passes). A
-:class:`hw.rounding.StochasticRounder` of C lanes would idle most of the time and costs
+:class:`hw.arith.rounding.StochasticRounder` of C lanes would idle most of the time and costs
 about 300 LUTs and 500 FFs per lane (a 32-bit noise hash per lane), so this unit rounds
 ``lanes`` channels per cycle over ``ceil(C / lanes)`` cycles and gathers the words into
 one C-channel pixel again. With ``lanes = ceil(C / (G * v))`` it keeps the engine's

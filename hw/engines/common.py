@@ -16,7 +16,7 @@ from ..arith.mult import Multiplier
 
 
 def multiply(m, name, a, b, advance, family):
-    """A ``hw.mult.Multiplier`` of two words on the pipeline's enable; its registered product."""
+    """A ``hw.arith.mult.Multiplier`` of two words on the pipeline's enable; its registered product."""
     mult = m.submodules[name] = Multiplier(WORD_BITS, WORD_BITS, family)
     m.d.comb += [mult.a.eq(a), mult.b.eq(b), mult.en.eq(advance)]
     return mult.p

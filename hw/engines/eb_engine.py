@@ -3,7 +3,7 @@
 EB is the transposed convolution of the layer: the error of input pixel (c, y, x) is
 ``sum over o, ky, kx of E[o][ky][kx] * W[o][c][K-1-ky][K-1-kx]`` where E is the K x K
 window at (y, x) of the zero-dilated, padded error map of the O output channels
-(``tensor_ops.dilate_pad_errors``; :meth:`hw.line_buffer.LineBuffer.for_errors` emits
+(``tensor_ops.dilate_pad_errors``; :meth:`hw.memory.line_buffer.LineBuffer.for_errors` emits
 these windows, one per input pixel, in raster order). It reads the *same* LPRAM rows as
 the FP engine (docs/node_dataflow.md): address ``g*v + i`` holds output channels
 ``gP .. gP+P-1`` for input channels ``i*b .. i*b+b-1`` (b tiles per FP CE, v = ceil(S/b)
@@ -16,7 +16,7 @@ of pass i, CE c holds the error sum of input channel ``i*b + c``. The sums of pa
 engine emits one beat of the S sums (lanes past S of the last pass dropped; exact, not
 rounded: ICP slices round them in the node, OCP slices send them on as partial sums).
 
-Channels past O in the last group read as zero errors (``hw.engine_common.select_words``),
+Channels past O in the last group read as zero errors (``hw.engines.common.select_words``),
 so the garbage in the weight rows' lanes past O never contributes.
 
 Pipeline, from the cycle a step (group g, pass i) is issued (weight read enabled):
@@ -25,7 +25,7 @@ Pipeline, from the cycle a step (group g, pass i) is issued (weight read enabled
 issue                 ``weights.en``, ``weights.addr = g*v + i``; group g's P*K*K error
                       taps are selected from the held window and registered
 +1                    weight row and error taps presented to the multipliers
-+1 + LATENCY          products (``hw.mult.Multiplier``, registered in and out)
++1 + LATENCY          products (``hw.arith.mult.Multiplier``, registered in and out)
 +1 + LATENCY + L      adder tree per CE, ``L = ceil(log2(P*K*K))`` levels (at least one)
 +2 + LATENCY + L      accumulator (ACC_BITS): group 0 loads, later groups add; after the
                       last group it holds pass i's sums, copied into the held lanes
@@ -33,7 +33,7 @@ issue                 ``weights.en``, ``weights.addr = g*v + i``; group g's P*K*
 ====================  ===============================================================
 
 One window is accepted per G*v cycles and, with continuous input and a ready output,
-every multiplier is busy every cycle. Flow control as in hw.conv_engine: one enable,
+every multiplier is busy every cycle. Flow control as in hw.engines.fp_engine: one enable,
 ``advance = ~errors.valid | errors.ready``, holds every register (the accumulators and
 held lanes included) and the weight memory holds its output while ``weights.en`` is low.
 """

@@ -19,7 +19,7 @@ Pipeline, from the cycle a step is issued (weight read enabled):
 issue                 ``weights.en``, ``weights.addr = g*v + i``; pass i's b*K*K words
                       are selected from the window (a v:1 mux) and registered
 +1                    weight row and window words presented to the multipliers
-+1 + LATENCY          products (``hw.mult.Multiplier``, registered in and out)
++1 + LATENCY          products (``hw.arith.mult.Multiplier``, registered in and out)
 +1 + LATENCY + L      pipelined adder tree, one register per level, ``L = ceil(log2(b*K*K))``
                       (at least one); the last level widens to ACC_BITS and zeroes the
                       lanes past OC
@@ -36,7 +36,7 @@ enable, ``advance = ~psums.valid | psums.ready``; a stall holds the whole pipeli
 and the weight memory holds its output while ``weights.en`` is low, so nothing is lost
 or duplicated and no skid buffer is needed. Sums are exact: the adder tree grows one
 bit per level and the mapping guarantees the full sum fits ACC_BITS. The pipeline,
-adder tree, accumulators and step counter are ``hw.engine_common``'s, shared with the
+adder tree, accumulators and step counter are ``hw.engines.common``'s, shared with the
 EB and PG engines.
 """
 

@@ -10,7 +10,7 @@ of ``grads``: ``row = g*v + i`` and
 ``values[p][(c, ky, kx)] = err[gP+p] * window[i*b+c][ky][kx]``, laid out like LPRAM
 address ``g*v + i`` (bank p, words (b, K, K) row-major), so the gradient buffer adds the
 beat into its row g*v + i; the sums over pixels and samples live there
-(``hw.grad_buffer``). Channels past O in the last group read as zero errors and
+(``hw.memory.grad_buffer``). Channels past O in the last group read as zero errors and
 channels past S in the last pass as zero activations, so their products are zero.
 
 Biases (``bias=True``): their gradient is the sum of the errors over the pixels, so a
@@ -27,7 +27,7 @@ Pipeline, from the cycle a step is issued:
 issue                 group g's P errors and pass i's b*K*K activations selected from
                       the held error pixel and window (a G:1 and a v:1 mux); they go
                       straight into the multipliers' input registers
-+LATENCY              products (``hw.mult.Multiplier``), whose output registers are the
++LATENCY              products (``hw.arith.mult.Multiplier``), whose output registers are the
                       ``grads`` payload; the errors, delayed alike, the ``bias_grads`` payload
 ====================  ===============================================================
 
@@ -92,7 +92,7 @@ class PGEngine(WeightWalk, wiring.Component):
         (the gradient rows are laid out like the LPRAM's).
 
         ``bias`` is set on the slice that owns the layer's biases (the last node of an ICP
-        layer, every OCP node), as in ``hw.grad_buffer.GradientBuffer.from_slice``.
+        layer, every OCP node), as in ``hw.memory.grad_buffer.GradientBuffer.from_slice``.
         """
         s = layer_slice
         e, k = s.pg, s.kernel

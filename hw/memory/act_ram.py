@@ -2,7 +2,7 @@
 
 A first-in first-out queue of pixels (``channels`` words per beat): FP pushes each
 input pixel as it uses it, PG pops them in the same order once the sample's errors
-arrive. It is a :class:`hw.fifo.Fifo` of ``depth`` pixels (one memory and its output
+arrive. It is a :class:`hw.memory.fifo.Fifo` of ``depth`` pixels (one memory and its output
 register, ``level`` exact every cycle). Memory: (16*S bits, ``act_ram_words / S``),
 S = ``channels``, one read port.
 """
@@ -13,7 +13,7 @@ from .fifo import Fifo
 
 
 class ActRam(Fifo):
-    """FIFO of ``depth`` pixels of ``channels`` 16-bit words; ``family`` as in :class:`hw.fifo.Fifo`."""
+    """FIFO of ``depth`` pixels of ``channels`` 16-bit words; ``family`` as in :class:`hw.memory.fifo.Fifo`."""
 
     KIND = "act-ram"
 

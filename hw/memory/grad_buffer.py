@@ -2,8 +2,8 @@
 
 Accumulation
 ------------
-``i`` takes the PG engine's beats as they are (``hw.pg_engine.grads_layout``): ``row``
-is an LPRAM address a = g*v + i (``hw.param_ram.WeightLayout``: output-channel group g,
+``i`` takes the PG engine's beats as they are (``hw.base.layouts.grads_layout``): ``row``
+is an LPRAM address a = g*v + i (``hw.memory.param_ram.WeightLayout``: output-channel group g,
 pass i of v = ceil(S / b) over b input channels) and ``values`` the P rows of ``words =
 b*K*K`` exact products of output channels gP .. gP+P-1 and input channels ib .. ib+b-1,
 each flattened (b, K, K) like a ParamRam row. The sums live in a block RAM banked like
@@ -49,7 +49,7 @@ takes the PG engine's ``bias_grads`` beats (the P errors of a group, one word pe
 
 One word per cycle goes through a single lane: the word is selected from the held
 accumulator address and ParamRam address, ``gsum * lr`` is formed by three 18x17
-multipliers (hw.mult, 48-bit gsum split 17 + 17 + 14 bits; 3 MULT18X18D on ECP5,
+multipliers (hw.arith.mult, 48-bit gsum split 17 + 17 + 14 bits; 3 MULT18X18D on ECP5,
 3 DSP48E1 on xc7) whose partial products are added as they enter the
 StochasticRounder (lanes=1, 64-bit accumulator), and the rounded step is subtracted
 and saturated on the way into the ParamRam's word write. An accumulator address is
@@ -59,7 +59,7 @@ written) the update takes ``O*S*K*K + G*v + 3 + rounder latency`` cycles (latenc
 read in it). Meanwhile ``i`` is not ready and ``busy`` is high.
 
 Port B of the ParamRam (``upd``) belongs to the update while ``busy``: EB must be idle,
-as hw.update_gate arranges (asserted inside ParamRam).
+as hw.memory.update_gate arranges (asserted inside ParamRam).
 """
 
 from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
@@ -86,14 +86,14 @@ class GradientBuffer(WeightWalk, wiring.Component):
     """Gradient sums of ``out_channels`` x ``in_channels`` x ``kernel**2`` weights, and their update.
 
     ``banks``, ``tiles``: the PG engine's CEs P and tiles per CE b (None: b =
-    ``in_channels``, unfolded), laid out in both memories by ``hw.param_ram.WeightLayout``
+    ``in_channels``, unfolded), laid out in both memories by ``hw.memory.param_ram.WeightLayout``
     (``layout``; ``rows`` = G*v addresses of ``words`` = b*K*K words per bank, ``passes`` = v).
     ``bias``: ``i`` takes ``bias_grads`` beats (one error per row; ``in_channels`` and
     ``kernel`` must be 1) instead of ``grads`` beats.
     ``out_offset``, ``in_offset``, ``in_total``: the slice's first global output and input
     channel and the layer's input channel count (for the noise index).
     ``shift``, ``lr``, ``seed``, ``tensor``: the update's rounding, as in ``numerics.requantize``.
-    ``family``: passed to hw.mult (ECP5 instantiates MULT18X18D) and choosing the sums'
+    ``family``: passed to hw.arith.mult (ECP5 instantiates MULT18X18D) and choosing the sums'
     ``ram_style`` (``mapping.resources.ram_style``); None simulates.
     """
 

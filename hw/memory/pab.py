@@ -6,11 +6,11 @@ sums arriving from node ``n-1`` and passes the result on. Both inputs and the ou
 are partial-sum streams (``ceil(OC/P)`` beats per output pixel, raster order), so the
 beats pair up one to one in arrival order.
 
-The local beats wait in a :class:`hw.fifo.Fifo` of ``depth`` beats until the
+The local beats wait in a :class:`hw.memory.fifo.Fifo` of ``depth`` beats until the
 matching upstream beat arrives; an upstream beat that comes first waits on its own
 stream (back-pressure), and a full FIFO back-pressures the engine. The sum goes to
 an output register; one beat per cycle when both inputs are ahead of a ready output
-and ``depth >= 3`` (see hw.fifo).
+and ``depth >= 3`` (see hw.memory.fifo).
 Sums are exact: the mapping guarantees every partial sum fits ACC_BITS.
 
 ``first=True`` (the layer's first node, no upstream): the local stream passes straight

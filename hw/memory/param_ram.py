@@ -20,7 +20,7 @@ Ports
 - ``b``: the EB conv engine's weight read port. EB runs concurrently with FP on
   another sample, so it has its own port: ``a`` and ``b`` are the two ports of a
   true dual-port block RAM.
-- ``upd``: the weight update (:class:`hw.grad_buffer.GradientBuffer`) reads rows
+- ``upd``: the weight update (:class:`hw.memory.grad_buffer.GradientBuffer`) reads rows
   and writes single words through port B. Word-granular writes let the one-lane
   update write each new word as it leaves the rounder, with no row-sized staging
   register; the price is that every word takes a full 18-bit column of the block RAM
@@ -42,7 +42,7 @@ hosted groups.
 simulates.
 
 Port B serves EB or the update, never both in one cycle: the update runs at a
-mini-batch boundary while EB is idle (hw.update_gate guarantees it), and it relies on
+mini-batch boundary while EB is idle (hw.memory.update_gate guarantees it), and it relies on
 the row it read being held, which an EB read would replace. A read on port A of the
 row being written in that cycle is a block-RAM collision with undefined data. Both
 misuses are Amaranth ``Assert``s, so they fail any simulation.
@@ -51,8 +51,8 @@ BPRAM
 -----
 A BPRAM (weights hosted for another node, paper Fig. 6) is an ordinary ParamRam laid
 out like the owner's LPRAM past its local rows. Its ports A and B are driven by
-``hw.weight_stream.RowStreamer`` s, which stream its rows to the owner's FP and EB
-engines (see hw/bpram_host.py).
+``hw.balance.weight_stream.RowStreamer`` s, which stream its rows to the owner's FP and EB
+engines (see hw/balance/hosted_rows.py).
 """
 
 from dataclasses import dataclass

@@ -11,10 +11,10 @@ Forward (``fp_in`` -> ``fp_out``)
 pixel, raster order, samples back to back. Per beat:
 
 1. the bias row of the beat's group is read through ``bias`` (a weight read port of
-   one word per bank: connect a ``hw.param_ram.ParamRam(banks=P, rows=G, words=1)``,
+   one word per bank: connect a ``hw.memory.param_ram.ParamRam(banks=P, rows=G, words=1)``,
    which the bias update writes like any LPRAM) and added, aligned by
    ``<< act_frac + weight_frac - bias_frac``;
-2. :class:`hw.rounding.StochasticRounder` rounds with ``fp_shift``, tensor
+2. :class:`hw.arith.rounding.StochasticRounder` rounds with ``fp_shift``, tensor
    ``tensor_id(position, FP_OUT)``, index = row-major ``(c, y, x)`` in the whole
    (OC, OH, OW) tensor (``channel_base`` offsets the channels of an OCP slice) and
    sample = ``sample_base`` + samples completed since reset (``sample_base`` is an

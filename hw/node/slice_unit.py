@@ -91,7 +91,7 @@ def slice_ports(s):
 class RemoteRows:
     """Where slice ``s``'s weight rows live: its own LPRAM holds ``local`` (the slice cut to its
     local rows, None if every row is remote), host k of ``blocks`` (merged, in row order)
-    the rows from engine address ``starts[k]`` on (hw/weight_stream.py)."""
+    the rows from engine address ``starts[k]`` on (hw/balance/weight_stream.py)."""
 
     def __init__(self, s):
         self.blocks = remote_blocks(s)
@@ -109,7 +109,7 @@ def _err_out_layout(s, flat_layout):
 
 def check_buildable(s):
     """The generator keeps every weight on chip (rows of fully connected slices may live on
-    other nodes, hw/bpram_host.remote_blocks) and builds the three engines of one shape
+    other nodes, hw/balance/blocks.remote_blocks) and builds the three engines of one shape
     (P x b tiles, b <= the slice's input channels: folded over ceil(S / b) passes)."""
     if s.weights_offchip:
         raise SpecError(f"layer '{s.layer}': the slice keeps weights in DRAM, which the generator does "
@@ -154,20 +154,23 @@ class SliceUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        s, f = self.slice, self.formats
-        c_in, h, w = s.in_shape
-        oc, oh, ow = s.out_shape
-        ces = s.fp.ces
-        own_in = s.in_channels
-        own_out = s.out_channels
+        gate, lgb, bias_lgb = self._build_update(m)
+        act_ram, z_errors = self._build_forward(m, gate)
+        pg_errors, eb_errors = self._fork_output_errors(m, z_errors)
+        self._build_gradients(m, gate, act_ram, pg_errors, lgb, bias_lgb)
+        if eb_errors is not None:
+            self._build_input_errors(m, gate, eb_errors)
+        return m
 
-        # --- memories and the update gate -------------------------------------------------
-        # Rows kept on another node are updated there (hw/bpram_host.py); this gate
-        # updates the local rows and the biases.
+    def _build_update(self, m):
+        """LPRAM, bias RAM, their gradient buffers (LGB) and the update gate. Rows kept on
+        another node are updated there (hw/balance); this gate updates the local rows and
+        the biases. Returns (gate, LGB or None, bias LGB or None)."""
+        s, f = self.slice, self.formats
         gate = m.submodules.gate = UpdateGate(batch=self.training.batch, fp_stale=s.fp_stale,
                                               needs_eb=s.needs_eb)
         m.d.comb += [gate.total_samples.eq(self.total_samples), self.updates.eq(gate.batch_index)]
-        lpram, lgb = self.lpram, None
+        lpram, lgb, bias_lgb = self.lpram, None, None
         updated = []  # the done pulses of every buffer the update runs through
         if lpram is not None:
             m.submodules.lpram = lpram
@@ -176,8 +179,7 @@ class SliceUnit(wiring.Component):
             connect(m, lgb.upd, lpram.upd)
             m.d.comb += [lgb.update.eq(gate.update_start), lgb.batch.eq(gate.batch_index)]
             updated.append(lgb.done)
-        owns_bias = self.owns_bias
-        if owns_bias:
+        if self.owns_bias:
             bias_ram = m.submodules.bias_ram = self.bias_ram
             bias_lgb = m.submodules.bias_lgb = GradientBuffer.from_slice(s, f, self.training, bias=True,
                                                                         family=self.family)
@@ -192,8 +194,15 @@ class SliceUnit(wiring.Component):
             m.d.sync += nothing.eq(gate.update_start)
             updated.append(nothing)
         m.d.comb += gate.update_done.eq(_both_done(m, *updated) if len(updated) == 2 else updated[0])
+        return gate, lgb, bias_lgb
 
-        # --- forward: input split, Act-RAM, line buffer, FP engine ------------------------
+    def _build_forward(self, m, gate):
+        """Input split, Act-RAM, FP line buffer and engine, PAB (ICP) and SFU where the
+        slice completes its outputs. Returns (Act-RAM, the stream of conv-output errors)."""
+        s, f, lpram = self.slice, self.formats, self.lpram
+        c_in, _, _ = s.in_shape
+        _, oh, ow = s.out_shape
+        own_in, ces = s.in_channels, s.fp.ces
         act_in = flipped(self.up.act)
         if s.flatten_from is not None and s.first:
             flat = m.submodules.flatten = Flatten(*s.flatten_from)
@@ -228,7 +237,7 @@ class SliceUnit(wiring.Component):
         # FP done is counted where the sample's last partial sum leaves the FP path, after
         # the bias is applied, so the update never changes a weight or bias a sample in
         # flight still needs.
-        beats = oh * ow * -(-own_out // ces)
+        beats = oh * ow * -(-s.out_channels // ces)
         fp_end = m.submodules.fp_end = SampleGate(psum_layout(ces), beats)
         m.d.comb += [fp_end.allow.eq(1), gate.fp_done.eq(fp_end.done)]
         if s.mode == "icp":
@@ -247,16 +256,21 @@ class SliceUnit(wiring.Component):
                                                   family=self.family)
             m.d.comb += sfu.sample_base.eq(0)
             connect(m, fp_end.o, sfu.fp_in)
-            if owns_bias:
-                connect(m, sfu.bias, bias_ram.a)
+            if self.owns_bias:
+                connect(m, sfu.bias, self.bias_ram.a)
             if s.mode == "icp":
                 connect(m, sfu.fp_out, flipped(self.down.act))
                 connect(m, flipped(self.down.err), self._sfu_errors(m, sfu))
             else:
                 self._ocp_outputs(m, sfu)
             z_errors = sfu.eb_out
+        return act_ram, z_errors
 
-        # --- backward: conv-output errors to EB, PG and the predecessor ----------------------
+    def _fork_output_errors(self, m, z_errors):
+        """Conv-output errors to PG, EB and (ICP, not the layer's first node) the
+        predecessor. Returns (PG's errors, EB's errors or None)."""
+        s = self.slice
+        own_out = s.out_channels
         z_ranges = [(0, own_out)]
         if s.needs_eb:
             z_ranges.append((0, own_out))
@@ -274,8 +288,12 @@ class SliceUnit(wiring.Component):
             pg_errors = slack.o
         if "zerr" in self.up_channels:
             connect(m, z_split.outputs()[-1], flipped(self.up.zerr))
+        return pg_errors, (z_split.o1 if s.needs_eb else None)
 
-        # PG: Act-RAM replay -> line buffer -> gradient engine -> LGB
+    def _build_gradients(self, m, gate, act_ram, pg_errors, lgb, bias_lgb):
+        """PG: Act-RAM replay -> line buffer -> gradient engine -> LGB (and the hosts' BGBs)."""
+        s = self.slice
+        _, oh, ow = s.out_shape
         pg_lb = m.submodules.pg_lb = LineBuffer.from_slice(s, "pg", family=self.family)
         connect(m, act_ram.o, pg_lb.i)
         pg_gate = m.submodules.pg_gate = SampleGate(pg_lb.o.payload.shape(), oh * ow)
@@ -285,32 +303,33 @@ class SliceUnit(wiring.Component):
         connect(m, pg_errors, pg.errors)
         m.d.comb += [pg_gate.allow.eq(gate.pg_allow), gate.pg_start.eq(pg_gate.start)]
         pg_done = _connect_gradients(m, pg.grads, self._gradient_sink(m, lgb), oh * ow * pg.rows, "lgb")
-        if owns_bias:
+        if bias_lgb is not None:
             bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, oh * ow * pg.rows, "bias_lgb")
             m.d.comb += gate.pg_done.eq(_both_done(m, pg_done, bias_done))
         else:
             m.d.comb += gate.pg_done.eq(pg_done)
 
-        # EB: error line buffer -> error engine -> round (ICP) or reduce (OCP)
-        if s.needs_eb:
-            eb_lb = m.submodules.eb_lb = LineBuffer.from_slice(s, "eb", family=self.family)
-            connect(m, z_split.o1, eb_lb.i)
-            eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
-            connect(m, self._window_slack(m, "eb", eb_lb.o), eb_gate.i)
-            eb = m.submodules.eb = EBEngine.from_slice(s, family=self.family)
-            connect(m, self._weights(m, "eb", eb, eb_gate.o, None if lpram is None else lpram.b), eb.windows)
-            # EB is done with the weights only when the sample's last error sum leaves the
-            # engine: a stalled engine holds its operands in LPRAM port B's read register,
-            # which the update's row reads would overwrite.
-            eb_end = m.submodules.eb_end = SampleGate(eb.errors.payload.shape(), h * w)
-            connect(m, eb.errors, eb_end.i)
-            m.d.comb += [eb_gate.allow.eq(gate.eb_allow), gate.eb_start.eq(eb_gate.start),
-                         eb_end.allow.eq(1), gate.eb_done.eq(eb_end.done)]
-            if s.mode == "icp":
-                self._icp_input_errors(m, eb_end.o, eb.groups * eb.passes)
-            else:
-                self._ocp_input_errors(m, eb_end.o, eb.groups * eb.passes)
-        return m
+    def _build_input_errors(self, m, gate, errors):
+        """EB: error line buffer -> error engine -> round (ICP) or reduce (OCP)."""
+        s, lpram = self.slice, self.lpram
+        _, h, w = s.in_shape
+        eb_lb = m.submodules.eb_lb = LineBuffer.from_slice(s, "eb", family=self.family)
+        connect(m, errors, eb_lb.i)
+        eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
+        connect(m, self._window_slack(m, "eb", eb_lb.o), eb_gate.i)
+        eb = m.submodules.eb = EBEngine.from_slice(s, family=self.family)
+        connect(m, self._weights(m, "eb", eb, eb_gate.o, None if lpram is None else lpram.b), eb.windows)
+        # EB is done with the weights only when the sample's last error sum leaves the
+        # engine: a stalled engine holds its operands in LPRAM port B's read register,
+        # which the update's row reads would overwrite.
+        eb_end = m.submodules.eb_end = SampleGate(eb.errors.payload.shape(), h * w)
+        connect(m, eb.errors, eb_end.i)
+        m.d.comb += [eb_gate.allow.eq(gate.eb_allow), gate.eb_start.eq(eb_gate.start),
+                     eb_end.allow.eq(1), gate.eb_done.eq(eb_end.done)]
+        if s.mode == "icp":
+            self._icp_input_errors(m, eb_end.o, eb.groups * eb.passes)
+        else:
+            self._ocp_input_errors(m, eb_end.o, eb.groups * eb.passes)
 
     def _weights(self, m, role, engine, windows, ram_port):
         """Connect ``engine``'s weight port to the LPRAM, or with remote rows through a
