@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
-from hw.link.layer import COUNTER_NAMES, LinkLayer
+from hw.link.endpoint import LinkEndpoint
+from hw.link.layer import COUNTER_NAMES, LinkLayer, channel_ports
 from hw.link.protocol import LinkConfig
 from hw.link.sim_phy import LaneErrors, SimulatedLane
 from mapping.errors import SpecError, run_cli
@@ -84,75 +85,101 @@ class LinkRun:
 
 
 def run_link(config, words, errors=(LaneErrors(), LaneErrors()), latency=8, seed=0,
-             offer=1.0, stall=0.0, deadline=None, progress=None):
-    """Run two LinkLayers joined by two simulated lanes until every channel of both endpoints
-    has delivered ``words`` words (or ``deadline`` cycles pass).
+             offer=1.0, stall=0.0, clocks=None, deadline=None, progress=None):
+    """Run two link endpoints joined by two simulated lanes until every channel of both has
+    delivered ``words`` words (or an endpoint's node clock has run ``deadline`` cycles).
 
+    ``clocks``: None for two LinkLayers on one clock, or (node A, node B, link A, link B) clock
+    periods in seconds for two LinkEndpoints, each lane on its sender's link clock.
     ``offer``: probability a sender has a word on a cycle; ``stall``: probability a receiver
     holds ready low. Returns a LinkRun.
     """
     rng = random.Random(seed)
-    endpoints = [LinkLayer(config), LinkLayer(config)]
     top = Module()
-    top.domains.sync = ClockDomain()
+    if clocks is None:
+        endpoints = [LinkLayer(config), LinkLayer(config)]
+        node_domains = link_domains = ["sync", "sync"]
+        top.domains.sync = ClockDomain()
+    else:
+        node_domains, link_domains = ["node_a", "node_b"], ["link_a", "link_b"]
+        for name in node_domains + link_domains:
+            top.domains += ClockDomain(name)
+        # Each receiver runs on the clock its partner forwards: the partner's link clock.
+        endpoints = [LinkEndpoint(config, node_domains[i], link_domains[i], link_domains[1 - i])
+                     for i in range(2)]
     top.submodules.a, top.submodules.b = endpoints
     sim = Simulator(top)
-    sim.add_clock(1e-8)
+    if clocks is None:
+        sim.add_clock(1e-8)
+    else:
+        for domain, period in zip(node_domains + link_domains, clocks):
+            sim.add_clock(period, domain=domain)
     lanes = [SimulatedLane(config.lane_width, latency, errors[i], seed=seed * 2 + i + 1) for i in range(2)]
     for i, lane in enumerate(lanes):
         far = endpoints[1 - i].phy
-        sim.add_process(lane.process(endpoints[i].phy.tx, far.rx, far.rx_valid, far.rx_locked))
+        sim.add_process(lane.process(endpoints[i].phy.tx, far.rx, far.rx_valid, far.rx_locked,
+                                     link_domains[i]))
 
     names = [name for name, _ in config.channels]
     widths = [width for _, width in config.channels]
     deliveries = {(e, name): Delivery() for e in range(2) for name in names}
     result = LinkRun(0, deliveries, [], 0, lanes)
-    # Each word: a per-channel serial number in the low bits, random bits above (all distinct).
-    def next_word(e, c, serial):
+    limit = deadline or 400 * words * sum(config.frame_flits(c) for c in range(len(names)))
+    finished = []
+
+    def next_word(c, serial):
+        """A per-channel serial number in the low bits, random bits above: all words distinct."""
         serial_bits = min(widths[c], 20)
         high = rng.getrandbits(widths[c] - serial_bits) if widths[c] > serial_bits else 0
         return high << serial_bits | serial
 
-    async def traffic(ctx):
-        senders = [(e, c, endpoints[e].channel_ports(endpoints[e].tx)[c]) for e in range(2) for c in range(len(names))]
-        receivers = [(e, c, endpoints[1 - e].channel_ports(endpoints[1 - e].rx)[c]) for e in range(2) for c in range(len(names))]
-        serial = {(e, c): 0 for e, c, _ in senders}
-        current = {}
-        limit = deadline or 400 * words * sum(config.frame_flits(c) for c in range(len(names)))
-        started = time.monotonic()
-        cycle = 0
-        while cycle < limit:
-            for e, c, port in senders:
-                key = (e, c)
-                if key not in current and serial[key] < words and rng.random() < offer:
-                    current[key] = next_word(e, c, serial[key])
-                    serial[key] += 1
-                ctx.set(port.valid, key in current)
-                ctx.set(port.payload, current.get(key, 0))
-            readies = [not (stall and rng.random() < stall) for _ in receivers]
-            for ready, (_, _, port) in zip(readies, receivers):
-                ctx.set(port.ready, ready)
-            signals = [p.ready for _, _, p in senders] + [p.valid for _, _, p in receivers] + \
-                      [p.payload for _, _, p in receivers]
-            sampled = (await ctx.tick().sample(*signals))[2:]
-            cycle += 1
-            n = len(senders)
-            for (e, c, _), taken in zip(senders, sampled[:n]):
-                if taken and (e, c) in current:
-                    deliveries[(e, names[c])].sent.append(current.pop((e, c)))
-            for k, (e, c, _) in enumerate(receivers):
-                if readies[k] and sampled[n + k]:
-                    deliveries[(e, names[c])].received.append(int(sampled[2 * n + k]))
-                    result.payload_bits += widths[c]
-            if all(len(d.received) >= words for d in deliveries.values()):
-                break
-            if progress and cycle % 20000 == 0:
-                progress(cycle, sum(len(d.received) for d in deliveries.values()), time.monotonic() - started)
-        result.cycles = cycle
-        result.counters = [{name: int(ctx.get(getattr(ep.counters, name))) for name in COUNTER_NAMES}
-                           for ep in endpoints]
+    def traffic(e):
+        ep = endpoints[e]
+        senders = list(enumerate(channel_ports(config, ep.tx)))
+        receivers = list(enumerate(channel_ports(config, ep.rx)))   # words the partner sent
+        sent = [deliveries[(e, name)].sent for name in names]
+        received = [deliveries[(1 - e, name)].received for name in names]
 
-    sim.add_testbench(traffic)
+        async def run(ctx):
+            current = {}
+            started = time.monotonic()
+            for cycle in range(limit):
+                for c, port in senders:
+                    if c not in current and len(sent[c]) < words and rng.random() < offer:
+                        current[c] = next_word(c, len(sent[c]))
+                    ctx.set(port.valid, c in current)
+                    ctx.set(port.payload, current.get(c, 0))
+                readies = [not (stall and rng.random() < stall) for _ in receivers]
+                for ready, (_, port) in zip(readies, receivers):
+                    ctx.set(port.ready, ready)
+                signals = ([p.ready for _, p in senders] + [p.valid for _, p in receivers]
+                           + [p.payload for _, p in receivers])
+                sampled = (await ctx.tick(node_domains[e]).sample(*signals))[2:]
+                n = len(senders)
+                for c, taken in enumerate(sampled[:n]):
+                    if taken and c in current:
+                        sent[c].append(current.pop(c))
+                for c in range(n):
+                    if readies[c] and sampled[n + c]:
+                        received[c].append(int(sampled[2 * n + c]))
+                        result.payload_bits += widths[c]
+                if all(len(r) >= words for r in received) and all(len(s) >= words for s in sent):
+                    break
+                if progress and e == 0 and cycle % 20000 == 19999:
+                    progress(cycle + 1, result.delivered, time.monotonic() - started)
+            for _, port in senders:
+                ctx.set(port.valid, 0)
+            for _, port in receivers:
+                ctx.set(port.ready, 0)
+            finished.append(e)
+            if len(finished) == 2:
+                result.cycles = sum(lane.cycle for lane in lanes) // 2
+                result.counters = [{name: int(ctx.get(getattr(p.counters, name))) for name in COUNTER_NAMES}
+                                   for p in endpoints]
+        return run
+
+    for e in range(2):
+        sim.add_testbench(traffic(e))
     sim.run()
     return result
 

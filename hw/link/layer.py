@@ -44,6 +44,11 @@ class ChannelsSignature(wiring.Signature):
         super().__init__({name: Out(stream.Signature(width)) for name, width in channels})
 
 
+def channel_ports(config, interface):
+    """The channel streams of a ChannelsSignature ``interface``, in ``config.channels`` order."""
+    return [getattr(interface, name) for name, _ in config.channels]
+
+
 COUNTER_NAMES = ("frames_sent", "frames_received", "replays", "frames_replayed", "crc_errors",
                  "retrains")
 COUNTERS = data.StructLayout({name: 32 for name in COUNTER_NAMES})
@@ -83,15 +88,12 @@ class LinkLayer(wiring.Component):
             "link_up": Out(1),
         })
 
-    def channel_ports(self, side):
-        return [getattr(side, name) for name, _ in self.config.channels]
-
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
         W, N, S, K = cfg.lane_width, len(cfg.channels), cfg.seq_bits, cfg.credit_bits
         CB = cfg.channel_bits
-        tx_ports, rx_ports = self.channel_ports(self.tx), self.channel_ports(self.rx)
+        tx_ports, rx_ports = channel_ports(cfg, self.tx), channel_ports(cfg, self.rx)
         payload_flits = [cfg.payload_flits(c) for c in range(N)]
         max_flits = cfg.max_payload_flits
 
