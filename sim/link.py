@@ -92,7 +92,7 @@ def run_link(config, words, errors=(LaneErrors(), LaneErrors()), latency=8, seed
     ``clocks``: None for two LinkLayers on one clock, or (node A, node B, link A, link B) clock
     periods in seconds for two LinkEndpoints, each lane on its sender's link clock.
     ``offer``: probability a sender has a word on a cycle; ``stall``: probability a receiver
-    holds ready low. Returns a LinkRun.
+    holds ready low (one for all channels, or a dict by channel name). Returns a LinkRun.
     """
     rng = random.Random(seed)
     top = Module()
@@ -126,6 +126,7 @@ def run_link(config, words, errors=(LaneErrors(), LaneErrors()), latency=8, seed
     result = LinkRun(0, deliveries, [], 0, lanes)
     limit = deadline or 400 * words * sum(config.frame_flits(c) for c in range(len(names)))
     finished = []
+    stalls = [stall.get(name, 0.0) if isinstance(stall, dict) else stall for name in names]
 
     def next_word(c, serial):
         """A per-channel serial number in the low bits, random bits above: all words distinct."""
@@ -149,7 +150,7 @@ def run_link(config, words, errors=(LaneErrors(), LaneErrors()), latency=8, seed
                         current[c] = next_word(c, len(sent[c]))
                     ctx.set(port.valid, c in current)
                     ctx.set(port.payload, current.get(c, 0))
-                readies = [not (stall and rng.random() < stall) for _ in receivers]
+                readies = [not (stalls[c] and rng.random() < stalls[c]) for c, _ in receivers]
                 for ready, (_, port) in zip(readies, receivers):
                     ctx.set(port.ready, ready)
                 signals = ([p.ready for _, p in senders] + [p.valid for _, p in receivers]
@@ -163,7 +164,8 @@ def run_link(config, words, errors=(LaneErrors(), LaneErrors()), latency=8, seed
                     if readies[c] and sampled[n + c]:
                         received[c].append(int(sampled[2 * n + c]))
                         result.payload_bits += widths[c]
-                if all(len(r) >= words for r in received) and all(len(s) >= words for s in sent):
+                if all(len(r) >= words or stalls[c] == 1 for c, r in enumerate(received)) and \
+                        all(len(s) >= words or stalls[c] == 1 for c, s in enumerate(sent)):
                     break
                 if progress and e == 0 and cycle % 20000 == 19999:
                     progress(cycle + 1, result.delivered, time.monotonic() - started)

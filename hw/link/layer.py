@@ -215,7 +215,7 @@ class LinkLayer(wiring.Component):
             start = (max_flits - payload_flits[c]) * W
             m.d.comb += [buffers[c].w_data.eq(body[start:start + width]),
                          buffers[c].w_en.eq(commit & (channel == c))]
-            m.d.comb += Assert(~buffers[c].w_en | buffers[c].w_rdy, "receive buffer overflow")
+            m.d.sync += Assert(~buffers[c].w_en | buffers[c].w_rdy, f"receive buffer of {cfg.channels[c][0]} overflows")
 
         # ---- sender: go-back-N state ----------------------------------------------------------
         next_seq = Signal(S)   # sequence number of the next new frame
