@@ -43,7 +43,7 @@ def test_sizing_formulas_by_hand():
     config = LinkConfig(DEFAULT_CHANNELS)
     assert [config.frame_flits(c) for c in range(3)] == [7, 9, 5]
     assert config.frame_flits(None) == 5
-    assert config.seq_bits == 12 and config.credit_bits == 8
+    assert config.seq_bits == 12 and config.credit_bits == 6
     # psum alone, PHY latency 8: 9 + 1 + 2 * (8 + 6) + 9 + 64 + 5 + 2 = 118 cycles
     assert round_trip_cycles(config, 8, 1) == 118
     assert receive_depth(config, 8, 1) == 15          # ceil(118 / 9) + 1

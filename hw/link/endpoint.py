@@ -12,7 +12,7 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .layer import COUNTERS, ChannelsSignature, LinkLayer, PhySignature, flit_layout
+from .layer import counters_layout, ChannelsSignature, LinkLayer, PhySignature, flit_layout
 from .protocol import K_IDLE, LinkConfig
 
 
@@ -69,7 +69,7 @@ class LinkEndpoint(wiring.Component):
             "tx": In(ChannelsSignature(config.channels)),
             "rx": Out(ChannelsSignature(config.channels)),
             "phy": Out(PhySignature(config.lane_width)),
-            "counters": Out(COUNTERS),
+            "counters": Out(counters_layout(config)),
             "link_up": Out(1),
         })
 

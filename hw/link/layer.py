@@ -51,7 +51,10 @@ def channel_ports(config, interface):
 
 COUNTER_NAMES = ("frames_sent", "frames_received", "replays", "frames_replayed", "crc_errors",
                  "retrains")
-COUNTERS = data.StructLayout({name: 32 for name in COUNTER_NAMES})
+
+
+def counters_layout(config):
+    return data.StructLayout({name: config.counter_bits for name in COUNTER_NAMES})
 
 
 class TrainState(enum.Enum, shape=2):
@@ -84,7 +87,7 @@ class LinkLayer(wiring.Component):
             "tx": In(ChannelsSignature(config.channels)),
             "rx": Out(ChannelsSignature(config.channels)),
             "phy": Out(PhySignature(config.lane_width)),
-            "counters": Out(COUNTERS),
+            "counters": Out(counters_layout(config)),
             "link_up": Out(1),
         })
 

@@ -49,6 +49,7 @@ class LinkConfig:
     needed to move on; ``train_timeout`` cycles without completing the handshake restart it.
     ``idle_interval``: at most this many flits between two IDLEs, so a receiver whose clock is
     slower by up to 1/idle_interval can drop IDLEs to keep its elastic buffer from overflowing.
+    ``counter_bits``: width of the host-readable event counters (they wrap).
     """
     channels: tuple
     lane_width: int = 16
@@ -60,6 +61,7 @@ class LinkConfig:
     train_count: int = 16
     train_timeout: int = 1024
     idle_interval: int = 1024
+    counter_bits: int = 32
 
     def __post_init__(self):
         object.__setattr__(self, "channels", tuple((str(n), int(w)) for n, w in self.channels))
@@ -100,7 +102,7 @@ class LinkConfig:
     @property
     def credit_bits(self):
         """Width of the cumulative credit counters (modulo 2**credit_bits)."""
-        return max(8, (2 * self.receive_depth).bit_length() + 1)
+        return self.receive_depth.bit_length() + 1
 
     @property
     def crc(self):

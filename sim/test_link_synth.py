@@ -1,0 +1,61 @@
+"""The link core synthesises for ECP5 with Yosys: the replay buffer in block RAM, the receive
+buffers in distributed RAM, and the parallel DDR PHY on the I/O pins' DDR registers."""
+
+import pytest
+from amaranth.hdl import ClockDomain, ClockSignal, Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.link.ddr_phy import ECP5DDRPhy
+from hw.link.endpoint import LinkEndpoint
+from hw.link.layer import ChannelsSignature, LinkLayer
+from hw.link.protocol import LinkConfig
+from hw.synth import synthesize
+from sim.link import DEFAULT_CHANNELS
+
+
+class DDRLink(wiring.Component):
+    """A LinkEndpoint on the DDR pin PHY, with its channels and pins as the top's ports."""
+
+    def __init__(self, config):
+        self.config = config
+        self.phy = ECP5DDRPhy(config.lane_width)
+        super().__init__({
+            "tx": In(ChannelsSignature(config.channels)),
+            "rx": Out(ChannelsSignature(config.channels)),
+            "tx_data": Out(self.phy.pin_count), "tx_clk": Out(1),
+            "rx_data": In(self.phy.pin_count), "rx_clk": In(1),
+            "link_clk": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.link = ClockDomain()
+        m.domains.link_rx = ClockDomain()   # the forwarded clock, from its pad
+        m.d.comb += [ClockSignal("link").eq(self.link_clk), ClockSignal("link_rx").eq(self.rx_clk)]
+        m.submodules.endpoint = endpoint = LinkEndpoint(self.config)
+        m.submodules.phy = phy = self.phy
+        wiring.connect(m, endpoint.phy, phy.link)
+        wiring.connect(m, wiring.flipped(self.tx), endpoint.tx)
+        wiring.connect(m, endpoint.rx, wiring.flipped(self.rx))
+        m.d.comb += [self.tx_data.eq(phy.tx_data), self.tx_clk.eq(phy.tx_clk),
+                     phy.rx_data.eq(self.rx_data)]
+        return m
+
+
+@pytest.mark.slow
+def test_link_layer_memories_are_inferred():
+    """Replay buffer (16 frames x 8 flits x 16 bits) in one DP16KD; the three receive buffers
+    (16 words of 64 + 96 + 32 bits) in 48 16x4 distributed RAMs, not flip-flops."""
+    result = synthesize(LinkLayer(LinkConfig(DEFAULT_CHANNELS)), "ecp5")
+    assert result.bram == 1
+    assert result.cells.get("TRELLIS_DPR16X4") == 48
+    assert result.ff < 1000
+
+
+@pytest.mark.slow
+def test_endpoint_on_the_ddr_pin_phy_synthesises():
+    """9 pins carry the 17 bits of a 16-bit flit at DDR each way, plus the forwarded clock."""
+    result = synthesize(DDRLink(LinkConfig(DEFAULT_CHANNELS)), "ecp5")
+    assert result.cells.get("ODDRX1F") == 10 and result.cells.get("IDDRX1F") == 9
+    assert result.bram == 1
