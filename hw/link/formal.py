@@ -60,7 +60,6 @@ class LossyLinkHarness(wiring.Component):
         m.d.comb += ResetSignal().eq(0)
         m.submodules.a = a = LinkLayer(cfg)
         m.submodules.b = b = LinkLayer(cfg)
-        longest = max(cfg.frame_flits(c) for c in [None, *range(len(cfg.channels))])
 
         faults = []
         for index, (src, dst, corrupt) in enumerate(((a, b, self.corrupt_ab), (b, a, self.corrupt_ba))):

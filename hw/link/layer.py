@@ -57,6 +57,20 @@ def counters_layout(config):
     return data.StructLayout({name: config.counter_bits for name in COUNTER_NAMES})
 
 
+class LinkSignature(wiring.Signature):
+    """A link endpoint: ``tx`` channels to send, ``rx`` channels received (both named by
+    ``config.channels``), ``phy`` the lane, ``counters`` and ``link_up`` for the host."""
+
+    def __init__(self, config):
+        super().__init__({
+            "tx": In(ChannelsSignature(config.channels)),
+            "rx": Out(ChannelsSignature(config.channels)),
+            "phy": Out(PhySignature(config.lane_width)),
+            "counters": Out(counters_layout(config)),
+            "link_up": Out(1),
+        })
+
+
 class TrainState(enum.Enum, shape=2):
     TRAIN = 0    # sending TS1 until the partner's training is heard
     CONFIRM = 1  # sending TS2 until the partner has heard us too
@@ -75,21 +89,11 @@ def _saturating_increment(m, counter, limit):
 
 
 class LinkLayer(wiring.Component):
-    """One endpoint of a link (both directions) in the link clock domain.
-
-    ``tx``: the channels this endpoint sends; ``rx``: the channels it receives (both named by
-    ``config.channels``); ``phy``: the lane; ``counters`` and ``link_up`` for the host.
-    """
+    """One endpoint of a link (both directions), everything in the link clock domain (``sync``)."""
 
     def __init__(self, config: LinkConfig):
         self.config = config
-        super().__init__({
-            "tx": In(ChannelsSignature(config.channels)),
-            "rx": Out(ChannelsSignature(config.channels)),
-            "phy": Out(PhySignature(config.lane_width)),
-            "counters": Out(counters_layout(config)),
-            "link_up": Out(1),
-        })
+        super().__init__(LinkSignature(config))
 
     def elaborate(self, platform):
         cfg = self.config
