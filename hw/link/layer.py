@@ -339,8 +339,12 @@ class LinkLayer(wiring.Component):
 
         # ---- acknowledgements from the partner ---------------------------------------------
         ctrl_payload_start = (max_flits - cfg.ctrl_payload_flits) * W
-        ack_seq = header[KIND_BITS + 1:KIND_BITS + 1 + S]
-        nak = header[KIND_BITS]
+        # Registered: the frame check and the window update are each a cycle's logic.
+        ack_valid = Signal()
+        ack_seq = Signal(S)
+        nak = Signal()
+        m.d.sync += [ack_valid.eq(ctrl_ok), ack_seq.eq(header[KIND_BITS + 1:KIND_BITS + 1 + S]),
+                     nak.eq(header[KIND_BITS])]
         newly_acked = Signal(S)
         m.d.comb += newly_acked.eq(ack_seq + 1 - oldest)
         with m.If(state == TrainState.UP):
@@ -353,6 +357,7 @@ class LinkLayer(wiring.Component):
             for c in range(N):
                 limit = body[ctrl_payload_start + c * K:ctrl_payload_start + (c + 1) * K]
                 m.d.sync += credit_limit[c].eq(limit)
+        with m.If(ack_valid):
             with m.If(newly_acked <= in_flight):  # not a stale ACK
                 m.d.sync += oldest.eq(ack_seq + 1)
                 with m.If(newly_acked != 0):

@@ -31,7 +31,7 @@ KIND_DATA = 1
 KIND_CTRL = 2
 KIND_BITS = 2
 
-PHY_RX_PIPELINE = 6  # cycles from a flit leaving the PHY to the receiver acting on it (elastic FIFO, registers)
+PHY_RX_PIPELINE = 7  # cycles from a flit leaving the PHY to the receiver acting on it (elastic FIFO, registers)
 
 
 @dataclass(frozen=True)
