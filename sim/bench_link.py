@@ -8,19 +8,20 @@ from hw.link.layer import LinkLayer
 from hw.link.protocol import LinkConfig, frame_efficiency
 from hw.link.sim_phy import LaneErrors
 from hw.synth import synthesize
-from sim.link import DEFAULT_CHANNELS, run_link
+from sim.link import DEFAULT_CHANNELS, run_link, sized_config
 
 pytestmark = pytest.mark.bench
 
 
 def test_efficiency_against_the_frame_model():
-    config = LinkConfig(DEFAULT_CHANNELS)
+    config = sized_config(DEFAULT_CHANNELS, 16, 8)   # what python -m sim.link uses
     # All channels busy: one frame of each per round-robin round, payload over line flits.
     frames = sum(config.frame_flits(c) for c in range(len(config.channels)))
     model = sum(width for _, width in config.channels) / (frames * config.lane_width)
     control = config.frame_flits(None) / config.ack_interval   # at most one per ack_interval
     print(f"\nframe model: {model:.3f} without control frames, {model * (1 - control):.3f} with one "
-          f"per {config.ack_interval} cycles; per channel alone: "
+          f"per {config.ack_interval} cycles; receive buffers {config.receive_depth} words, replay buffer "
+          f"{config.replay_frames} frames; per channel alone: "
           + ", ".join(f"{name} {frame_efficiency(config, c):.3f}" for c, (name, _) in enumerate(config.channels)))
     for ber in (0.0, 1e-6, 1e-4):
         run = run_link(config, 2000, (LaneErrors(ber), LaneErrors(ber)), latency=8, seed=1)

@@ -18,7 +18,7 @@ from amaranth.sim import Simulator
 
 from hw.link.endpoint import LinkEndpoint
 from hw.link.layer import COUNTER_NAMES, LinkLayer, channel_ports
-from hw.link.protocol import LinkConfig
+from hw.link.protocol import LinkConfig, receive_depth, replay_frames
 from hw.link.sim_phy import LaneErrors, SimulatedLane
 from mapping.errors import SpecError, run_cli
 
@@ -82,6 +82,16 @@ class LinkRun:
         lost, duplicated, reordered = self.totals()
         return (f"sent {self.sent} delivered {self.delivered} lost {lost} duplicated {duplicated} "
                 f"reordered {reordered} efficiency {self.efficiency(lane_width):.3f}")
+
+
+def sized_config(channels, lane_width, latency):
+    """A LinkConfig whose receive buffers and replay buffer are sized for ``latency`` cycles of
+    PHY latency by the protocol's formulas (the replay buffer capped by the sequence window)."""
+    base = LinkConfig(channels, lane_width=lane_width, replay_frames=2)
+    depth = max(receive_depth(base, latency, c) for c in range(len(channels)))
+    sized = LinkConfig(channels, lane_width=lane_width, replay_frames=2, receive_depth=depth)
+    return LinkConfig(channels, lane_width=lane_width, receive_depth=depth,
+                      replay_frames=min(replay_frames(sized, latency), sized.seq_window))
 
 
 def run_link(config, words, errors=(LaneErrors(), LaneErrors()), latency=8, seed=0,
@@ -220,7 +230,7 @@ def main(argv=None):
     if args.ber >= 1 or args.stall >= 1:
         raise SpecError("--ber and --stall are probabilities below 1")
     try:
-        config = LinkConfig(DEFAULT_CHANNELS, lane_width=args.lane_width)
+        config = sized_config(DEFAULT_CHANNELS, args.lane_width, args.latency)
     except ValueError as error:
         raise SpecError(str(error)) from None
     lock_losses = ((args.lock_loss, 200),) if args.lock_loss is not None else ()
@@ -231,6 +241,8 @@ def main(argv=None):
         print(f"  cycle {cycle}: {delivered} of {2 * words * len(config.channels)} words delivered "
               f"({seconds:.0f} s)", file=sys.stderr, flush=True)
 
+    print(f"{config.lane_width}-bit lane, latency {args.latency}: receive buffers of "
+          f"{config.receive_depth} words, replay buffer of {config.replay_frames} frames", file=sys.stderr)
     run = run_link(config, words, errors, latency=args.latency, seed=args.seed, stall=args.stall,
                    progress=progress)
     for name, counters in zip("AB", run.counters):
