@@ -1,0 +1,94 @@
+"""A link endpoint across three clocks: the node's, the link's (the PHY's transmit clock) and
+the PHY's receive clock (recovered or forwarded from the partner).
+
+    node clock         link clock                  receive clock
+    tx channels --> AsyncFIFO --> LinkLayer --> phy.tx
+    rx channels <-- AsyncFIFO <--     ^     <-- ElasticBuffer (AsyncFIFO) <-- phy.rx
+"""
+
+from amaranth.hdl import DomainRenamer, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.cdc import FFSynchronizer
+from amaranth.lib.fifo import AsyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .layer import LinkLayer, LinkSignature, flit_layout
+from .protocol import K_IDLE, LinkConfig
+
+
+class ElasticBuffer(wiring.Component):
+    """Received flits from the receive clock (``w_domain``) into the link clock (``r_domain``).
+
+    An IDLE that follows an IDLE is not written: the sender puts one in at least every
+    ``idle_interval`` flits, which absorbs a receive clock faster than the link clock. Lock
+    is carried across with a synchroniser (a slow, level signal).
+    """
+
+    def __init__(self, lane_width, depth=8, w_domain="rx", r_domain="sync"):
+        self.depth, self.w_domain, self.r_domain = depth, w_domain, r_domain
+        super().__init__({
+            "rx": In(flit_layout(lane_width)),
+            "rx_valid": In(1),
+            "rx_locked": In(1),
+            "flit": Out(flit_layout(lane_width)),
+            "valid": Out(1),
+            "locked": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        layout = flit_layout(len(self.flit.data))
+        m.submodules.fifo = fifo = AsyncFIFO(width=layout.size, depth=self.depth,
+                                             w_domain=self.w_domain, r_domain=self.r_domain)
+        rx = self.rx
+        idle = rx.ctrl & (rx.data == K_IDLE)
+        after_idle = Signal()
+        with m.If(self.rx_valid):
+            m.d[self.w_domain] += after_idle.eq(idle)
+        m.d.comb += [fifo.w_data.eq(rx.as_value()),
+                     fifo.w_en.eq(self.rx_valid & self.rx_locked & ~(idle & after_idle)),
+                     self.flit.eq(fifo.r_data), self.valid.eq(fifo.r_rdy), fifo.r_en.eq(1)]
+        m.submodules.lock = FFSynchronizer(self.rx_locked, self.locked, o_domain=self.r_domain)
+        return m
+
+
+class LinkEndpoint(wiring.Component):
+    """A :class:`LinkLayer` with its clock crossings (same :class:`LinkSignature`).
+
+    ``tx``/``rx`` are in ``node_domain``; ``phy.tx`` in ``link_domain``; ``phy.rx`` in
+    ``rx_domain``; ``counters`` and ``link_up`` in ``link_domain``. ``fifo_depth``: words of each
+    channel's crossing FIFO (a power of two; the credits cover the link, not these).
+    """
+
+    def __init__(self, config: LinkConfig, node_domain="sync", link_domain="link", rx_domain="link_rx",
+                 fifo_depth=4):
+        self.config = config
+        self.node_domain, self.link_domain, self.rx_domain = node_domain, link_domain, rx_domain
+        self.fifo_depth = fifo_depth
+        super().__init__(LinkSignature(config))
+
+    def elaborate(self, platform):
+        m = Module()
+        layer = LinkLayer(self.config)
+        m.submodules.layer = DomainRenamer({"sync": self.link_domain})(layer)
+        for name, width in self.config.channels:
+            outgoing = AsyncFIFO(width=width, depth=self.fifo_depth,
+                                 w_domain=self.node_domain, r_domain=self.link_domain)
+            incoming = AsyncFIFO(width=width, depth=self.fifo_depth,
+                                 w_domain=self.link_domain, r_domain=self.node_domain)
+            m.submodules[f"tx_{name}"], m.submodules[f"rx_{name}"] = outgoing, incoming
+            for fifo, source, sink in ((outgoing, getattr(self.tx, name), getattr(layer.tx, name)),
+                                       (incoming, getattr(layer.rx, name), getattr(self.rx, name))):
+                m.d.comb += [fifo.w_data.eq(source.payload), fifo.w_en.eq(source.valid),
+                             source.ready.eq(fifo.w_rdy),
+                             sink.payload.eq(fifo.r_data), sink.valid.eq(fifo.r_rdy),
+                             fifo.r_en.eq(sink.ready)]
+        m.submodules.elastic = elastic = ElasticBuffer(self.config.lane_width, w_domain=self.rx_domain,
+                                                       r_domain=self.link_domain)
+        m.d.comb += [elastic.rx.eq(self.phy.rx), elastic.rx_valid.eq(self.phy.rx_valid),
+                     elastic.rx_locked.eq(self.phy.rx_locked),
+                     layer.phy.rx.eq(elastic.flit), layer.phy.rx_valid.eq(elastic.valid),
+                     layer.phy.rx_locked.eq(elastic.locked),
+                     self.phy.tx.eq(layer.phy.tx),
+                     self.counters.eq(layer.counters), self.link_up.eq(layer.link_up)]
+        return m

@@ -1,0 +1,375 @@
+"""The link layer: logical channels multiplexed into frames over one lane, with per-channel
+credits, CRC, sequence numbers, ACK/NAK and go-back-N replay, and link training.
+
+Everything here runs in one clock domain (the link clock, ``sync`` inside this component);
+:class:`hw.link.endpoint.LinkEndpoint` puts it between the node's clock and the PHY's.
+The frame format and every rule are in :mod:`hw.link.protocol` (the reference model).
+"""
+
+from amaranth.hdl import Array, Assert, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .protocol import (KIND_BITS, KIND_CTRL, KIND_DATA, K_IDLE, K_SOF, K_TS1, K_TS2, LinkConfig)
+
+
+def flit_layout(lane_width):
+    """One lane word: ``data`` and the control flag (a K character in byte 0 when set)."""
+    return data.StructLayout({"data": lane_width, "ctrl": 1})
+
+
+class PhySignature(wiring.Signature):
+    """A PHY seen from the link: a flit out every link-clock cycle, and flits in with a valid
+    (an elastic buffer may have none) and the receiver's lock (clock and word alignment)."""
+
+    def __init__(self, lane_width):
+        self.lane_width = lane_width
+        super().__init__({
+            "tx": Out(flit_layout(lane_width)),
+            "rx": In(flit_layout(lane_width)),
+            "rx_valid": In(1),
+            "rx_locked": In(1),
+        })
+
+
+class ChannelsSignature(wiring.Signature):
+    """One stream per logical channel, named and sized from the link's configuration."""
+
+    def __init__(self, channels):
+        for name, _ in channels:
+            if not name.isidentifier() or name.startswith("_"):
+                raise ValueError(f"channel name '{name}' is not a valid member name")
+        super().__init__({name: Out(stream.Signature(width)) for name, width in channels})
+
+
+def channel_ports(config, interface):
+    """The channel streams of a ChannelsSignature ``interface``, in ``config.channels`` order."""
+    return [getattr(interface, name) for name, _ in config.channels]
+
+
+COUNTER_NAMES = ("frames_sent", "frames_received", "replays", "frames_replayed", "crc_errors",
+                 "retrains")
+
+
+def counters_layout(config):
+    return data.StructLayout({name: config.counter_bits for name in COUNTER_NAMES})
+
+
+class LinkSignature(wiring.Signature):
+    """A link endpoint: ``tx`` channels to send, ``rx`` channels received (both named by
+    ``config.channels``), ``phy`` the lane, ``counters`` and ``link_up`` for the host."""
+
+    def __init__(self, config):
+        super().__init__({
+            "tx": In(ChannelsSignature(config.channels)),
+            "rx": Out(ChannelsSignature(config.channels)),
+            "phy": Out(PhySignature(config.lane_width)),
+            "counters": Out(counters_layout(config)),
+            "link_up": Out(1),
+        })
+
+
+class TrainState(enum.Enum, shape=2):
+    TRAIN = 0    # sending TS1 until the partner's training is heard
+    CONFIRM = 1  # sending TS2 until the partner has heard us too
+    UP = 2
+
+
+class TxMode(enum.Enum, shape=2):
+    DATA = 0
+    REPLAY = 1
+    CTRL = 2
+
+
+def _saturating_increment(m, counter, limit):
+    with m.If(counter != limit):
+        m.d.sync += counter.eq(counter + 1)
+
+
+class LinkLayer(wiring.Component):
+    """One endpoint of a link (both directions), everything in the link clock domain (``sync``)."""
+
+    def __init__(self, config: LinkConfig):
+        self.config = config
+        super().__init__(LinkSignature(config))
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        W, N, S, K = cfg.lane_width, len(cfg.channels), cfg.seq_bits, cfg.credit_bits
+        CB = cfg.channel_bits
+        tx_ports, rx_ports = channel_ports(cfg, self.tx), channel_ports(cfg, self.rx)
+        payload_flits = [cfg.payload_flits(c) for c in range(N)]
+        max_flits = cfg.max_payload_flits
+
+        def increment(counter):
+            m.d.sync += counter.eq(counter + 1)
+
+        # ---- training -------------------------------------------------------------------------
+        state = Signal(TrainState)
+        rx, rx_valid, locked = self.phy.rx, self.phy.rx_valid, self.phy.rx_locked
+        rx_ctrl = rx_valid & rx.ctrl
+        rx_data = rx_valid & ~rx.ctrl
+        rx_ts1 = rx_ctrl & (rx.data == K_TS1)
+        rx_ts2 = rx_ctrl & (rx.data == K_TS2)
+        heard = Signal(range(cfg.train_count + 1))  # consecutive training flits received
+        said = Signal(range(cfg.train_count + 1))   # TS2 flits sent in CONFIRM
+        train_timer = Signal(range(cfg.train_timeout + 1))
+        entering_up = Signal()
+        m.d.comb += self.link_up.eq(state == TrainState.UP)
+
+        with m.Switch(state):
+            with m.Case(TrainState.TRAIN):
+                with m.If(rx_ts1 | rx_ts2):
+                    _saturating_increment(m, heard, cfg.train_count)
+                with m.Elif(rx_valid):
+                    m.d.sync += heard.eq(0)
+                with m.If(locked & (heard == cfg.train_count)):
+                    m.d.sync += [state.eq(TrainState.CONFIRM), heard.eq(0), said.eq(0),
+                                 train_timer.eq(0)]
+            with m.Case(TrainState.CONFIRM):
+                with m.If(rx_ts2):
+                    _saturating_increment(m, heard, cfg.train_count)
+                with m.Elif(rx_valid & ~rx_ts1):
+                    m.d.sync += heard.eq(0)
+                _saturating_increment(m, train_timer, cfg.train_timeout)
+                with m.If(~locked | (train_timer == cfg.train_timeout)):
+                    m.d.sync += [state.eq(TrainState.TRAIN), heard.eq(0)]
+                with m.Elif((heard == cfg.train_count) & (said == cfg.train_count)):
+                    m.d.sync += state.eq(TrainState.UP)
+                    m.d.comb += entering_up.eq(1)
+            with m.Case(TrainState.UP):
+                with m.If(~locked | rx_ts1):
+                    m.d.sync += [state.eq(TrainState.TRAIN), heard.eq(0)]
+                    increment(self.counters.retrains)
+
+        # ---- receive buffers and credits ---------------------------------------------------
+        # The sender may send a channel's word while its cumulative count of words sent differs
+        # from the limit last advertised: words the receiver has freed plus its buffer depth.
+        credit_limit = Array(Signal(K, init=cfg.receive_depth, name=f"credit_limit_{c}") for c in range(N))
+        words_sent = Array(Signal(K, name=f"words_sent_{c}") for c in range(N))
+        words_freed = [Signal(K, name=f"words_freed_{c}") for c in range(N)]
+        advertised = Cat((words_freed[c] + cfg.receive_depth)[:K] for c in range(N))
+        buffers = []
+        for c, (name, width) in enumerate(cfg.channels):
+            buffer = SyncFIFOBuffered(width=width, depth=cfg.receive_depth)
+            m.submodules[f"rx_buffer_{name}"] = buffer
+            buffers.append(buffer)
+            m.d.comb += [rx_ports[c].payload.eq(buffer.r_data), rx_ports[c].valid.eq(buffer.r_rdy),
+                         buffer.r_en.eq(rx_ports[c].ready)]
+            with m.If(buffer.r_rdy & buffer.r_en):
+                m.d.sync += words_freed[c].eq(words_freed[c] + 1)
+
+        # ---- receiver ------------------------------------------------------------------------
+        in_frame = Signal()
+        count = Signal(range(max_flits + 4))     # data flits since SOF, saturating
+        header = Signal(W)
+        body = Signal((max_flits + 1) * W)       # payload then CRC, shifted in at the top
+        m.submodules.rx_crc = rx_crc = cfg.crc.create()
+        m.d.comb += [rx_crc.data.eq(rx.data), rx_crc.valid.eq(rx_data & in_frame),
+                     rx_crc.start.eq(count == 0)]
+        with m.If(rx_data & in_frame):
+            _saturating_increment(m, count, max_flits + 3)
+            with m.If(count == 0):
+                m.d.sync += header.eq(rx.data)
+            with m.Else():
+                m.d.sync += body.eq(Cat(body[W:], rx.data))
+        with m.If(rx_ctrl):
+            m.d.sync += [in_frame.eq(rx.data == K_SOF), count.eq(0)]
+
+        frame_end = Signal()
+        m.d.comb += frame_end.eq(rx_ctrl & in_frame & (state == TrainState.UP))
+        kind = header[:KIND_BITS]
+        channel = header[KIND_BITS:KIND_BITS + CB]
+        seq = header[KIND_BITS + CB:]
+        right_length = Signal()
+        with m.Switch(channel):
+            for c in range(N):
+                with m.Case(c):
+                    m.d.comb += right_length.eq(count == payload_flits[c] + 2)
+        data_ok = frame_end & rx_crc.match_detected & (kind == KIND_DATA) & right_length
+        ctrl_ok = (frame_end & rx_crc.match_detected & (kind == KIND_CTRL)
+                   & (count == cfg.ctrl_payload_flits + 2))
+
+        expected = Signal(S)      # next sequence number to accept
+        nak_sent = Signal()       # a NAK for `expected` is out; no second until it arrives
+        nak_pending = Signal()
+        ack_pending = Signal()
+        credit_pending = Signal()
+        ahead = Signal(S)
+        m.d.comb += ahead.eq(seq - expected)
+
+        def request_nak():
+            with m.If(~nak_sent):
+                m.d.sync += [nak_pending.eq(1), nak_sent.eq(1)]
+
+        commit = Signal()
+        with m.If(data_ok):
+            with m.If(ahead == 0):
+                m.d.comb += commit.eq(1)
+                m.d.sync += [expected.eq(expected + 1), ack_pending.eq(1), nak_sent.eq(0)]
+                increment(self.counters.frames_received)
+            with m.Elif(ahead < cfg.seq_window):  # a frame before it was lost
+                request_nak()
+            with m.Else():                        # a replayed duplicate: our ACK was lost
+                m.d.sync += ack_pending.eq(1)
+        with m.Elif(frame_end & ~ctrl_ok):
+            increment(self.counters.crc_errors)
+            request_nak()
+        for c, (_, width) in enumerate(cfg.channels):
+            start = (max_flits - payload_flits[c]) * W
+            m.d.comb += [buffers[c].w_data.eq(body[start:start + width]),
+                         buffers[c].w_en.eq(commit & (channel == c))]
+            m.d.sync += Assert(~buffers[c].w_en | buffers[c].w_rdy, f"receive buffer of {cfg.channels[c][0]} overflows")
+
+        # ---- sender: go-back-N state ----------------------------------------------------------
+        next_seq = Signal(S)   # sequence number of the next new frame
+        send_seq = Signal(S)   # next frame to put on the line (behind next_seq while replaying)
+        oldest = Signal(S)     # oldest unacknowledged frame
+        in_flight = Signal(S)
+        m.d.comb += in_flight.eq(next_seq - oldest)
+        replay_timer = Signal(range(cfg.replay_timeout + 1))
+        ctrl_timer = Signal(range(cfg.refresh_interval + 1))
+        since_idle = Signal(range(cfg.idle_interval + 1))
+
+        index_bits = (max(payload_flits)).bit_length()  # header and payload flits of one frame
+        slot_bits = (cfg.replay_frames - 1).bit_length()
+        m.submodules.replay = replay = Memory(shape=W, depth=cfg.replay_frames << index_bits, init=[])
+        replay_write = replay.write_port()
+        replay_read = replay.read_port(transparent_for=())
+
+        busy = Signal()
+        mode = Signal(TxMode)
+        index = Signal(range(max_flits + 3))     # flit of the frame on the line (0 = SOF)
+        frame_payload = Signal(range(max_flits + 1))
+        frame_seq = Signal(S)
+        frame_header = Signal(W)
+        word = Signal(max_flits * W)             # payload still to send, low flit first
+        emit = Signal(flit_layout(W))
+        m.d.sync += self.phy.tx.eq(emit)         # registered: the PHY sees a flop
+
+        m.submodules.tx_crc = tx_crc = cfg.crc.create()
+        m.d.comb += replay_read.addr.eq(Mux(busy, Cat(index[:index_bits], frame_seq[:slot_bits]),
+                                            Cat(Const(0, index_bits), send_seq[:slot_bits])))
+
+        # Round-robin among channels with a word, a credit and room in the replay window.
+        last_grant = Signal(range(N))
+        eligible = Cat((tx_ports[c].valid & (credit_limit[c] != words_sent[c])) for c in range(N))
+        grant = Signal(CB)
+        any_eligible = Signal()
+        m.d.comb += any_eligible.eq(eligible.any() & (in_flight < cfg.replay_frames))
+        with m.Switch(last_grant):
+            for last in range(N):
+                with m.Case(last):
+                    order = [(last + 1 + k) % N for k in range(N)]
+                    for c in reversed(order):
+                        with m.If(eligible[c]):
+                            m.d.comb += grant.eq(c)
+
+        update_pending = ack_pending | credit_pending
+        urgent_ctrl = (nak_pending | (update_pending & (ctrl_timer >= cfg.ack_interval))
+                       | (ctrl_timer == cfg.refresh_interval))
+        idle_due = since_idle >= cfg.idle_interval - (max_flits + 3)
+        replaying = send_seq != next_seq
+
+        _saturating_increment(m, ctrl_timer, cfg.refresh_interval)  # reset below when one starts
+
+        def start_frame(new_mode):
+            m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_SOF)]
+            m.d.sync += [busy.eq(1), index.eq(1), mode.eq(new_mode)]
+
+        with m.If(busy):
+            last = index == frame_payload + 2
+            with m.If(index == 1):
+                m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data, frame_header))
+                with m.If(mode == TxMode.REPLAY):
+                    with m.Switch(replay_read.data[KIND_BITS:KIND_BITS + CB]):
+                        for c in range(N):
+                            with m.Case(c):
+                                m.d.sync += frame_payload.eq(payload_flits[c])
+            with m.Elif(~last):
+                m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data, word[:W]))
+                m.d.sync += word.eq(word[W:])
+            with m.Else():
+                m.d.comb += emit.data.eq(tx_crc.crc)
+                m.d.sync += busy.eq(0)
+            m.d.comb += [tx_crc.start.eq(index == 1), tx_crc.valid.eq(~last), tx_crc.data.eq(emit.data),
+                         replay_write.addr.eq(Cat((index - 1)[:index_bits], frame_seq[:slot_bits])),
+                         replay_write.data.eq(emit.data),
+                         replay_write.en.eq((mode == TxMode.DATA) & ~last)]
+            m.d.sync += index.eq(index + 1)
+        with m.Elif(state == TrainState.TRAIN):
+            m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_TS1)]
+        with m.Elif(state == TrainState.CONFIRM):
+            m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_TS2)]
+            _saturating_increment(m, said, cfg.train_count)
+        with m.Elif(~idle_due & urgent_ctrl | ~idle_due & ~replaying & ~any_eligible & update_pending):
+            start_frame(TxMode.CTRL)
+            m.d.sync += [frame_payload.eq(cfg.ctrl_payload_flits), word.eq(advertised),
+                         frame_header.eq(Cat(Const(KIND_CTRL, KIND_BITS), nak_pending, (expected - 1)[:S])),
+                         nak_pending.eq(0), ack_pending.eq(0), credit_pending.eq(0), ctrl_timer.eq(0)]
+        with m.Elif(~idle_due & replaying):
+            start_frame(TxMode.REPLAY)
+            m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1)]
+            increment(self.counters.frames_replayed)
+        with m.Elif(~idle_due & any_eligible):
+            start_frame(TxMode.DATA)
+            m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
+                         frame_header.eq(Cat(Const(KIND_DATA, KIND_BITS), grant, next_seq)),
+                         last_grant.eq(grant)]
+            with m.Switch(grant):
+                for c in range(N):
+                    with m.Case(c):
+                        m.d.comb += tx_ports[c].ready.eq(1)
+                        m.d.sync += [word.eq(tx_ports[c].payload), frame_payload.eq(payload_flits[c]),
+                                     words_sent[c].eq(words_sent[c] + 1)]
+            increment(self.counters.frames_sent)
+        with m.Else():
+            m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_IDLE)]
+
+        with m.If(emit.ctrl & (emit.data == K_IDLE)):
+            m.d.sync += since_idle.eq(0)
+        with m.Else():
+            _saturating_increment(m, since_idle, cfg.idle_interval)
+        # Set after the clears above: an update arriving while a control frame starts is kept.
+        with m.If(Cat(buffers[c].r_rdy & buffers[c].r_en for c in range(N)).any()):
+            m.d.sync += credit_pending.eq(1)
+
+        # ---- acknowledgements from the partner ---------------------------------------------
+        ctrl_payload_start = (max_flits - cfg.ctrl_payload_flits) * W
+        # Registered: the frame check and the window update are each a cycle's logic.
+        ack_valid = Signal()
+        ack_seq = Signal(S)
+        nak = Signal()
+        m.d.sync += [ack_valid.eq(ctrl_ok), ack_seq.eq(header[KIND_BITS + 1:KIND_BITS + 1 + S]),
+                     nak.eq(header[KIND_BITS])]
+        newly_acked = Signal(S)
+        m.d.comb += newly_acked.eq(ack_seq + 1 - oldest)
+        with m.If(state == TrainState.UP):
+            with m.If(in_flight != 0):
+                _saturating_increment(m, replay_timer, cfg.replay_timeout)
+            with m.If(replay_timer == cfg.replay_timeout):
+                m.d.sync += [send_seq.eq(oldest), replay_timer.eq(0)]
+                increment(self.counters.replays)
+        with m.If(ctrl_ok):
+            for c in range(N):
+                limit = body[ctrl_payload_start + c * K:ctrl_payload_start + (c + 1) * K]
+                m.d.sync += credit_limit[c].eq(limit)
+        with m.If(ack_valid):
+            with m.If(newly_acked <= in_flight):  # not a stale ACK
+                m.d.sync += oldest.eq(ack_seq + 1)
+                with m.If(newly_acked != 0):
+                    m.d.sync += replay_timer.eq(0)
+                with m.If(nak):
+                    m.d.sync += [send_seq.eq(ack_seq + 1), replay_timer.eq(0)]
+                    increment(self.counters.replays)
+                with m.Elif((send_seq - oldest)[:S] < newly_acked):  # replaying what is now acked
+                    m.d.sync += send_seq.eq(ack_seq + 1)
+        with m.If(entering_up):
+            # Re-trained: replay whatever was unacknowledged and tell the partner where we are.
+            m.d.sync += [send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1),
+                         replay_timer.eq(0)]
+        return m
+

