@@ -1,14 +1,10 @@
 """SymbiYosys proofs of the link layer over a lane that drops and corrupts frames (hw/link/formal.py)."""
 
-import shutil
-
 import pytest
 
 from hw.link.formal import run
 
-pytestmark = [pytest.mark.formal,
-              pytest.mark.skipif(shutil.which("yowasp-sby") is None or shutil.which("yices-smt2") is None,
-                                 reason="yowasp-sby or the Yices solver is not installed")]
+pytestmark = pytest.mark.formal
 
 
 def test_in_order_exactly_once_bounded():

