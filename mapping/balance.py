@@ -283,15 +283,12 @@ def _smallest_r(ok, limit):
     return lo
 
 
-def _largest_r(ok, limit):
-    """Largest r in 0..limit with ok(r), for ok monotone decreasing in r and ok(0)."""
+def largest(ok, limit):
+    """Largest n in 0..limit with ok(n), for ok monotone decreasing in n and ok(0) (bisection)."""
     lo, hi = 0, limit
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
     return lo
 
 
@@ -346,7 +343,7 @@ def balance(slices, node_budgets, memory, describe, *, buildable=False):
                     _refuse(slices, node_budgets, owner, now, describe, homeless=sl)
             moves = _moves(sl, _group(sl, buildable))
             # the host chosen has room for moves[0]
-            can = _largest_r(lambda i: room(host, sl, moves[i]), len(moves) - 1)
+            can = largest(lambda i: room(host, sl, moves[i]), len(moves) - 1)
 
             def relieved(i):
                 sl.remote_rows += moves[i]

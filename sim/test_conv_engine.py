@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from hw.engines.fp_engine import FPEngine
-from mapping.nodeconfig import Engine, LayerSlice
-from sim.helpers import mults, run_engine
+from mapping.nodeconfig import Engine
+from sim.helpers import eb_slice, mults, run_engine
 
 
 
@@ -59,13 +59,8 @@ def test_g_times_v_cycles_per_window_with_continuous_input(channels, kernel, til
 
 
 def fp_slice(**changes):
-    fields = dict(layer="conv2", position=1, kind="conv", mode="icp", in_shape=(8, 6, 6),
-                  out_shape=(10, 6, 6), kernel=3, stride=1, padding=1, bias=True, relu=True, pool=None,
-                  in_range=(2, 5), out_range=(0, 10), first=False, last=False, needs_eb=True,
-                  fp=Engine(ces=4, tiles=3, kernel=3), eb=Engine(ces=3, tiles=4, kernel=3),
-                  pg=Engine(ces=1, tiles=1, kernel=3), act_ram_words=0, line_buffer_words=0,
-                  pab_words=0, lgb_words=0, weights_offchip=False)
-    return LayerSlice(**(fields | changes))
+    """eb_slice's layer with the PG engine of no interest here."""
+    return eb_slice(**({"pg": Engine(ces=1, tiles=1, kernel=3)} | changes))
 
 
 @pytest.mark.parametrize("tiles, passes", [(3, 1), (2, 2), (1, 3)])

@@ -4,6 +4,7 @@ backwards, at a pipeline period, and whether the chain holds the network at all.
 A greedy fill decides whether a period is feasible; it is exact for a contiguous
 partition with monotone costs."""
 
+from ..balance import largest
 from .cost import CHOICE_SLACK, SliceCosts
 
 
@@ -45,11 +46,11 @@ class GreedyFills(SliceCosts):
             self._memo, self._memo_period = {}, period
         key = (l, choice, self.nodes[node], used, forward, edge, self._start_key(plan, fixed))
         if key not in self._memo:
-            self._memo[key] = _largest(lambda n: fits(cost(n, False)), plan.units - 1)
+            self._memo[key] = largest(lambda n: fits(cost(n, False)), plan.units - 1)
         n = min(self._memo[key], rem - 1)
         c = cost(n, False) if n else None
         if n and not fits(c):  # costs not monotone in the units: search below n
-            n = _largest(lambda k: fits(cost(k, False)), n - 1)
+            n = largest(lambda k: fits(cost(k, False)), n - 1)
             c = cost(n, False) if n else None
         return (n, c) if n else (0, None)
 
@@ -95,13 +96,3 @@ class GreedyFills(SliceCosts):
                 if g == self.total:
                     return choices
         return None
-
-
-def _largest(ok, limit):
-    """Largest n in 0..limit with ok(n), for ok monotone decreasing in n (ok(0) holds)."""
-    lo, hi = 0, limit
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
-    return lo
-
