@@ -123,3 +123,10 @@ def test_ecp5_primitive_wiring_matches_the_behavioural_model(tmp_path):
 def test_refuses_bad_widths(family, width):
     with pytest.raises(ValueError, match=f"a_width = {width}"):
         Multiplier(width, 16, family=family)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_a_misspelt_family_is_refused_not_simulated():
+    with pytest.raises(ValueError) as error:
+        Multiplier(family="ecp")
+    assert str(error.value) == "unknown device family 'ecp' (known: xc7, zynqmp, virtexuplus, ecp5; None simulates)"

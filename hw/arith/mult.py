@@ -19,7 +19,7 @@ from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..base.checks import refuse
+from ..base.checks import check_family, refuse
 
 LATENCY = 2
 ECP5_WIDTH = 18  # MULT18X18D operand width
@@ -28,13 +28,15 @@ ECP5_WIDTH = 18  # MULT18X18D operand width
 class Multiplier(wiring.Component):
     """``p = a * b`` (signed), ``LATENCY`` enabled cycles after ``a`` and ``b`` were presented.
 
-    ``family``: "ecp5" instantiates MULT18X18D with its registers; any other value
-    (None, "xc7", ...) uses the portable behavioural model, which simulates.
+    ``family``: "ecp5" instantiates MULT18X18D with its registers; another family of
+    mapping.devices, or None (simulation), uses the portable behavioural model, which
+    Yosys maps to the family's DSP blocks.
     """
 
     latency = LATENCY
 
     def __init__(self, a_width=16, b_width=16, family=None):
+        check_family(self, family)
         for name, width in (("a_width", a_width), ("b_width", b_width)):
             if width < 1:
                 refuse(self, f"multiplier: {name} = {width} must be at least 1")

@@ -22,7 +22,7 @@ from mapping.memories import LABEL_FIFO_DEPTH
 from ..balance.blocks import RowStreams, hosted_blocks, relayed_blocks
 from ..balance.hosted_rows import HostedRows
 from ..balance.relay import Relay
-from ..base.checks import refuse
+from ..base.checks import check_family, refuse
 from ..memory.fifo import Fifo
 from ..memory.update_gate import COUNT_BITS
 from .loss import LABEL_BITS, LossUnit
@@ -35,6 +35,7 @@ class Node(wiring.Component):
     ``family``: the device family for vendor primitives; None simulates."""
 
     def __init__(self, config, *, params=None, family=None):
+        check_family(self, family)
         if not config.slices:
             refuse(self, f"node {config.index} has no layer slices")
         if config.chain_length < 1:
