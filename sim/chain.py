@@ -174,12 +174,12 @@ def _run_pysim(top, feed, final):
 _VERILATOR_CHUNK = 200_000
 
 
-def _run_verilator(top, params, feed, final, progress, profile):
+def _run_verilator(top, params, feed, final, progress, profile, threads):
     """The Verilator backend: the chain compiled once (weights zero in the build, written
     through the VPI before the run, so any weights reuse it)."""
     rams = list(top.param_rams())
     count = len(top.nodes)
-    with VerilatedModel(top, [f"{name}.mem" for name, *_ in rams], profile=profile) as model:
+    with VerilatedModel(top, [f"{name}.mem" for name, *_ in rams], profile=profile, threads=threads) as model:
         started = time.monotonic()
         for name, rows, layer_slice, ram in rams:
             width = numerics.WORD_BITS * ram.banks * ram.words
@@ -213,13 +213,13 @@ def _run_verilator(top, params, feed, final, progress, profile):
 
 
 def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline=200_000, backend="pysim",
-                progress=None, profile="fast"):
+                progress=None, profile="fast", threads=1):
     """Train on the simulated chain and run the golden model on the same data.
 
     ``stall``: probability that a link, or the image and label feed, idles on a cycle.
     ``backend``: "pysim" (Amaranth's simulator, the reference) or "verilator".
     ``progress``: called with (fraction of the input beats taken, cycles) during a Verilator run;
-    ``profile``: its build, "fast" or "quick" (``sim.verilated``).
+    ``profile``: its build, "fast" or "quick", and ``threads`` the model's (``sim.verilated``).
     """
     config = mapping.nodes[0]
     batch, lr, formats = config.training.batch, config.training.lr, config.formats
@@ -233,7 +233,7 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
         cycles, events, seconds = _run_pysim(ChainTop(mapping, params, stall), feed, final)
     elif backend == "verilator":
         cycles, events, seconds = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress,
-                                                 profile)
+                                                 profile, threads)
     else:
         raise ValueError(f"unknown simulation backend '{backend}' (known: pysim, verilator)")
     beats = [input_beats(cfg) for cfg in mapping.nodes]

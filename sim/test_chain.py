@@ -4,7 +4,6 @@ folded engines, fully connected rows kept on another node (weight balancing)."""
 import gc
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from amaranth.hdl import Module
 

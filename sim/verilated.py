@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from amaranth.back import rtlil
 from amaranth.back.verilog import _convert_rtlil_text
-from amaranth.hdl import Const
+from amaranth.hdl import Const, Value
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib import stream, wiring
 
@@ -57,29 +57,33 @@ class _Port:
         return max(1, -(-self.width // 32))
 
 
+def _member(design, path):
+    for part in path:
+        design = design[part] if isinstance(part, int) else getattr(design, part)
+    return design
+
+
 def _ports(design):
-    """The component's ports as (name, width, role, flow) and its input streams by path name."""
+    """The component's ports (:class:`_Port`) and its input streams, by path name."""
     ports, streams = [], {}
     for path, member, value in design.signature.flatten(design):
-        name = "_".join(map(str, path))
         role = ""
         if len(path) >= 2 and path[-1] in ("payload", "valid", "ready"):
-            parent = design
-            for part in path[:-1]:
-                parent = parent[part] if isinstance(part, int) else getattr(parent, part)
-            if isinstance(parent.signature, stream.Signature) or isinstance(
-                    getattr(parent.signature, "flip", lambda: None)(), stream.Signature):
+            owner = _member(design, path[:-1])
+            signature = owner.signature
+            if isinstance(signature, wiring.FlippedSignature):
+                signature = signature.flip()
+            if isinstance(signature, stream.Signature):
                 role = path[-1]
-                streams["_".join(map(str, path[:-1]))] = parent
-        value = value.as_value() if hasattr(value, "as_value") else value
-        ports.append(_Port(name, len(value), role, member.flow))
-    for name, port in streams.items():
-        if design.signature.members[name.split("_")[0]].flow != wiring.In:
-            raise ValueError(f"verilator: stream '{name}' is an output; only input streams are driven")
+                if role == "valid" and member.flow == wiring.Out:
+                    raise ValueError(f"verilator: stream '{'.'.join(map(str, path[:-1]))}' is an output; "
+                                     f"the harness drives input streams only")
+                streams["_".join(map(str, path[:-1]))] = owner
+        ports.append(_Port("_".join(map(str, path)), len(Value.cast(value)), role, member.flow))
     return ports, streams
 
 
-def _harness(ports, stream_names, memories):
+def _harness(ports, stream_names):
     """The C++ harness for ``ports``: the C API ``sim_*`` that ``VerilatedModel`` calls."""
     inputs = [p for p in ports if p.flow == wiring.In and not p.stream]
     outputs = [p for p in ports if p.flow == wiring.Out and not p.stream]
@@ -280,11 +284,10 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say):
     ports, streams = _ports(design)
     port_map = {}
     for path, member, value in design.signature.flatten(design):
-        value = value.as_value() if hasattr(value, "as_value") else value
-        port_map["_".join(map(str, path))] = (value, PortDirection.Input if member.flow == wiring.In
+        port_map["_".join(map(str, path))] = (Value.cast(value), PortDirection.Input if member.flow == wiring.In
                                               else PortDirection.Output)
     text = rtlil.convert(design, name="top", ports=port_map, emit_src=False)
-    harness = _harness(ports, list(streams), memories)
+    harness = _harness(ports, list(streams))
     config = _public_memories(memories)
     flags = (*_FLAGS, "--threads", str(threads))
     cxxflags = _CXXFLAGS[profile]
