@@ -11,14 +11,13 @@ set), cycles per sample measured against the mapping's prediction on every node,
 simulated cycles per second.
 """
 
-import argparse
 import sys
 import time
 
 import numpy as np
 
 from mapping import data, golden, zoo
-from mapping.cli import positive_int, positive_number
+from mapping.cli import DefaultsShown, Parser, positive_int, positive_number
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
 from mapping.mapper import GENERATOR_OPTIONS, map_network
@@ -26,7 +25,7 @@ from sim.chain import first_difference, report, train_chain
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m sim.train", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m sim.train", description=__doc__.splitlines()[0], formatter_class=DefaultsShown)
     parser.add_argument("--network", default="lenet-digits", help="a network of the zoo or a spec file")
     parser.add_argument("--cluster", default="ecp5-85:3", help="e.g. ecp5-85:3 or ecp5-85:2+ecp5-45:2")
     parser.add_argument("--data", default=data.DIGITS, help=f"'{data.DIGITS}' (scikit-learn's) or a .npz file")
