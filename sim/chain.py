@@ -1,20 +1,23 @@
 """Train a network on a simulated chain of nodes and compare with the golden model.
 
-Shared by the chain tests and the chain benchmark: builds the nodes of a
-mapping, connects them port to port, streams images and labels into node 0,
-runs until every node has applied every mini-batch update, and reads the
-final weights back out of the LPRAMs and bias RAMs.
+Shared by the chain tests, the benchmarks and ``python -m sim.train``: builds the
+nodes of a mapping as one ``ChainTop`` (sim/chain_top.py), streams images and labels
+into node 0, runs until every node has applied every mini-batch update, and reads the
+final weights back out of the LPRAMs, bias RAMs and BPRAMs. Two backends drive the same
+ports the same way, cycle by cycle: Amaranth's simulator (the reference) and Verilator
+(sim/verilated.py), so both count the same cycles and train the same words.
 """
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Module
 
-from hw.node.top import Node, connect_chain
+from hw.memory.param_ram import bank_rows, slice_weights
 from mapping import golden, numerics
-from sim.stall import stalling_link
-from sim.testbench import put, simulate
+from sim.chain_top import ChainTop
+from sim.testbench import simulate
+from sim.verilated import VerilatedModel
 
 
 CHAIN = "ecp5-85:2+ecp5-45:2"  # the default chain of python -m hw.build
@@ -31,6 +34,11 @@ class ChainRun:
     sample_starts: dict     # node -> cycle at which each sample's first input beat entered
     golden: dict            # golden.train's final params
     record: object          # golden.TrainRecord
+    seconds: float = 0.0    # wall-clock time of the simulation alone (build and golden model excluded)
+
+    @property
+    def cycles_per_second(self):
+        return self.cycles / self.seconds if self.seconds else 0.0
 
 
 def stale_per_layer(mapping):
@@ -42,30 +50,37 @@ def stale_per_layer(mapping):
     return stale
 
 
-def _read_ram(ctx, ram):
-    """A ParamRam's rows as an array (rows * banks, words)."""
-    rows = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
-    return np.asarray(rows, dtype=np.int64).reshape(ram.rows * ram.banks, ram.words)
-
-
-def _store_rows(ctx, rows, ram, params):
-    """The weights of LayerSlice ``rows`` held in ParamRam ``ram`` into ``params``."""
+def _store(params, rows, layer_slice, ram, contents):
+    """A ParamRam's ``contents`` (rows * banks, words) into ``params`` (golden layout): the
+    weights of LayerSlice ``rows``, or with ``rows`` None the biases of ``layer_slice``."""
+    if rows is None:
+        olo, ohi = layer_slice.out_range
+        params[layer_slice.layer][1][olo:ohi] = contents[:ohi - olo, 0]
+        return
     (olo, ohi), (ilo, ihi) = rows.out_range, rows.in_range
     weights, _ = params[rows.layer]
     shaped = weights.reshape(weights.shape[0], rows.in_shape[0], rows.kernel, rows.kernel)
-    shaped[olo:ohi, ilo:ihi] = ram.layout.unfold(_read_ram(ctx, ram))
+    shaped[olo:ohi, ilo:ihi] = ram.layout.unfold(contents)
 
 
-def _store_node(ctx, node, params):
-    """Every weight a node keeps (its slices' local rows, the rows it hosts) and its biases."""
-    for unit in node.units:
-        if unit.lpram is not None:
-            _store_rows(ctx, unit.remote.local, unit.lpram, params)
-        if unit.bias_ram is not None:
-            olo, ohi = unit.slice.out_range
-            params[unit.slice.layer][1][olo:ohi] = _read_ram(ctx, unit.bias_ram)[:ohi - olo, 0]
-    for host in node.hosted:
-        _store_rows(ctx, host.rows, host.bpram, params)
+def _initial(params, rows, layer_slice, ram):
+    """The initial rows of a ParamRam of ``param_rams`` (as ``ParamRam`` holds its init)."""
+    if rows is None:
+        _, bias = slice_weights(layer_slice, params)
+        return bank_rows(bias.reshape(-1, 1), ram.banks, ram.rows, 1)
+    return bank_rows(ram.layout.fold(slice_weights(rows, params)[0]).reshape(-1, ram.words), ram.banks,
+                     ram.rows, ram.words)
+
+
+def _row(words):
+    """Signed 16-bit words as one memory row (an unsigned int, word 0 in the low bits)."""
+    return sum((w & 0xFFFF) << (numerics.WORD_BITS * k) for k, w in enumerate(words))
+
+
+def _lanes(value, lanes):
+    """A memory row (an unsigned int of ``lanes`` 16-bit words) as signed words."""
+    words = [(value >> (numerics.WORD_BITS * k)) & 0xFFFF for k in range(lanes)]
+    return [w - 0x10000 if w & 0x8000 else w for w in words]
 
 
 def input_beats(config):
@@ -94,56 +109,138 @@ def assert_bit_exact(run, initial):
             np.testing.assert_array_equal(run.params[layer][1], bias, err_msg=f"{layer} bias")
 
 
-def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0, deadline=200_000):
-    """Train on the simulated chain.
+def first_difference(run):
+    """Where the chain's final words first differ from the golden model's, as one line, or None."""
+    for layer, (weights, bias) in run.golden.items():
+        for kind, want, got in (("weight", weights, run.params[layer][0]), ("bias", bias, run.params[layer][1])):
+            if want is None:
+                continue
+            differ = np.argwhere(np.asarray(got) != np.asarray(want))
+            if len(differ):
+                at = tuple(int(i) for i in differ[0])
+                return (f"{layer} {kind} {list(at)}: chain {int(got[at])}, golden {int(want[at])} "
+                        f"({len(differ)} of {want.size} words differ)")
+    return None
+
+
+@dataclass
+class _Feed:
+    """What the chain is given and when it is done."""
+    pixels: list     # payloads of top.act
+    labels: list     # payloads of top.label
+    samples: int
+    updates: int     # mini-batch updates every node applies
+    deadline: int
+
+
+def _run_pysim(top, feed, final):
+    """Amaranth's simulator: one testbench drives the feeds cycle by cycle, exactly as the
+    Verilator harness does, and reads the memories at the end."""
+    count = len(top.nodes)
+    events = [[] for _ in range(count)]
+    state = {}
+
+    async def bench(ctx):
+        ctx.set(top.total_samples, feed.samples)
+        streams = ((top.act, feed.pixels), (top.label, feed.labels))
+        taken = [0, 0]
+        cycle = 0
+        while True:
+            for k, (port, items) in enumerate(streams):
+                valid = taken[k] < len(items)
+                ctx.set(port.valid, valid)
+                if valid:
+                    ctx.set(port.payload, items[taken[k]])
+            if all(ctx.get(top.updates[n]) >= feed.updates for n in range(count)):
+                break
+            for n in range(count):
+                if ctx.get(top.entered[n]):
+                    events[n].append(cycle)
+            took = [ctx.get(port.valid) and ctx.get(port.ready) for port, _ in streams]
+            await ctx.tick()
+            taken = [t + bool(go) for t, go in zip(taken, took)]
+            cycle += 1
+        state["cycles"] = cycle
+        for name, rows, layer_slice, ram in top.param_rams():
+            contents = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
+            _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
+
+    started = time.monotonic()
+    simulate(top, bench, deadline=feed.deadline)
+    return state["cycles"], events, time.monotonic() - started
+
+
+# Cycles per call into the Verilator harness: between calls, the progress bar moves.
+_VERILATOR_CHUNK = 200_000
+
+
+def _run_verilator(top, params, feed, final, progress, profile, threads):
+    """The Verilator backend: the chain compiled once (weights zero in the build, written
+    through the VPI before the run, so any weights reuse it)."""
+    rams = list(top.param_rams())
+    count = len(top.nodes)
+    with VerilatedModel(top, [f"{name}.mem" for name, *_ in rams], profile=profile, threads=threads) as model:
+        started = time.monotonic()
+        for name, rows, layer_slice, ram in rams:
+            width = numerics.WORD_BITS * ram.banks * ram.words
+            model.write_memory(f"{name}.mem", [_row(words) for words in _initial(params, rows, layer_slice, ram)],
+                               width)
+        model.set("total_samples", feed.samples)
+        model.push("act", feed.pixels)
+        model.push("label", feed.labels)
+        model.stop_when({f"updates_{n}": feed.updates for n in range(count)})
+        for n in range(count):
+            model.record(f"entered_{n}")
+        if progress is not None:
+            progress(0.0, 0)
+        while model.cycle < feed.deadline:
+            ran = model.run(min(_VERILATOR_CHUNK, feed.deadline - model.cycle))
+            if progress is not None:
+                progress(model.taken("act") / max(1, len(feed.pixels)), model.cycle)
+            if all(model.get(f"updates_{n}") >= feed.updates for n in range(count)):
+                break
+            if ran == 0:
+                break
+        else:
+            raise AssertionError(f"simulation still running after {feed.deadline} cycles")
+        for name, rows, layer_slice, ram in rams:
+            lanes = ram.banks * ram.words
+            contents = [_lanes(v, lanes) for v in model.read_memory(f"{name}.mem", ram.rows,
+                                                                    numerics.WORD_BITS * lanes)]
+            _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
+        seconds = time.monotonic() - started
+        return model.cycle, [list(model.events(f"entered_{n}")) for n in range(count)], seconds
+
+
+def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline=200_000, backend="pysim",
+                progress=None, profile="fast", threads=1):
+    """Train on the simulated chain and run the golden model on the same data.
 
     ``stall``: probability that a link, or the image and label feed, idles on a cycle.
+    ``backend``: "pysim" (Amaranth's simulator, the reference) or "verilator".
+    ``progress``: called with (fraction of the input beats taken, cycles) during a Verilator run;
+    ``profile``: its build, "fast" or "quick", and ``threads`` the model's (``sim.verilated``).
     """
     config = mapping.nodes[0]
     batch, lr, formats = config.training.batch, config.training.lr, config.formats
-    nodes = [Node(cfg, params=params) for cfg in mapping.nodes]
-    top = Module()
-    for n, node in enumerate(nodes):
-        top.submodules[f"node{n}"] = node
-    connect_chain(top, nodes, link=stalling_link(stall) if stall else None)
-
     samples = len(inputs)
     words = numerics.quantize(inputs, formats.act_frac)
     pixels = [list(map(int, words[s][:, y, x])) for s in range(samples)
               for y in range(words.shape[2]) for x in range(words.shape[3])]
+    feed = _Feed(pixels, list(map(int, labels)), samples, samples // batch, deadline)
     final = {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
-    state = {"cycles": 0}
-
-    async def images(ctx):
-        for node in nodes:
-            ctx.set(node.total_samples, samples)
-        await put(ctx, nodes[0].up.act, pixels, rng, stall)
-
-    async def label_feed(ctx):
-        await put(ctx, nodes[0].up.label, list(map(int, labels)), rng, stall)
-
-    starts = {n: [] for n in range(len(nodes))}
+    if backend == "pysim":
+        cycles, events, seconds = _run_pysim(ChainTop(mapping, params, stall), feed, final)
+    elif backend == "verilator":
+        cycles, events, seconds = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress,
+                                                 profile, threads)
+    else:
+        raise ValueError(f"unknown simulation backend '{backend}' (known: pysim, verilator)")
     beats = [input_beats(cfg) for cfg in mapping.nodes]
-    seen = [0] * len(nodes)
-
-    async def finish(ctx):
-        cycle = 0
-        while any(ctx.get(node.updates) < samples // batch for node in nodes):
-            for n, node in enumerate(nodes):
-                if ctx.get(node.up.act.valid) and ctx.get(node.up.act.ready):
-                    if seen[n] % beats[n] == 0:
-                        starts[n].append(cycle)
-                    seen[n] += 1
-            await ctx.tick()
-            cycle += 1
-        state["cycles"] = cycle
-        for node in nodes:
-            _store_node(ctx, node, final)
-
-    simulate(top, images, label_feed, finish, deadline=deadline)
+    starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))
-    return ChainRun(final, state["cycles"], starts, expected, record)
+    return ChainRun(final, cycles, starts, expected, record, seconds)
 
 
 def cycles_per_sample(run, node):

@@ -4,7 +4,6 @@ folded engines, fully connected rows kept on another node (weight balancing)."""
 import gc
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from amaranth.hdl import Module
 
@@ -26,8 +25,7 @@ def _train(cluster, seed, stall=0.0, derive=None, **options):
     if derive is not None:
         mapping = derive(mapping)
     inputs, labels, params = random_data(network, SAMPLES, seed)
-    run = train_chain(network, mapping, inputs, labels, params, stall=stall,
-                      rng=np.random.default_rng(seed))
+    run = train_chain(network, mapping, inputs, labels, params, stall=stall)
     print(f"\n{cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for {SAMPLES} samples "
           f"({SAMPLES // BATCH} mini-batches)\n{report(mapping, run)}")
     assert_bit_exact(run, params)

@@ -6,6 +6,8 @@ the probability that a producer holds valid low (or a consumer holds ready
 low) on a given cycle.
 """
 
+import sys
+
 import numpy as np
 from amaranth.hdl import ClockDomain, Module
 from amaranth.lib import wiring
@@ -62,6 +64,10 @@ def simulate(dut, *testbenches, processes=(), vcd=None, deadline=None):
 
     ``deadline``: a cycle budget after which the run fails instead of hanging.
     """
+    # Amaranth's simulator compiles the design to Python source with every mask as a decimal
+    # literal; a memory row of a wide unfolded fc slice (15,552 bits for 486 inputs x 2 banks)
+    # is past Python's default 4,300-digit limit on int-to-string conversion.
+    sys.set_int_max_str_digits(0)
     top = Module()  # defines `sync` so purely combinational blocks can be clocked too
     top.domains.sync = ClockDomain()
     top.submodules.dut = dut

@@ -146,7 +146,9 @@ class SliceUnit(wiring.Component):
             members["hosts"] = Out(wiring.Signature({RowStreams.member_name(b): In(RowStreams(b))
                                                       for b in self.remote.blocks}))
         super().__init__(members)
-        self.up_channels, self.down_channels = frozenset(up), frozenset(down)
+        # Tuples in channel order, not sets: elaboration order (and so the netlist text that caches
+        # synthesis and Verilator builds) must not depend on string hashing.
+        self.up_channels, self.down_channels = tuple(up), tuple(down)
 
     def remote_streams(self):
         """The RowStreams port of each host of the slice's remote rows, in row order."""

@@ -1,0 +1,67 @@
+"""A simulated chain as one component, the same for every simulation backend.
+
+``ChainTop`` connects a mapping's nodes (``hw.node.connect_chain``), takes the images and
+labels on two streams into node 0, shares the sample count with every node and shows,
+per node, the mini-batch updates applied and whether an input beat entered this cycle.
+Amaranth's simulator and the Verilator backend drive exactly these ports, so both count
+the same cycles. Random stalls are hardware (``sim/stall.py``), on every link and on the
+two feeds, so they are the same in both backends too.
+"""
+
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.memory.update_gate import COUNT_BITS
+from hw.node.loss import LABEL_BITS
+from hw.node.top import Node, connect_chain
+from sim.stall import StallInjector, stalling_link
+
+
+class ChainTop(wiring.Component):
+    """The nodes of ``mapping`` in a chain. ``params``: initial words (golden layout) or None
+    for zeros; ``stall``: probability that a link or a feed idles on a cycle."""
+
+    def __init__(self, mapping, params=None, stall=0.0):
+        self.mapping, self.stall = mapping, stall
+        self.nodes = [Node(cfg, params=params) for cfg in mapping.nodes]
+        act = self.nodes[0].signature.members["up"].signature.members["act"].signature
+        count = len(self.nodes)
+        super().__init__({
+            "act": In(act.flip()), "label": In(stream.Signature(LABEL_BITS)),
+            "total_samples": In(COUNT_BITS),
+            "updates": Out(COUNT_BITS).array(count),
+            "entered": Out(1).array(count),  # a beat entered the node's up.act this cycle
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        for n, node in enumerate(self.nodes):
+            m.submodules[f"node{n}"] = node
+            m.d.comb += [node.total_samples.eq(self.total_samples), self.updates[n].eq(node.updates),
+                         self.entered[n].eq(node.up.act.valid & node.up.act.ready)]
+        connect_chain(m, self.nodes, link=stalling_link(self.stall) if self.stall else None)
+        first = self.nodes[0].up
+        for name, seed in (("act", 101), ("label", 103)):
+            source, sink = wiring.flipped(getattr(self, name)), getattr(first, name)
+            if self.stall:
+                feed = m.submodules[f"{name}_feed"] = StallInjector(source.payload.shape(), seed=seed,
+                                                                    stall=self.stall)
+                wiring.connect(m, source, feed.i)
+                source = feed.o
+            wiring.connect(m, source, sink)
+        return m
+
+    def param_rams(self):
+        """Every weight memory as (hierarchical name below the top, slice rows it holds or
+        None for biases, LayerSlice it belongs to, ParamRam), in the submodule names of
+        ``Node.elaborate`` and ``SliceUnit.elaborate``."""
+        for n, node in enumerate(self.nodes):
+            for k, unit in enumerate(node.units):
+                prefix = f"node{n}.slice{k}_{unit.slice.layer}"
+                if unit.lpram is not None:
+                    yield f"{prefix}.lpram", unit.remote.local, unit.slice, unit.lpram
+                if unit.owns_bias:
+                    yield f"{prefix}.bias_ram", None, unit.slice, unit.bias_ram
+            for host in node.hosted:
+                yield f"node{n}.host_{host.rows.layer}_for{host.block.owner}.bpram", host.rows, None, host.bpram

@@ -1,0 +1,106 @@
+"""Train a network on the simulated chain of generated nodes, on real data.
+
+    python -m sim.train --network lenet-digits --cluster ecp5-85:3 --data digits --samples 500
+
+Maps the network onto the cluster as the generator builds it, generates every node,
+trains the simulated chain (Verilator, or Amaranth's simulator with ``--backend pysim``)
+and the golden model on the same samples from the same initial weights, and reports:
+whether every final word is the golden model's (the first differing one if not), the
+test accuracy of the trained weights (the golden model's forward pass on the held-out
+set), cycles per sample measured against the mapping's prediction on every node, and
+simulated cycles per second.
+"""
+
+import sys
+import time
+
+import numpy as np
+
+from mapping import data, golden, zoo
+from mapping.cli import DefaultsShown, Parser, positive_int, positive_number
+from mapping.cluster import parse_cluster
+from mapping.errors import SpecError, run_cli
+from mapping.mapper import GENERATOR_OPTIONS, map_network
+from sim.chain import first_difference, report, train_chain
+
+
+def parse_args(argv):
+    parser = Parser(prog="python -m sim.train", description=__doc__.splitlines()[0], formatter_class=DefaultsShown)
+    parser.add_argument("--network", default="lenet-digits", help="a network of the zoo or a spec file")
+    parser.add_argument("--cluster", default="ecp5-85:3", help="e.g. ecp5-85:3 or ecp5-85:2+ecp5-45:2")
+    parser.add_argument("--data", default=data.DIGITS, help=f"'{data.DIGITS}' (scikit-learn's) or a .npz file")
+    parser.add_argument("--epochs", type=positive_int, default=1)
+    parser.add_argument("--samples", type=positive_int,
+                        help="train on this many samples per epoch (default: the whole training split)")
+    parser.add_argument("--backend", choices=("verilator", "pysim"), default="verilator")
+    parser.add_argument("--batch", type=positive_int, default=8, help="mini-batch size")
+    parser.add_argument("--lr", type=positive_number, default=0.01, help="learning rate")
+    parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
+    return parser.parse_args(argv)
+
+
+def accuracy(network, params, formats, images, labels):
+    """Share of ``images`` the golden model's fixed-point forward pass classifies right."""
+    arith = golden.arithmetic("fixed", formats)
+    hits = sum(int(np.argmax(golden.forward(network, params, image, arith, k).output) == label)
+               for k, (image, label) in enumerate(zip(images, labels)))
+    return hits / len(labels)
+
+
+class ProgressBar:
+    """One line on stderr, redrawn at most a few times a second."""
+
+    def __init__(self, total_samples):
+        self.total, self.started, self.drawn = total_samples, None, 0.0
+
+    def __call__(self, fraction, cycles):
+        now = time.monotonic()
+        if self.started is None:  # the first call comes after the build
+            self.started = now - 1e-3
+        if now - self.drawn < 0.25 and fraction < 1:
+            return
+        self.drawn = now
+        width = 30
+        filled = int(width * fraction)
+        rate = cycles / max(now - self.started, 1e-9)
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {fraction * self.total:.0f}/{self.total} samples fed, "
+              f"{cycles} cycles, {rate / 1000:.0f}k cycles/s", end="", file=sys.stderr, flush=True)
+
+    def close(self):
+        print(file=sys.stderr, flush=True)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    network = zoo.get(args.network)
+    mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr, **GENERATOR_OPTIONS)
+    formats = mapping.nodes[0].formats
+    dataset = data.load(args.data, network.input_shape, network.num_classes, seed=args.seed)
+    per_epoch = len(dataset.train_x) if args.samples is None else min(args.samples, len(dataset.train_x))
+    per_epoch -= per_epoch % args.batch
+    if per_epoch == 0:
+        raise SpecError(f"fewer training samples than one mini-batch of {args.batch}")
+    inputs = np.concatenate([dataset.train_x[:per_epoch]] * args.epochs)
+    labels = np.concatenate([dataset.train_y[:per_epoch]] * args.epochs)
+    params = golden.init_params(network, np.random.default_rng(args.seed), formats)
+    print(f"{network.name} on {args.cluster}: {len(mapping.nodes)} nodes, mini-batch {args.batch}, "
+          f"lr {args.lr}; {len(inputs)} samples of {dataset.name} ({args.epochs} epoch(s)), "
+          f"{len(dataset.test_x)} held out; backend {args.backend}", flush=True)
+    slowest = max(node.cycles_per_sample for node in mapping.nodes)
+    bar = ProgressBar(len(inputs))
+    run = train_chain(network, mapping, inputs, labels, params, backend=args.backend, progress=bar,
+                      deadline=4 * slowest * len(inputs) + 100_000)
+    bar.close()
+    difference = first_difference(run)
+    print(f"bit-exact: {'yes' if difference is None else 'no, ' + difference}")
+    print(f"test accuracy: {accuracy(network, run.params, formats, dataset.test_x, dataset.test_y):.1%} "
+          f"(initial weights: {accuracy(network, params, formats, dataset.test_x, dataset.test_y):.1%}) "
+          f"on {len(dataset.test_x)} held-out samples")
+    print(f"{run.cycles} cycles, {run.cycles / len(inputs):.1f} per sample; simulated "
+          f"{run.cycles_per_second:,.0f} cycles/s ({len(inputs) / run.seconds:.1f} samples/s)")
+    print(report(mapping, run))
+    return 0 if difference is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
