@@ -68,6 +68,9 @@ def simulate(dut, *testbenches, processes=(), vcd=None, deadline=None):
     # literal; a memory row of a wide unfolded fc slice (15,552 bits for 486 inputs x 2 banks)
     # is past Python's default 4,300-digit limit on int-to-string conversion.
     sys.set_int_max_str_digits(0)
+    # The same wide rows make expressions nested deeper than the compiler's default limit
+    # (Python 3.11 derives it from the recursion limit): found by the random-network test.
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
     top = Module()  # defines `sync` so purely combinational blocks can be clocked too
     top.domains.sync = ClockDomain()
     top.submodules.dut = dut
