@@ -5,10 +5,10 @@ import pytest
 
 from hw.link.endpoint import LinkEndpoint
 from hw.link.layer import LinkLayer
-from hw.link.protocol import LinkConfig, frame_efficiency
+from hw.link.protocol import LinkConfig, frame_efficiency, sized_config
 from hw.link.sim_phy import LaneErrors
 from hw.synth import synthesize
-from sim.link import DEFAULT_CHANNELS, run_link, sized_config
+from sim.link import DEFAULT_CHANNELS, run_link
 
 pytestmark = pytest.mark.bench
 

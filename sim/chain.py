@@ -9,10 +9,11 @@ final weights back out of the LPRAMs and bias RAMs.
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Module
+from amaranth.hdl import DomainRenamer, Module
 
 from hw.node.top import Node, connect_chain
 from mapping import golden, numerics
+from sim.chain_links import LinkedChain
 from sim.stall import stalling_link
 from sim.testbench import put, simulate
 
@@ -31,6 +32,7 @@ class ChainRun:
     sample_starts: dict     # node -> cycle at which each sample's first input beat entered
     golden: dict            # golden.train's final params
     record: object          # golden.TrainRecord
+    link_counters: list = ()  # over links: per link, (upstream, downstream) endpoint counters
 
 
 def stale_per_layer(mapping):
@@ -94,18 +96,25 @@ def assert_bit_exact(run, initial):
             np.testing.assert_array_equal(run.params[layer][1], bias, err_msg=f"{layer} bias")
 
 
-def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0, deadline=200_000):
+def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0, deadline=200_000,
+                links: LinkedChain = None):
     """Train on the simulated chain.
 
     ``stall``: probability that a link, or the image and label feed, idles on a cycle.
+    ``links``: join neighbours through link cores over the simulation PHY instead of port to
+    port (``stall`` then applies to the feeds only); ``deadline`` counts node 0's cycles.
     """
     config = mapping.nodes[0]
     batch, lr, formats = config.training.batch, config.training.lr, config.formats
     nodes = [Node(cfg, params=params) for cfg in mapping.nodes]
+    domains = links.node_domains(len(nodes)) if links else ["sync"] * len(nodes)
     top = Module()
-    for n, node in enumerate(nodes):
-        top.submodules[f"node{n}"] = node
-    connect_chain(top, nodes, link=stalling_link(stall) if stall else None)
+    for n, (node, domain) in enumerate(zip(nodes, domains)):
+        top.submodules[f"node{n}"] = node if domain == "sync" else DomainRenamer(domain)(node)
+    if links:
+        lanes = links.join(top, nodes)
+    else:
+        connect_chain(top, nodes, link=stalling_link(stall) if stall else None)
 
     samples = len(inputs)
     words = numerics.quantize(inputs, formats.act_frac)
@@ -124,26 +133,37 @@ def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0
 
     starts = {n: [] for n in range(len(nodes))}
     beats = [input_beats(cfg) for cfg in mapping.nodes]
-    seen = [0] * len(nodes)
+
+    def sample_starts(n):
+        """Node ``n``'s cycle (on its own clock) at which each sample's first input beat enters."""
+        async def watch(ctx):
+            seen = cycle = 0
+            async for _, _, valid, ready in ctx.tick(domains[n]).sample(nodes[n].up.act.valid,
+                                                                         nodes[n].up.act.ready):
+                if valid and ready:
+                    if seen % beats[n] == 0:
+                        starts[n].append(cycle)
+                    seen += 1
+                cycle += 1
+        return watch
 
     async def finish(ctx):
         cycle = 0
         while any(ctx.get(node.updates) < samples // batch for node in nodes):
-            for n, node in enumerate(nodes):
-                if ctx.get(node.up.act.valid) and ctx.get(node.up.act.ready):
-                    if seen[n] % beats[n] == 0:
-                        starts[n].append(cycle)
-                    seen[n] += 1
             await ctx.tick()
             cycle += 1
         state["cycles"] = cycle
         for node in nodes:
             _store_node(ctx, node, final)
+        if links:
+            state["links"] = lanes.counters(ctx)
 
-    simulate(top, images, label_feed, finish, deadline=deadline)
+    monitors = [sample_starts(n) for n in range(len(nodes))]
+    simulate(top, images, label_feed, finish, processes=monitors + (lanes.processes() if links else []),
+             clocks=lanes.clocks if links else None, deadline=deadline)
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))
-    return ChainRun(final, state["cycles"], starts, expected, record)
+    return ChainRun(final, state["cycles"], starts, expected, record, state.get("links", ()))
 
 
 def cycles_per_sample(run, node):

@@ -152,6 +152,16 @@ def replay_frames(config, phy_latency):
     return 1 << (frames - 1).bit_length()
 
 
+def sized_config(channels, lane_width, latency):
+    """A LinkConfig whose receive buffers and replay buffer are sized for ``latency`` cycles of
+    PHY latency by the protocol's formulas (the replay buffer capped by the sequence window)."""
+    base = LinkConfig(channels, lane_width=lane_width, replay_frames=2)
+    depth = max(receive_depth(base, latency, c) for c in range(len(channels)))
+    sized = LinkConfig(channels, lane_width=lane_width, replay_frames=2, receive_depth=depth)
+    return LinkConfig(channels, lane_width=lane_width, receive_depth=depth,
+                      replay_frames=min(replay_frames(sized, latency), sized.seq_window))
+
+
 def frame_efficiency(config, channel):
     """Payload bits per line bit of back-to-back data frames of ``channel``, without ACK traffic."""
     return config.channels[channel][1] / (config.frame_flits(channel) * config.lane_width)

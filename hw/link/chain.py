@@ -1,0 +1,93 @@
+"""Neighbouring nodes joined by link cores: every stream of a ChainLink multiplexed over one
+full-duplex lane.
+
+A link between node i and node i+1 carries every stream :func:`hw.node.ports.link_streams`
+lists for ``nodes[i].down``: the forward ones (act, psum, ocp, label, weight-balancing streams
+whose host lies upstream) leave through the upstream endpoint's ``tx`` and arrive at the
+downstream endpoint's ``rx``; the backward ones (err, zerr, epsum, the others) the other way.
+Both endpoints are built from one :class:`~hw.link.protocol.LinkConfig` whose channels are all
+of those streams, so each endpoint has a sender and a receive buffer for every channel and uses
+one side of each (the unused side never sees a word; see docs/link_protocol.md).
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Shape
+from amaranth.lib import wiring
+
+from ..node.ports import link_streams
+from ..node.top import check_chain
+from .endpoint import LinkEndpoint
+from .layer import LinkLayer
+from .protocol import LinkConfig, sized_config
+
+
+def channel_name(path):
+    """The link channel of the stream at ``path`` in a ChainLink (member names joined)."""
+    return "_".join(path)
+
+
+def chain_link_config(port, lane_width=32, phy_latency=8):
+    """The LinkConfig of the link on ChainLink ``port`` (either end's), its receive and replay
+    buffers sized for ``phy_latency`` link cycles each way by the protocol's formulas."""
+    channels = [(channel_name(path), Shape.cast(stream.payload.shape()).width)
+                for path, _, stream in link_streams(port)]
+    return sized_config(channels, lane_width, phy_latency)
+
+
+def attach_endpoint(m, port, endpoint, upstream):
+    """Join ChainLink ``port`` of a node to link ``endpoint``: the streams this end produces into
+    ``endpoint.tx``, the ones it consumes from ``endpoint.rx``. ``upstream``: the port is the
+    upstream node's ``down`` (else the downstream node's ``up``)."""
+    for path, downstream, stream in link_streams(port):
+        name = channel_name(path)
+        if downstream == upstream:
+            channel = getattr(endpoint.tx, name)
+            m.d.comb += [channel.payload.eq(stream.payload), channel.valid.eq(stream.valid),
+                         stream.ready.eq(channel.ready)]
+        else:
+            channel = getattr(endpoint.rx, name)
+            m.d.comb += [stream.payload.eq(channel.payload), stream.valid.eq(channel.valid),
+                         channel.ready.eq(stream.ready)]
+
+
+@dataclass(frozen=True)
+class NeighbourLink:
+    """The link between node ``index`` and node ``index + 1``: its config and both endpoints
+    (``upstream`` on node ``index``), each sending on its link clock ``tx_domains[end]``."""
+    index: int
+    config: LinkConfig
+    upstream: wiring.Component
+    downstream: wiring.Component
+    tx_domains: tuple
+
+
+def link_chain(m, nodes, phy, *, lane_width=32, phy_latency=8, node_domains=None, link_domains=None,
+               fifo_depth=4):
+    """Join every node's ``down`` port to its successor's ``up`` port through two link endpoints
+    and a PHY; returns the :class:`NeighbourLink` of every neighbour pair.
+
+    ``phy(m, link)`` joins ``link.upstream.phy`` and ``link.downstream.phy`` (a lane each way).
+    ``node_domains``: each node's clock domain; None runs nodes and links in ``sync`` with
+    :class:`LinkLayer` endpoints (no clock crossings). Otherwise every endpoint is a
+    :class:`LinkEndpoint` between its node's clock and its link clock, ``link_domains[i]`` =
+    (upstream, downstream) link clocks of link i; each end receives on its partner's link clock
+    (forwarded, as a receiver recovers it).
+    """
+    check_chain(nodes)
+    links = []
+    for i, (a, b) in enumerate(zip(nodes, nodes[1:])):
+        config = chain_link_config(a.down, lane_width, phy_latency)
+        if node_domains is None:
+            ends, tx_domains = (LinkLayer(config), LinkLayer(config)), ("sync", "sync")
+        else:
+            tx_domains = tuple(link_domains[i])
+            ends = tuple(LinkEndpoint(config, node_domains[i + end], tx_domains[end], tx_domains[1 - end],
+                                      fifo_depth=fifo_depth) for end in (0, 1))
+        m.submodules[f"link{i}_up"], m.submodules[f"link{i}_down"] = ends
+        attach_endpoint(m, a.down, ends[0], upstream=True)
+        attach_endpoint(m, b.up, ends[1], upstream=False)
+        link = NeighbourLink(i, config, *ends, tx_domains)
+        phy(m, link)
+        links.append(link)
+    return links

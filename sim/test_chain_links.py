@@ -1,0 +1,49 @@
+"""The default chain trains bit-exactly with every pair of neighbours joined by link cores over
+the simulation PHY (issue 16): error-free, with bit errors and a loss of lock in the middle of a
+mini-batch, and with nodes on different clocks."""
+
+import numpy as np
+import pytest
+
+from mapping import zoo
+from mapping.cluster import parse_cluster
+from mapping.mapper import GENERATOR_OPTIONS, map_network
+from sim.chain import CHAIN, assert_bit_exact, random_data, report, train_chain
+from sim.chain_links import LinkedChain
+
+BATCH, LR, SAMPLES = 3, 0.05, 6
+
+
+def _train_over_links(links, seed):
+    network = zoo.tiny()
+    mapping = map_network(network, parse_cluster(CHAIN), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+    inputs, labels, params = random_data(network, SAMPLES, seed)
+    run = train_chain(network, mapping, inputs, labels, params, rng=np.random.default_rng(seed), links=links)
+    print(f"\n{CHAIN} over links {links}: {run.cycles} cycles for {SAMPLES} samples\n{report(mapping, run)}")
+    for i, ends in enumerate(run.link_counters):
+        print(f"link {i}: " + "; ".join(" ".join(f"{k} {v}" for k, v in end.items()) for end in ends))
+    assert_bit_exact(run, params)
+    return run
+
+
+def test_chain_over_error_free_links_trains_bit_exact():
+    run = _train_over_links(LinkedChain(), seed=1)
+    for upstream, downstream in run.link_counters:
+        for end in (upstream, downstream):
+            assert (end["replays"], end["crc_errors"], end["retrains"]) == (0, 0, 0)
+
+
+@pytest.mark.slow
+def test_chain_over_lossy_links_with_a_loss_of_lock_mid_batch_trains_bit_exact():
+    # Both lanes of the middle link lose lock for 200 cycles in the middle of the first mini-batch.
+    run = _train_over_links(LinkedChain(ber=1e-4, lock_loss=(1, 1000, 200), seed=2), seed=2)
+    ends = [end for pair in run.link_counters for end in pair]
+    assert sum(end["replays"] for end in ends) > 0 and sum(end["crc_errors"] for end in ends) > 0
+    assert run.link_counters[1][0]["retrains"] >= 1 and run.link_counters[1][1]["retrains"] >= 1
+
+
+@pytest.mark.slow
+def test_chain_with_nodes_on_different_clocks_trains_bit_exact():
+    # Nodes at 100, 77, 100 and 77 MHz; every link end on a 125 MHz link clock, the downstream
+    # ends 0.05 % slower than the upstream ones.
+    _train_over_links(LinkedChain(node_mhz=(100, 77, 100, 77)), seed=3)
