@@ -344,6 +344,7 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch):
         # The link cores' line time (frames, CRC, ACK and credit frames, IDLEs; line code in
         # link_gbps) at the achieved rate, on the busiest link direction.
         "link_utilisation": float(utilisation[busiest_line]) if busiest_line is not None else 0.0,
+        "busiest_link_line_gbps": float(line_bits.max()) * rate / 1e9 if line_bits.size else 0.0,
         "link_efficiency": (float(per_link[busiest_line] * 8 / line_bits[busiest_line])
                             if busiest_line is not None and line_bits[busiest_line] else 0.0),
     }

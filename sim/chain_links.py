@@ -14,13 +14,14 @@ from hw.link.sim_phy import LaneErrors, SimulatedLane
 # The downstream end of every link sends on a clock this much slower than the upstream end's:
 # two boards' link clocks are never exactly equal (the elastic buffer absorbs it).
 LINK_CLOCK_OFFSET = 0.0005
+SYNC_MHZ = 100  # sim.testbench.simulate's clock, node 0's
 
 
 @dataclass(frozen=True)
 class LinkedChain:
     """``lane_width`` bits per flit, ``latency`` link cycles each way, ``ber`` and ``burst`` on
     every lane. ``lock_loss``: (link, first lane cycle, cycles) during which both lanes of that
-    link lose lock. ``node_mhz``: each node's clock (node 0 stays in ``sync``); None runs every
+    link lose lock. ``node_mhz``: each node's clock (node 0 stays in ``sync``, at 100 MHz); None runs every
     node and link core in ``sync`` (no clock crossings). ``link_mhz``: the link clock."""
     lane_width: int = 32
     latency: int = 4
@@ -45,7 +46,9 @@ class LinkedChain:
         domains = None
         if self.node_mhz is not None:
             domains = self.node_domains(len(nodes))
-            for n, mhz in enumerate(self.node_mhz):
+            if self.node_mhz[0] != SYNC_MHZ:
+                raise ValueError(f"node 0 runs on the testbench's {SYNC_MHZ} MHz clock, not {self.node_mhz[0]}")
+            for n, mhz in enumerate(self.node_mhz[1:], start=1):
                 lanes.clocks[domains[n]] = 1e-6 / mhz
             link_domains = [(f"link{i}a", f"link{i}b") for i in range(len(nodes) - 1)]
             for a, b in link_domains:
