@@ -341,6 +341,8 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch):
         "nodes": nodes,
         "link_bytes_forward": fwd.tolist(),
         "link_bytes_backward": bwd.tolist(),
+        "link_line_bits_forward": line_bits[:n - 1].tolist() if n > 1 else [],
+        "link_line_bits_backward": line_bits[n - 1:].tolist() if n > 1 else [],
         # The link cores' line time (frames, CRC, ACK and credit frames, IDLEs; line code in
         # link_gbps) at the achieved rate, on the busiest link direction.
         "link_utilisation": float(utilisation[busiest_line]) if busiest_line is not None else 0.0,
