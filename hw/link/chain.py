@@ -12,13 +12,17 @@ one side of each (the unused side never sees a word; see docs/link_protocol.md).
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Shape
+from amaranth.hdl import Module, Shape
 from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
 
+from mapping import link_model
+
+from ..memory.update_gate import COUNT_BITS
 from ..node.ports import link_streams
-from ..node.top import check_chain
+from ..node.top import Node, check_chain
 from .endpoint import LinkEndpoint
-from .layer import LinkLayer
+from .layer import LinkLayer, PhySignature
 from .protocol import LinkConfig, sized_config
 
 
@@ -91,3 +95,44 @@ def link_chain(m, nodes, phy, *, lane_width=32, phy_latency=8, node_domains=None
         phy(m, link)
         links.append(link)
     return links
+
+
+class LinkedNode(wiring.Component):
+    """One node as its FPGA sees the chain: the :class:`~hw.node.top.Node` with a
+    :class:`LinkEndpoint` on each chain port that faces a neighbour (``up_phy``, ``down_phy``:
+    :class:`PhySignature` ports for the PHYs; ``up_link_up``, ``down_link_up``). Node 0's ``up``
+    port, the images and labels from the host, stays a ChainLink port.
+
+    Clock domains: the node in ``sync``; each endpoint's link clock ``{side}_link`` and receive
+    clock ``{side}_link_rx`` (the PHY's word and recovered clocks).
+    """
+
+    def __init__(self, config, *, lane_width=link_model.LANE_WIDTH, phy_latency=link_model.PHY_LATENCY,
+                 params=None, family=None):
+        self.node = Node(config, params=params, family=family)
+        members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS)}
+        self.links = {}
+        for side in ("up", "down"):
+            if side not in self.node.signature.members:
+                continue
+            if side == "up" and config.index == 0:
+                members["up"] = self.node.signature.members["up"]
+                continue
+            self.links[side] = chain_link_config(getattr(self.node, side), lane_width, phy_latency)
+            members[f"{side}_phy"] = Out(PhySignature(lane_width))
+            members[f"{side}_link_up"] = Out(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.node = node = self.node
+        m.d.comb += [node.total_samples.eq(self.total_samples), self.updates.eq(node.updates)]
+        if "up" not in self.links:
+            connect(m, flipped(self.up), node.up)
+        for side, config in self.links.items():
+            endpoint = LinkEndpoint(config, "sync", f"{side}_link", f"{side}_link_rx")
+            m.submodules[f"{side}_link"] = endpoint
+            attach_endpoint(m, getattr(node, side), endpoint, upstream=side == "down")
+            connect(m, endpoint.phy, flipped(getattr(self, f"{side}_phy")))
+            m.d.comb += getattr(self, f"{side}_link_up").eq(endpoint.link_up)
+        return m
