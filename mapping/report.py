@@ -10,9 +10,9 @@ def table(mapping):
     s = mapping.summary
     lines = [f"{mapping.network} on {mapping.cluster}: {s['samples_per_s']:.1f} samples/s "
              f"({s['limited_by']} bound), {s['gops_per_device']:.0f} GOPS per device, "
-             f"idle stages {100 * s['idle']:.2f}%, busiest link {s['busiest_link_gbps']:.1f} Gb/s of payload "
-             f"({s['busiest_link_line_gbps']:.1f} Gb/s of line with the link cores' framing, "
-             f"{100 * s['link_utilisation']:.0f}% of its link used)",
+             f"idle stages {100 * s['idle']:.2f}%, busiest link {s['busiest_link_gbps']:.1f} Gb/s of payload, "
+             f"{s['busiest_link_line_gbps']:.1f} Gb/s of line with the link cores' framing (at the compute-bound "
+             f"rate); {100 * s['link_utilisation']:.0f}% of the busiest link used",
              f"{'node':>4} {'device':<14} {'DSP%':>5} {'BRAM%':>6} {'link Gb/s':>9} {'idle%':>6}  slices"]
     for node, perf in zip(mapping.nodes, s["per_node"]):
         parts = []

@@ -5,6 +5,7 @@ mini-batch, and with nodes on different clocks."""
 import numpy as np
 import pytest
 
+from hw.link.chain import LinkedNode
 from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
@@ -47,3 +48,20 @@ def test_chain_with_nodes_on_different_clocks_trains_bit_exact():
     # Nodes at 100, 77, 100 and 77 MHz; every link end on a 125 MHz link clock, the downstream
     # ends 0.05 % slower than the upstream ones.
     _train_over_links(LinkedChain(node_mhz=(100, 77, 100, 77)), seed=3)
+
+
+def test_link_channels_of_the_default_chain():
+    """Every stream between two neighbours is a channel of their link, both directions in one
+    config, the same at both ends (channels in name order); a LinkedNode has a PHY port per neighbour (node 0's up port stays the host's)."""
+    mapping = map_network(zoo.tiny(), parse_cluster(CHAIN), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+    linked = [LinkedNode(cfg) for cfg in mapping.nodes]
+    configs = [node.links["down"] for node in linked[:-1]]
+    assert [config.channels for config in configs] == [
+        (("act", 48), ("err", 48), ("label", 16), ("psum", 96), ("zerr", 128)),
+        (("act", 16), ("err", 16), ("label", 16), ("psum", 96), ("zerr", 128)),
+        (("act", 128), ("err", 128), ("label", 16))]
+    assert [node.links["up"] for node in linked[1:]] == configs
+    # 16-bit lanes, 16 cycles of PHY latency: round trips of 133-141 cycles
+    assert [(config.receive_depth, config.replay_frames) for config in configs] == [(35, 64)] * 3
+    assert [sorted(node.links) for node in linked] == [["down"], ["down", "up"], ["down", "up"], ["up"]]
+    assert "up" in linked[0].signature.members and "up_phy" in linked[1].signature.members

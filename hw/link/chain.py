@@ -32,10 +32,12 @@ def channel_name(path):
 
 
 def chain_link_config(port, lane_width=32, phy_latency=8):
-    """The LinkConfig of the link on ChainLink ``port`` (either end's), its receive and replay
-    buffers sized for ``phy_latency`` link cycles each way by the protocol's formulas."""
-    channels = [(channel_name(path), Shape.cast(stream.payload.shape()).width)
-                for path, _, stream in link_streams(port)]
+    """The LinkConfig of the link on ChainLink ``port`` (either end's: the channels in the order
+    of their names, since the two ends list their members in different orders and a frame names
+    its channel by index), its receive and replay buffers sized for ``phy_latency`` link cycles
+    each way by the protocol's formulas."""
+    channels = sorted((channel_name(path), Shape.cast(stream.payload.shape()).width)
+                      for path, _, stream in link_streams(port))
     return sized_config(channels, lane_width, phy_latency)
 
 
