@@ -63,9 +63,11 @@ def test_chain_cycles_per_sample_over_links_against_direct_wires():
           f"({', '.join(f'{f / d - 1:+.1%}' for f, d in zip(fast, direct))} against direct)")
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")  # nodes built for their ports only
 def test_link_core_resources_per_node():
     """Yosys synth_ecp5 of the LinkEndpoints each node of the default chain carries (16-bit lanes,
-    buffers sized for the mapping's PHY latency)."""
+    buffers sized for the mapping's PHY latency), each on its own with both directions of every
+    channel; inside a node the half a side never uses is removed (see the SERDES node below)."""
     mapping = _mapping()
     nodes = [Node(cfg) for cfg in mapping.nodes]
     configs = [chain_link_config(a.down, link_model.LANE_WIDTH, link_model.PHY_LATENCY) for a in nodes[:-1]]

@@ -50,6 +50,7 @@ def test_chain_with_nodes_on_different_clocks_trains_bit_exact():
     _train_over_links(LinkedChain(node_mhz=(100, 77, 100, 77)), seed=3)
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")  # nodes built for their ports only
 def test_link_channels_of_the_default_chain():
     """Every stream between two neighbours is a channel of their link, both directions in one
     config, the same at both ends (channels in name order); a LinkedNode has a PHY port per neighbour (node 0's up port stays the host's)."""
