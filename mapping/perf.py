@@ -79,11 +79,11 @@ import math
 
 import numpy as np
 
+from . import link_model
 from .balance import LINK_LATENCY_CYCLES
 from .numerics import ACC_BITS, WORD_BITS
 from .partition import FC_READ_BYTES, FC_UPDATE_BYTES, dram_bytes, slice_cycles
 
-W, A = WORD_BITS // 8, ACC_BITS // 8  # bytes of a word and of a partial sum
 
 
 def dram_cycles(sl, budget, batch):
@@ -190,18 +190,25 @@ def fp_stale(plans, slices, node_budgets, tau, batch):
     return result
 
 
-def link_bytes(plans, slices, blocks, n):
-    """Bytes per sample on every link: (forward i -> i+1, backward i+1 -> i), each length n-1."""
-    fwd, bwd = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
+def link_traffic(plans, slices, blocks, n):
+    """Words per sample on every link, as the link cores carry them: (forward i -> i+1, backward
+    i+1 -> i), each a list of n-1 lists of (words, bits per word). A word is one beat of a
+    node's stream (docs/node_dataflow.md): a pixel of its channels, a group of P partial sums."""
+    fwd, bwd = [[] for _ in range(max(n - 1, 0))], [[] for _ in range(max(n - 1, 0))]
     layers = _by_layer(slices, len(plans))
 
-    def over(arr, a, b, amount):  # links between nodes a < b
-        if b > a:
-            arr[a:b] += amount
+    def over(links, a, b, words, bits):  # links between nodes a < b
+        for link in range(a, b):
+            links[link].append((words, bits))
+
+    def pixels(links, link, channels, h, w):
+        if channels:
+            links[link].append((h * w, channels * WORD_BITS))
 
     first_node = layers[0][0].node
-    over(fwd, 0, first_node, math.prod(plans[0].in_shape) * W)  # the image, from the host at node 0
-    over(fwd, 0, layers[-1][-1].node, W)  # the label travels to the loss
+    c0, h0, w0 = plans[0].in_shape
+    over(fwd, 0, first_node, h0 * w0, c0 * WORD_BITS)  # the image, from the host at node 0
+    over(fwd, 0, layers[-1][-1].node, 1, WORD_BITS)      # the label travels to the loss
     for l, (plan, group) in enumerate(zip(plans, layers)):
         c_in, h, w = plan.in_shape
         oc, oh, ow = plan.out_shape
@@ -209,26 +216,52 @@ def link_bytes(plans, slices, blocks, n):
         for prev, sl in zip(group, group[1:]):
             link = sl.node - 1
             if plan.mode == "icp":
-                fwd[link] += (c_in - sl.lo) * h * w * W + oc * oh * ow * A
-                bwd[link] += oc * oh * ow * W
+                pixels(fwd, link, c_in - sl.lo, h, w)
+                lanes = prev.shape.P
+                fwd[link].append((-(-oc // lanes) * oh * ow, lanes * ACC_BITS))
+                pixels(bwd, link, oc, oh, ow)
                 if plan.needs_eb:
-                    bwd[link] += (c_in - sl.lo) * h * w * W
+                    pixels(bwd, link, c_in - sl.lo, h, w)
             else:
-                fwd[link] += c_in * h * w * W + sl.lo * ph * pw * W
-                bwd[link] += prev.hi * ph * pw * W
+                pixels(fwd, link, c_in, h, w)
+                pixels(fwd, link, sl.lo, ph, pw)
+                pixels(bwd, link, prev.hi, ph, pw)
                 if plan.needs_eb:
-                    bwd[link] += c_in * h * w * A
+                    bwd[link].append((h * w, c_in * ACC_BITS))
         if l + 1 < len(plans):
-            words = math.prod(plan.sfu_shape)
-            over(fwd, group[-1].node, layers[l + 1][0].node, words * W)
-            over(bwd, group[-1].node, layers[l + 1][0].node, words * W)
+            c, ph, pw = plan.sfu_shape
+            over(fwd, group[-1].node, layers[l + 1][0].node, ph * pw, c * WORD_BITS)
+            over(bwd, group[-1].node, layers[l + 1][0].node, ph * pw, c * WORD_BITS)
     plan_of = {p.name: p for p in plans}
     for block in blocks:
         lo, hi = sorted((block.host, block.owner))
         weights, grads = (fwd, bwd) if block.host < block.owner else (bwd, fwd)
-        over(weights, lo, hi, block.words * W * remote_streams(plan_of[block.layer]))
-        over(grads, lo, hi, block.words * A)
+        rows = block.out_range[1] - block.out_range[0]
+        row = block.words // rows  # the model's word: one output channel's row of weights
+        over(weights, lo, hi, rows * remote_streams(plan_of[block.layer]), row * WORD_BITS)
+        over(grads, lo, hi, rows, row * ACC_BITS)
     return fwd, bwd
+
+
+def link_bytes(plans, slices, blocks, n):
+    """Bytes per sample on every link: (forward i -> i+1, backward i+1 -> i), each length n-1."""
+    return tuple(np.array([sum(words * bits for words, bits in link) / 8 for link in links])
+                 for links in link_traffic(plans, slices, blocks, n))
+
+
+def link_line_bits(traffic, lane_width=link_model.LANE_WIDTH):
+    """Line bits per sample of one link direction's ``traffic`` on a saturated link core: data
+    frames, control frames and IDLEs (mapping/link_model.py). Channels: one per distinct word
+    width, the control frame's credit fields sized for a receive buffer of a round trip."""
+    if not traffic:
+        return 0.0
+    widths = sorted({bits for _, bits in traffic})
+    frames = [link_model.frame_flits(bits, lane_width) for bits in widths]
+    control = link_model.control_frame_flits(len(widths), 1, lane_width)
+    depth = link_model.receive_depth(min(frames), link_model.round_trip_cycles(
+        max(frames), max(frames), control, link_model.PHY_LATENCY, link_model.ACK_INTERVAL))
+    control = link_model.control_frame_flits(len(widths), depth, lane_width)
+    return link_model.line_flits(traffic, lane_width, control) * lane_width
 
 
 def remote_streams(plan):
@@ -263,7 +296,9 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch):
     tau = period(slices, node_budgets, batch)
     rate = 1 / tau
     cyc = node_cycles(slices, node_budgets, batch)
-    fwd, bwd = link_bytes(plans, slices, blocks, n)
+    traffic = link_traffic(plans, slices, blocks, n)
+    fwd, bwd = (np.array([sum(words * bits for words, bits in link) / 8 for link in links]) for links in traffic)
+    line_bits = np.array([link_line_bits(link) for links in traffic for link in links])
     nodes = []
     for d, budget in enumerate(node_budgets):
         mine = [sl for sl in slices if sl.node == d]
@@ -285,8 +320,11 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch):
     alloc = sum(p.multipliers * tau * b.clock_hz for p, b in zip(nodes, node_budgets))
     per_link = np.concatenate([fwd, bwd])
     gbps = np.concatenate([link_gbps, link_gbps]) if n > 1 else np.zeros(0)
-    limits = [g * 1e9 / (8 * x) for g, x in zip(gbps, per_link) if x > 0]
+    limits = [g * 1e9 / bits for g, bits in zip(gbps, line_bits) if bits > 0]
     link_rate = float(min(limits)) if limits else math.inf
+    achieved = min(rate, link_rate)
+    utilisation = line_bits * achieved / (gbps * 1e9) if n > 1 else np.zeros(0)
+    busiest_line = int(np.argmax(utilisation)) if utilisation.size else None
     busiest = float(per_link.max()) if per_link.size else 0.0
     return {
         "period_s": tau,
@@ -303,4 +341,12 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch):
         "nodes": nodes,
         "link_bytes_forward": fwd.tolist(),
         "link_bytes_backward": bwd.tolist(),
+        "link_line_bits_forward": line_bits[:n - 1].tolist() if n > 1 else [],
+        "link_line_bits_backward": line_bits[n - 1:].tolist() if n > 1 else [],
+        # The link cores' line time (frames, CRC, ACK and credit frames, IDLEs; line code in
+        # link_gbps) at the achieved rate, on the busiest link direction.
+        "link_utilisation": float(utilisation[busiest_line]) if busiest_line is not None else 0.0,
+        "busiest_link_line_gbps": float(line_bits.max()) * rate / 1e9 if line_bits.size else 0.0,
+        "link_efficiency": (float(per_link[busiest_line] * 8 / line_bits[busiest_line])
+                            if busiest_line is not None and line_bits[busiest_line] else 0.0),
     }

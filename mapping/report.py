@@ -10,7 +10,9 @@ def table(mapping):
     s = mapping.summary
     lines = [f"{mapping.network} on {mapping.cluster}: {s['samples_per_s']:.1f} samples/s "
              f"({s['limited_by']} bound), {s['gops_per_device']:.0f} GOPS per device, "
-             f"idle stages {100 * s['idle']:.2f}%, busiest link {s['busiest_link_gbps']:.1f} Gb/s",
+             f"idle stages {100 * s['idle']:.2f}%, busiest link {s['busiest_link_gbps']:.1f} Gb/s of payload, "
+             f"{s['busiest_link_line_gbps']:.1f} Gb/s of line with the link cores' framing (at the compute-bound "
+             f"rate); {100 * s['link_utilisation']:.0f}% of the busiest link used",
              f"{'node':>4} {'device':<14} {'DSP%':>5} {'BRAM%':>6} {'link Gb/s':>9} {'idle%':>6}  slices"]
     for node, perf in zip(mapping.nodes, s["per_node"]):
         parts = []
@@ -46,6 +48,7 @@ def sweep(network, device_cluster, sizes, link_gbps, **options):
                        "link_samples_per_s": s["link_samples_per_s"],
                        "samples_per_s": s["samples_per_s"], "limited_by": s["limited_by"],
                        "busiest_link_gbps": s["busiest_link_gbps"],
+                       "busiest_link_line_gbps": s["busiest_link_line_gbps"],
                        "idle": s["idle"], "gops_per_device": s["gops_per_device"]})
     return points
 
@@ -71,13 +74,14 @@ def linear_limit(points):
 
 
 def link_limit(points, link_gbps):
-    """Largest cluster size before the busiest link first needs more than ``link_gbps``
-    (at the compute-bound rate): where the links stop being enough, whatever else does."""
+    """Largest cluster size before the busiest link first needs more than ``link_gbps`` of line
+    rate (at the compute-bound rate, with the link cores' frames, CRC and ACK traffic): where the
+    links stop being enough, whatever else does."""
     best = None
     for p in points:
         if "error" in p:
             continue
-        if p["busiest_link_gbps"] > link_gbps:
+        if p["busiest_link_line_gbps"] > link_gbps:
             return best
         best = p["devices"]
     return best

@@ -5,22 +5,27 @@ import pytest
 
 from hw.link.endpoint import LinkEndpoint
 from hw.link.layer import LinkLayer
-from hw.link.protocol import LinkConfig, frame_efficiency
+from hw.link.protocol import LinkConfig, frame_efficiency, sized_config
 from hw.link.sim_phy import LaneErrors
 from hw.synth import synthesize
-from sim.link import DEFAULT_CHANNELS, run_link, sized_config
+from mapping import link_model
+from sim.link import DEFAULT_CHANNELS, run_link
 
 pytestmark = pytest.mark.bench
 
 
 def test_efficiency_against_the_frame_model():
     config = sized_config(DEFAULT_CHANNELS, 16, 8)   # what python -m sim.link uses
-    # All channels busy: one frame of each per round-robin round, payload over line flits.
-    frames = sum(config.frame_flits(c) for c in range(len(config.channels)))
-    model = sum(width for _, width in config.channels) / (frames * config.lane_width)
-    control = config.frame_flits(None) / config.ack_interval   # at most one per ack_interval
-    print(f"\nframe model: {model:.3f} without control frames, {model * (1 - control):.3f} with one "
-          f"per {config.ack_interval} cycles; receive buffers {config.receive_depth} words, replay buffer "
+    # All channels busy: one frame of each per round-robin round (the mapping's link model).
+    traffic = [(1, width) for _, width in config.channels]
+    control = config.frame_flits(None)
+    bare = link_model.efficiency(traffic, config.lane_width, control, ack_interval=float("inf"),
+                                 idle_interval=float("inf"))
+    model = link_model.efficiency(traffic, config.lane_width, control, ack_interval=config.ack_interval,
+                                  idle_interval=config.idle_interval)
+    print(f"\nmapping's link model: {bare:.3f} without control frames and IDLEs, {model:.3f} with one "
+          f"control frame per {config.ack_interval} cycles and an IDLE per {config.idle_interval} flits; "
+          f"receive buffers {config.receive_depth} words, replay buffer "
           f"{config.replay_frames} frames; per channel alone: "
           + ", ".join(f"{name} {frame_efficiency(config, c):.3f}" for c, (name, _) in enumerate(config.channels)))
     for ber in (0.0, 1e-6, 1e-4):
@@ -31,7 +36,7 @@ def test_efficiency_against_the_frame_model():
               f"replays {sum(c['replays'] for c in counters)}, "
               f"frames replayed {sum(c['frames_replayed'] for c in counters)}, "
               f"CRC errors {sum(c['crc_errors'] for c in counters)} "
-              f"({run.delivered} words, {run.cycles} cycles)")
+              f"({run.delivered} words, {run.cycles} cycles; {run.efficiency(config.lane_width) / model:.3f} of the model)")
 
 
 def test_resources_of_one_link_core():

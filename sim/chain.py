@@ -35,6 +35,7 @@ class ChainRun:
     golden: dict            # golden.train's final params
     record: object          # golden.TrainRecord
     seconds: float = 0.0    # wall-clock time of the simulation alone (build and golden model excluded)
+    link_counters: list = ()  # over links: per link, (upstream, downstream) endpoint counters
 
     @property
     def cycles_per_second(self):
@@ -135,7 +136,8 @@ class _Feed:
 
 def _run_pysim(top, feed, final):
     """Amaranth's simulator: one testbench drives the feeds cycle by cycle, exactly as the
-    Verilator harness does, and reads the memories at the end."""
+    Verilator harness does, and reads the memories (and link counters) at the end. Input
+    beats are counted on ``sync``, node 0's clock, also for nodes on clocks of their own."""
     count = len(top.nodes)
     events = [[] for _ in range(count)]
     state = {}
@@ -164,10 +166,14 @@ def _run_pysim(top, feed, final):
         for name, rows, layer_slice, ram in top.param_rams():
             contents = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
             _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
+        if top.lanes is not None:
+            state["links"] = top.lanes.counters(ctx)
 
     started = time.monotonic()
-    simulate(top, bench, deadline=feed.deadline)
-    return state["cycles"], events, time.monotonic() - started
+    lanes = top.lanes
+    simulate(top, bench, deadline=feed.deadline, processes=lanes.processes() if lanes else (),
+             clocks=lanes.clocks if lanes else None)
+    return state["cycles"], events, time.monotonic() - started, state.get("links", ())
 
 
 # Cycles per call into the Verilator harness: between calls, the progress bar moves.
@@ -213,13 +219,15 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
 
 
 def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline=200_000, backend="pysim",
-                progress=None, profile="fast", threads=1):
+                progress=None, profile="fast", threads=1, links=None):
     """Train on the simulated chain and run the golden model on the same data.
 
     ``stall``: probability that a link, or the image and label feed, idles on a cycle.
     ``backend``: "pysim" (Amaranth's simulator, the reference) or "verilator".
     ``progress``: called with (fraction of the input beats taken, cycles) during a Verilator run;
     ``profile``: its build, "fast" or "quick", and ``threads`` the model's (``sim.verilated``).
+    ``links``: a ``sim.chain_links.LinkedChain``: neighbours joined through link cores over the
+    simulation PHY (``stall`` then applies to the feeds only; Amaranth's simulator only).
     """
     config = mapping.nodes[0]
     batch, lr, formats = config.training.batch, config.training.lr, config.formats
@@ -229,8 +237,11 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
               for y in range(words.shape[2]) for x in range(words.shape[3])]
     feed = _Feed(pixels, list(map(int, labels)), samples, samples // batch, deadline)
     final = {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
+    counters = ()
+    if links is not None and backend != "pysim":
+        raise ValueError("chains over link cores run on the pysim backend only")
     if backend == "pysim":
-        cycles, events, seconds = _run_pysim(ChainTop(mapping, params, stall), feed, final)
+        cycles, events, seconds, counters = _run_pysim(ChainTop(mapping, params, stall, links), feed, final)
     elif backend == "verilator":
         cycles, events, seconds = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress,
                                                  profile, threads)
@@ -240,7 +251,7 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))
-    return ChainRun(final, cycles, starts, expected, record, seconds)
+    return ChainRun(final, cycles, starts, expected, record, seconds, counters)
 
 
 def cycles_per_sample(run, node):

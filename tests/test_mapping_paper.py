@@ -57,7 +57,9 @@ def test_fc_weights_cost_two_dram_bytes_per_sample_and_two_per_mini_batch(alexne
 def test_alexnet_on_15_vc709_with_the_boards_own_links_is_link_bound():
     s = map_network(zoo.alexnet_ungrouped(), parse_cluster("vc709:15")).summary
     assert s["limited_by"] == "link bandwidth"
-    assert 420 < s["samples_per_s"] < 470            # doc: 446 (two SFP+ per neighbour, 20 Gb/s)
+    # doc: 395 (two SFP+ per neighbour, 20 Gb/s); 446 before the link cores' frames, CRC and
+    # ACK traffic were priced (0.854 of the line carries payload on the busiest link)
+    assert 370 < s["samples_per_s"] < 420
 
 
 @pytest.mark.parametrize("net", [zoo.vgg16, zoo.vgg19])
@@ -112,9 +114,11 @@ def test_alexnet_scaling_stops_at_the_first_layers_raster():
 
 
 @pytest.mark.slow
-def test_vgg16_scaling_turns_link_bound_above_75_devices():
+def test_vgg16_scaling_turns_link_bound_above_65_devices():
     points = sweep(zoo.vgg16(), parse_cluster("vc709:1"), range(60, 86, 5), 150.0)
     assert all("error" not in p for p in points)
-    assert link_limit(points, 150.0) == 75            # paper: 56
+    # paper: 56; 75 when the links carried payload only, 65 with the link cores' frames, CRC and
+    # ACK traffic (the busiest link at 70 devices needs 163 Gb/s of line)
+    assert link_limit(points, 150.0) == 65
     assert all(p["idle"] < 0.15 for p in points)      # doc: 5-12%
     assert points[-1]["samples_per_s"] < points[-1]["compute_samples_per_s"]

@@ -28,10 +28,10 @@ SERDES_MODULE = "fpdeep_ecp5_serdes"
 LANE_WIDTH = 16
 
 
-def write_serdes_verilog(directory, refclk_freq=100e6, linerate=2.5e9, dual=0, channel=0):
-    """Write module ``fpdeep_ecp5_serdes`` (EXTREFB reference input, LiteICLink's SerDesECP5 on
-    DCU ``dual`` channel ``channel``, 16-bit data and 2 K flags each way) to
-    ``directory``/fpdeep_ecp5_serdes.v, with the 8b/10b tables it reads ($readmemh files, found
+def write_serdes_verilog(directory, refclk_freq=100e6, linerate=2.5e9, dual=0, channel=0, name=SERDES_MODULE):
+    """Write module ``name`` (EXTREFB reference input, LiteICLink's SerDesECP5 on DCU ``dual``
+    channel ``channel``, 16-bit data and 2 K flags each way; one module per DCU channel a design
+    uses) to ``directory``/``name``.v, with the 8b/10b tables it reads ($readmemh files, found
     relative to the directory the synthesis tool runs in). Returns the Verilog file's path."""
     from litex.build.lattice.common import lattice_ecp5_trellis_special_overrides
     from liteiclink.serdes.serdes_ecp5 import SerDesECP5, SerDesECP5PLL
@@ -65,12 +65,12 @@ def write_serdes_verilog(directory, refclk_freq=100e6, linerate=2.5e9, dual=0, c
                         serdes.source.ctrl, word_tx_clk, word_rx_clk, ready}
 
     wrapper = Wrapper()
-    output = convert(wrapper, ios=wrapper.ios, name=SERDES_MODULE,
+    output = convert(wrapper, ios=wrapper.ios, name=name,
                      special_overrides=lattice_ecp5_trellis_special_overrides)
     directory = Path(directory)
     for name, contents in output.data_files.items():
         (directory / name).write_text(contents)
-    path = directory / f"{SERDES_MODULE}.v"
+    path = directory / f"{name}.v"
     path.write_text(output.main_source)
     return path
 
@@ -119,10 +119,11 @@ class ECP5SerdesPhy(wiring.Component):
     """``link``: connect to ``LinkEndpoint.phy`` (lane width 16). ``tx_clk`` is the DCUA's word
     clock: the parent clocks the link domain with it; ``rx_clk`` (recovered) clocks the receive
     domain ``rx_domain``. The reset and lock sequencer runs in ``sync`` (any free-running clock).
-    Pads: ``tx_p``/``tx_n``, ``rx_p``/``rx_n`` (the DCU channel's), ``refclk_p``/``refclk_n``."""
+    Pads: ``tx_p``/``tx_n``, ``rx_p``/``rx_n`` (the DCU channel's), ``refclk_p``/``refclk_n``.
+    ``module``: the Verilog module :func:`write_serdes_verilog` wrote for this DCU channel."""
 
-    def __init__(self, link_domain="link", rx_domain="link_rx"):
-        self.link_domain, self.rx_domain = link_domain, rx_domain
+    def __init__(self, link_domain="link", rx_domain="link_rx", module=SERDES_MODULE):
+        self.link_domain, self.rx_domain, self.module = link_domain, rx_domain, module
         super().__init__({
             "link": In(PhySignature(LANE_WIDTH)),
             "tx_clk": Out(1), "rx_clk": Out(1), "ready": Out(1),
@@ -134,7 +135,7 @@ class ECP5SerdesPhy(wiring.Component):
         m = Module()
         rx_data, rx_k = Signal(LANE_WIDTH), Signal(2)
         m.submodules.serdes = Instance(
-            SERDES_MODULE,
+            self.module,
             i_sys_clk=ClockSignal("sync"), i_sys_rst=ResetSignal("sync"),
             i_refclk_p=self.refclk_p, i_refclk_n=self.refclk_n,
             o_tx_pads_p=self.tx_p, o_tx_pads_n=self.tx_n, i_rx_pads_p=self.rx_p, i_rx_pads_n=self.rx_n,

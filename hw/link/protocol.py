@@ -12,9 +12,11 @@ describes the protocol for a board designer; this module is its executable form.
 """
 
 from dataclasses import dataclass
-from math import ceil
 
 from amaranth.lib.crc import catalog
+
+from mapping import link_model
+from mapping.link_model import FRAME_OVERHEAD_FLITS
 
 # The CRC is one flit wide, so a frame's check word is its last flit; one catalogue entry per
 # lane width (each detects every burst of up to its own width, i.e. any corruption of one flit).
@@ -30,8 +32,6 @@ K_TS2 = 0x5C   # K28.2: training, "I hear you"
 KIND_DATA = 1
 KIND_CTRL = 2
 KIND_BITS = 2
-
-PHY_RX_PIPELINE = 7  # cycles from a flit leaving the PHY to the receiver acting on it (elastic FIFO, registers)
 
 
 @dataclass(frozen=True)
@@ -102,18 +102,18 @@ class LinkConfig:
     @property
     def credit_bits(self):
         """Width of the cumulative credit counters (modulo 2**credit_bits)."""
-        return self.receive_depth.bit_length() + 1
+        return link_model.credit_bits(self.receive_depth)
 
     @property
     def crc(self):
         return CRC_FOR_LANE[self.lane_width](data_width=self.lane_width)
 
     def payload_flits(self, channel):
-        return ceil(self.channels[channel][1] / self.lane_width)
+        return link_model.payload_flits(self.channels[channel][1], self.lane_width)
 
     @property
     def ctrl_payload_flits(self):
-        return ceil(len(self.channels) * self.credit_bits / self.lane_width)
+        return link_model.payload_flits(len(self.channels) * self.credit_bits, self.lane_width)
 
     @property
     def max_payload_flits(self):
@@ -122,39 +122,44 @@ class LinkConfig:
     def frame_flits(self, channel=None):
         """Line flits of a data frame of ``channel`` (a control frame when None): SOF, header, payload, CRC."""
         payload = self.ctrl_payload_flits if channel is None else self.payload_flits(channel)
-        return 3 + payload
+        return FRAME_OVERHEAD_FLITS + payload
 
 
 def round_trip_cycles(config, phy_latency, channel=None):
-    """Worst link-clock cycles from a sender committing to a frame to the credit (or ACK) it
-    frees reaching the sender again, with ``phy_latency`` cycles of PHY latency each way.
-
-    The frame itself, the PHY and receiver pipeline both ways, the frame the far end may be in
-    the middle of, the wait for the far end's update (``ack_interval``) and the control frame.
-    """
-    frame = config.frame_flits(channel) if channel is not None else max(
-        config.frame_flits(c) for c in range(len(config.channels)))
+    """Worst link-clock cycles from a sender committing to a frame of ``channel`` (the longest
+    data frame when None) to the credit (or ACK) it frees reaching the sender again, with
+    ``phy_latency`` cycles of PHY latency each way (:func:`mapping.link_model.round_trip_cycles`)."""
     longest = max(config.frame_flits(c) for c in range(len(config.channels)))
-    return (frame + 1 + 2 * (phy_latency + PHY_RX_PIPELINE) + longest + config.ack_interval
-            + config.frame_flits(None) + 2)
+    frame = longest if channel is None else config.frame_flits(channel)
+    return link_model.round_trip_cycles(frame, longest, config.frame_flits(None), phy_latency,
+                                        config.ack_interval)
 
 
 def receive_depth(config, phy_latency, channel):
     """Receive-buffer words that keep ``channel`` at the full line rate when it is alone on the
     link: enough credits to cover one round trip of its frames."""
-    return ceil(round_trip_cycles(config, phy_latency, channel) / config.frame_flits(channel)) + 1
+    return link_model.receive_depth(config.frame_flits(channel), round_trip_cycles(config, phy_latency, channel))
 
 
 def replay_frames(config, phy_latency):
     """Replay-buffer frames (a power of two) that never stall a sender at full rate waiting for ACKs."""
     shortest = min(config.frame_flits(c) for c in range(len(config.channels)))
-    frames = ceil(round_trip_cycles(config, phy_latency) / shortest) + 1
-    return 1 << (frames - 1).bit_length()
+    return link_model.replay_frames(shortest, round_trip_cycles(config, phy_latency))
+
+
+def sized_config(channels, lane_width, latency):
+    """A LinkConfig whose receive buffers and replay buffer are sized for ``latency`` cycles of
+    PHY latency by the protocol's formulas (the replay buffer capped by the sequence window)."""
+    base = LinkConfig(channels, lane_width=lane_width, replay_frames=2)
+    depth = max(receive_depth(base, latency, c) for c in range(len(channels)))
+    sized = LinkConfig(channels, lane_width=lane_width, replay_frames=2, receive_depth=depth)
+    return LinkConfig(channels, lane_width=lane_width, receive_depth=depth,
+                      replay_frames=min(replay_frames(sized, latency), sized.seq_window))
 
 
 def frame_efficiency(config, channel):
     """Payload bits per line bit of back-to-back data frames of ``channel``, without ACK traffic."""
-    return config.channels[channel][1] / (config.frame_flits(channel) * config.lane_width)
+    return link_model.frame_efficiency(config.channels[channel][1], config.lane_width)
 
 
 # Reference encoder and decoder -------------------------------------------------------------------

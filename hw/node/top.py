@@ -139,6 +139,20 @@ def connect_chain(m, nodes, link=None):
     use it to put random back-pressure on the links.
     """
     link = link or (lambda m, producer, consumer: connect(m, producer, consumer))
+    check_chain(nodes)
+    for a, b in zip(nodes, nodes[1:]):
+        theirs_by_path = {path: theirs for path, _, theirs in link_streams(b.up)}
+        for path, downstream, ours in link_streams(a.down):
+            theirs = theirs_by_path[path]
+            if downstream:
+                link(m, ours, theirs)
+            else:
+                link(m, theirs, ours)
+
+
+def check_chain(nodes):
+    """Refuse a chain whose ends have weight-balancing streams crossing to no node, or whose
+    neighbours disagree about the link between them (ValueError, one line)."""
     for node, side in ((nodes[0], "up"), (nodes[-1], "down")):
         if side in node.signature.members:
             dangling = sorted(set(node.signature.members[side].signature.members) - set(CHANNELS))
@@ -155,10 +169,3 @@ def connect_chain(m, nodes, link=None):
             raise ValueError(f"nodes {a.config.index} and {b.config.index} disagree about the link between "
                              f"them: only node {a.config.index} has {only_a}, only node {b.config.index} "
                              f"has {only_b}, different: {differ}")
-        theirs_by_path = {path: theirs for path, _, theirs in link_streams(b.up)}
-        for path, downstream, ours in link_streams(a.down):
-            theirs = theirs_by_path[path]
-            if downstream:
-                link(m, ours, theirs)
-            else:
-                link(m, theirs, ours)
