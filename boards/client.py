@@ -63,28 +63,29 @@ class Client:
         chunk = (p.MAX_PAYLOAD - p.WRITE_HEADER) // 2
         memories = self._memories()
         for done, (n, k, ram) in enumerate(memories):
-            for addr, row in enumerate(self.nodes[n].memory_rows(k, params)):
-                for lane in range(0, len(row), chunk):
-                    header = bytes([n, k]) + addr.to_bytes(2, "little") + lane.to_bytes(2, "little")
-                    self.request(p.WRITE, header + p.words(row[lane:lane + chunk]))
+            flat = [word for row in self.nodes[n].memory_rows(k, params) for word in row]
+            for start in range(0, len(flat), chunk):
+                self.request(p.WRITE, self._where(n, k, ram, start) + p.words(flat[start:start + chunk]))
             self.progress(f"loaded memory {done + 1}/{len(memories)} (node {n}, {ram.rows} x "
                           f"{ram.banks * ram.words} words)")
+
+    @staticmethod
+    def _where(n, k, ram, offset):
+        """WRITE's and READ's node, memory, address and lane of word ``offset`` of a memory."""
+        addr, lane = divmod(offset, ram.banks * ram.words)
+        return bytes([n, k]) + addr.to_bytes(2, "little") + lane.to_bytes(2, "little")
 
     def read_back(self, params):
         """``params`` (golden layout) with every word the nodes' memories hold now."""
         params = {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
         chunk = p.MAX_PAYLOAD // 2
         for n, k, ram in self._memories():
-            lanes = ram.banks * ram.words
-            contents = []
-            for addr in range(ram.rows):
-                row = []
-                for lane in range(0, lanes, chunk):
-                    count = min(chunk, lanes - lane)
-                    row += p.unwords(self.request(p.READ, bytes([n, k]) + b"".join(
-                        v.to_bytes(2, "little") for v in (addr, lane, count))))
-                contents.append(row)
-            self.nodes[n].store_memory(k, contents, params)
+            size = ram.rows * ram.banks * ram.words
+            flat = []
+            for start in range(0, size, chunk):
+                count = min(chunk, size - start)
+                flat += p.unwords(self.request(p.READ, self._where(n, k, ram, start) + count.to_bytes(2, "little")))
+            self.nodes[n].store_memory(k, np.reshape(flat, (ram.rows, -1)), params)
         return params
 
     def status(self):

@@ -284,6 +284,13 @@ class Trainer(wiring.Component):
                          node.host.value.eq(word)]
             with m.If(node_index == n):
                 m.d.comb += node_data.eq(node.host.data)
+        # WRITE and READ run on past the end of a row into the next address.
+        last_lane = Signal.like(lane)
+        for n, node in enumerate(nodes):
+            for k, ram in enumerate(node.memories):
+                with m.If((node_index == n) & (mem == k)):
+                    m.d.comb += last_lane.eq(ram.banks * ram.words - 1)
+        next_word = [lane.eq(Mux(lane == last_lane, 0, lane + 1)), addr.eq(addr + (lane == last_lane))]
         host_read, host_write = Signal(), Signal()
         for n, node in enumerate(nodes):
             m.d.comb += [node.host.read.eq(host_read & (node_index == n)),
@@ -371,7 +378,7 @@ class Trainer(wiring.Component):
                     m.next = "write_word"
             with m.State("write_word"):
                 m.d.comb += [word.eq(load.data), host_write.eq(1)]
-                m.d.sync += [index.eq(index + 1), lane.eq(lane + 1)]
+                m.d.sync += [index.eq(index + 1), *next_word]
                 m.next = "write_fetch"
             # READ: a word is on the node's host port two cycles after the read.
             with m.State("read_issue"):
@@ -386,7 +393,7 @@ class Trainer(wiring.Component):
             with m.State("read_wait"):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    m.d.sync += [reply_byte.eq(node_data), lane.eq(lane + 1), count.eq(count - 1)]
+                    m.d.sync += [reply_byte.eq(node_data), count.eq(count - 1), *next_word]
                     m.next = "read_low"
             for state, part, following in (("read_low", reply_byte[:8], "read_high"),
                                            ("read_high", reply_byte[8:], "read_issue")):

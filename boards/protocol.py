@@ -31,6 +31,7 @@ CRC = catalog.CRC16_IBM_3740(data_width=8)
 
 # Commands (host to board) and their payloads.
 INFO = 0x00       # -> nodes (1 byte), then each node's number of weight memories (1 byte each)
+# WRITE and READ go on past a row's last lane to lane 0 of the next address.
 WRITE = 0x01      # node, memory (1 byte each), address, first lane (2 bytes each), words -> nothing
 READ = 0x02       # node, memory, address, first lane, count (2 bytes) -> count words
 LABEL = 0x03      # label words, one per sample, into node 0

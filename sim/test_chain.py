@@ -30,7 +30,7 @@ def _train(cluster, seed, stall=0.0, derive=None, **options):
                       rng=np.random.default_rng(seed))
     print(f"\n{cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for {SAMPLES} samples "
           f"({SAMPLES // BATCH} mini-batches)\n{report(mapping, run)}")
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     return mapping
 
 
@@ -166,7 +166,7 @@ def test_balanced_chain_runs_at_its_bottleneck_rate_in_steady_state():
                           **GENERATOR_OPTIONS)
     inputs, labels, params = random_data(network, samples, 9)
     run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     assert [cycles_per_sample(run, n) for n in range(4)] == [80] * 4
     assert [node.cycles_per_sample for node in mapping.nodes] == [80, 64, 64, 80]
 
