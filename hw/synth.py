@@ -131,7 +131,7 @@ def run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
         raise RuntimeError(f"{tool} failed:\n" + "\n".join(tail))
 
 
-def _cache_file(*parts):
+def cache_file(*parts):
     """Where the result for ``parts`` is cached, or None with the cache off."""
     setting = os.environ.get("FPDEEP_SYNTH_CACHE", "")
     if setting == "off":
@@ -165,7 +165,7 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
               f"{SYNTH_COMMANDS[family]} {extra}; "
               f"tee -q -o {stat.name} stat -json")
     # A run that writes other outputs (-json for nextpnr) is not cached: they are needed.
-    cache = None if extra else _cache_file(Path(il_path).read_text(), script, _yosys_version())
+    cache = None if extra else cache_file(Path(il_path).read_text(), script, _yosys_version())
     if cache is not None and cache.exists():
         if progress is not None:
             progress(f"cached result {cache}")

@@ -48,7 +48,7 @@ def test_status_unpacks_every_field():
     (["--board", "versa-ecp5-5g", "--chain"],
      "the chain needs 180 dsp (the mapping's estimate), lfe5um5g-45f on versa-ecp5-5g has 72"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--cluster", "ecp5-85:4"],
-     "the mapping is for lfe5um5g-85f, board versa-ecp5-5g carries lfe5um5g-45f"),
+     "node 0 of the mapping is for lfe5um5g-85f, board versa-ecp5-5g carries lfe5um5g-45f"),
     (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),
 ])
 def test_build_refuses_in_one_line(argv, message, capsys):
