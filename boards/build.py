@@ -77,8 +77,11 @@ def held_nodes(args, mapping, board):
     else:
         raise SpecError("give --node N or --chain")
     for n in nodes:
-        if mapping.nodes[n].device != board.device:
-            raise SpecError(f"node {n} of the mapping is for {mapping.nodes[n].device}, board {board.name} "
+        # A chain on one FPGA may be mapped onto smaller devices of the family (each node gets a
+        # device's share of the chip); a node on its own board must be mapped onto that board.
+        device = get_device(mapping.nodes[n].device)
+        if device.name != board.device and not (args.chain and device.family == board.family):
+            raise SpecError(f"node {n} of the mapping is for {device.name}, board {board.name} "
                             f"carries {board.device}")
     device = get_device(board.device)
     for resource, available in (("dsp", device.dsp), ("bram_blocks", device.bram_blocks), ("lut", device.lut)):

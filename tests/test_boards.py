@@ -53,3 +53,14 @@ def test_status_unpacks_every_field():
 ])
 def test_build_refuses_in_one_line(argv, message, capsys):
     assert refusal(build_main, argv, capsys) == f"error: {message}"
+
+
+def test_a_chain_of_smaller_devices_fits_one_85f():
+    # tiny on two 45F nodes: 99 multipliers and about 50k LUT4 by the estimate, within the 85F's 156
+    from types import SimpleNamespace
+
+    from boards.boards import get_board
+    from boards.build import board_mapping, held_nodes
+    args = SimpleNamespace(network="tiny", cluster="lfe5um5g-45f:2", mapping=None, chain=True, node=None)
+    board = get_board("ulx3s-85f")
+    assert list(held_nodes(args, board_mapping(args, board), board)) == [0, 1]
