@@ -4,7 +4,8 @@
 The UART runs at ``divisor`` clock cycles per bit, far fewer than a real board's
 (100 MHz / 3 Mbaud is 33): simulated cycles are expensive, and the receiver and the
 transmitter are the same at any divisor of 2 or more. The simulation advances only
-while the host waits for an answer (``read``), ``chunk`` cycles at a time.
+while the host waits for an answer (``read``), ``chunk`` cycles at a time (a short
+chunk: an answer is often a few hundred cycles away).
 """
 
 from collections import deque
@@ -16,7 +17,7 @@ _PERIOD = 1e-8
 
 
 class SimulatedBoard:
-    def __init__(self, trainer, *, chunk=2000, timeout=2_000_000):
+    def __init__(self, trainer, *, chunk=100, timeout=2_000_000):
         self.trainer, self.chunk, self.timeout = trainer, chunk, timeout
         self.outgoing, self.incoming = deque(), bytearray()
         top = Module()

@@ -123,7 +123,7 @@ def run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
     with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as process:
         for line in process.stdout:
-            if progress is not None and (match := step.match(line.strip())):
+            if progress is not None and step is not None and (match := step.match(line.strip())):
                 progress(match.group(1))
     if process.returncode != 0:
         path = work / log
