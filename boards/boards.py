@@ -22,6 +22,7 @@ class Board:
     uart_baud: int      # the highest rate its USB bridge sustains
     leds: int           # LEDs the top drives: link up, training, error, then a heartbeat
     notes: str
+    loader: tuple = ()  # openFPGALoader's options naming the board (or its cable)
 
     @property
     def family(self):
@@ -30,13 +31,14 @@ class Board:
 
 BOARDS = {board.name: board for board in (
     Board("versa-ecp5-5g", VersaECP55GPlatform, "lfe5um5g-45f", "clk100", 100.0, 3_000_000, 4,
-          "FT2232H bridge"),
+          "FT2232H bridge", ("--cable", "ft2232")),
     Board("ecp5-5g-evn", ECP55GEVNPlatform, "lfe5um5g-85f", "clk12", 12.0, 3_000_000, 4,
-          "FT2232H bridge (UART on channel B: fit the J40 jumpers); SERDES on SMA"),
+          "FT2232H bridge (UART on channel B: fit the J40 jumpers); SERDES on SMA", ("--board", "ecp5_evn")),
     Board("ulx3s-85f", ULX3S_85F_Platform, "lfe5u-85f", "clk25", 25.0, 3_000_000, 4,
-          "FT231X bridge; no SERDES (speed grade 6)"),
+          "FT231X bridge; no SERDES (speed grade 6)", ("--board", "ulx3s")),
     Board("ecpix5-85", ECPIX585Platform, "lfe5um5g-85f", "clk100", 100.0, 3_000_000, 4,
-          "FT2232H bridge; package BG554, which mapping/devices.py's 85F entry (BG381) shares the fabric of"),
+          "FT2232H bridge; package BG554, which mapping/devices.py's 85F entry (BG381) shares the fabric of",
+          ("--board", "ecpix5")),
     Board("vc709", VC709Platform, "xc7vx690t", "clk200", 200.0, 115_200, 4,
           "CP2103 bridge; Yosys synthesis only (place and route, bitstream: Vivado)"),
 )}

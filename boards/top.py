@@ -45,6 +45,8 @@ class BoardTop(Elaboratable):
         self.board, self.clock_mhz = board, clock_mhz
         if board.family == "ecp5":
             self.pll, self.clock_mhz = ecppll_settings(board.clock_mhz, clock_mhz)
+        else:  # the oscillator clocks the nodes (an MMCM is Vivado's part of the flow)
+            self.clock_mhz = board.clock_mhz
         self.trainer = Trainer(mapping, divisor=round(self.clock_mhz * 1e6 / board.uart_baud),
                                family=board.family, nodes=nodes)
 

@@ -157,11 +157,13 @@ def _yosys_version():
 
 
 def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
+    """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``."""
     work = Path(workdir)
     stat = work / "stat.json"
     # Flattened first (ABC9 in this Yosys fails on some hierarchies); simulation-only
     # assertions are removed so they never reach the netlist.
-    script = (f"read_rtlil {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
+    reader = "read_verilog" if Path(il_path).suffix == ".v" else "read_rtlil"
+    script = (f"{reader} {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
               f"{SYNTH_COMMANDS[family]} {extra}; "
               f"tee -q -o {stat.name} stat -json")
     # A run that writes other outputs (-json for nextpnr) is not cached: they are needed.

@@ -64,3 +64,14 @@ def test_a_chain_of_smaller_devices_fits_one_85f():
     args = SimpleNamespace(network="tiny", cluster="lfe5um5g-45f:2", mapping=None, chain=True, node=None)
     board = get_board("ulx3s-85f")
     assert list(held_nodes(args, board_mapping(args, board), board)) == [0, 1]
+
+
+def test_program_says_how_to_get_openfpgaloader(monkeypatch, tmp_path):
+    import boards.build
+    from boards.boards import get_board
+    from mapping.errors import SpecError
+    monkeypatch.setattr(boards.build.shutil, "which", lambda name: None)
+    with pytest.raises(SpecError) as error:
+        boards.build.program(get_board("ulx3s-85f"), tmp_path / "top.bit", print)
+    assert str(error.value) == ("openFPGALoader is not installed (Debian/Ubuntu: apt install openfpgaloader; "
+                                f"or https://github.com/trabucayre/openFPGALoader); the bitstream is {tmp_path}/top.bit")
