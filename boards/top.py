@@ -83,6 +83,8 @@ class BoardTop(Elaboratable):
         m.d.sync += beat.eq(beat - 1)
         with m.If(beat == 0):
             m.d.sync += [beat.eq(half_period - 1), blink.eq(~blink)]
-        for n, value in enumerate((1, trainer.leds.training, trainer.leds.error, blink)[:board.leds]):
+        running = Signal()  # low while the PLL locks and the reset is held
+        m.d.sync += running.eq(1)
+        for n, value in enumerate((running, trainer.leds.training, trainer.leds.error, blink)[:board.leds]):
             m.d.comb += platform.request("led", n).o.eq(value)
         return m
