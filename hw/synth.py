@@ -162,7 +162,7 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
     stat = work / "stat.json"
     # Flattened first (ABC9 in this Yosys fails on some hierarchies); simulation-only
     # assertions are removed so they never reach the netlist.
-    reader = "read_verilog" if Path(il_path).suffix == ".v" else "read_rtlil"
+    reader = "read_verilog -sv" if Path(il_path).suffix == ".v" else "read_rtlil"
     script = (f"{reader} {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
               f"{SYNTH_COMMANDS[family]} {extra}; "
               f"tee -q -o {stat.name} stat -json")
