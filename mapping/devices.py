@@ -120,6 +120,16 @@ _DEVICES = [
                "for -5G parts; nextpnr-ecp5 reports the same 41,820 TRELLIS_SLICE, 208 DP16KD, "
                "156 MULT18X18D); Lattice ECP5-5G Evaluation Board (SERDES on SMA, no DRAM)"),
     Device(
+        name="lfe5u-85f", part="LFE5U-85F-6BG381C", board="ULX3S-85F", family="ecp5",
+        dsp=156, bram_blocks=208, uram_blocks=0, lut=83_640, ff=83_640,
+        transceivers=0, transceiver_gbps=0.0,
+        clock_mhz=100.0,  # as for the 85F -5G part, which has the same fabric at speed 8
+        # no SERDES: a neighbour is reached over header pins; 8 LVDS pairs at 125 Mb/s each
+        # way is a planning figure, not a measured link.
+        link_gbps=1.0, dram_gb=0.032, dram_gbps=16 * 0.166,  # 32 MB SDRAM, x16 at 166 MHz
+        source="Lattice FPGA-DS-02012 ECP5 and ECP5-5G Family Data Sheet, Table 1.1 (as the "
+               "LFE5UM5G-85F without SERDES); ULX3S board (32 MB SDR SDRAM, FT231X USB UART)"),
+    Device(
         name="lfe5um5g-45f", part="LFE5UM5G-45F-8BG381C", board="ECP5-5G Versa", family="ecp5",
         dsp=72, bram_blocks=108, uram_blocks=0, lut=43_848, ff=43_848,
         transceivers=4, transceiver_gbps=5.0,
@@ -239,7 +249,7 @@ DEVICES = {device.name: device for device in _DEVICES}
 
 ALIASES = {
     "vc709": "xc7vx690t",
-    "ecp5-85": "lfe5um5g-85f", "ecp5-45": "lfe5um5g-45f", "ecp5-25": "lfe5um5g-25f",
+    "ecp5-85": "lfe5um5g-85f", "ulx3s-85f": "lfe5u-85f", "ecp5-45": "lfe5um5g-45f", "ecp5-25": "lfe5um5g-25f",
     "u50lv": "xcu50",
     "u30": "xcu30",
     "zcu102": "xczu9eg",

@@ -427,3 +427,12 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
             oldest = max(0, (s + 1 - max(stale.values())) // batch)
             versions = {v: p for v, p in versions.items() if v >= oldest}
     return versions[n // batch], record
+
+
+def random_data(network, samples, seed):
+    """Random images, labels and initial parameters for ``samples`` samples of ``network``
+    (the chain tests and board bring-up train on them)."""
+    rng = np.random.default_rng(seed)
+    inputs = rng.random((samples, *network.input_shape))
+    labels = rng.integers(0, network.num_classes, samples)
+    return inputs, labels, init_params(network, rng, numerics.Formats())

@@ -13,7 +13,8 @@ import pytest
 from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, random_data, report, train_chain
+from mapping.golden import random_data
+from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, report, train_chain
 
 
 SAMPLES, LR = 40, 0.05
@@ -32,7 +33,7 @@ def test_chain_cycles_per_sample(cluster, bram_fraction):
                           **GENERATOR_OPTIONS)
     inputs, labels, params = random_data(network, SAMPLES, 4)
     run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     hosted = [(b.owner, b.host, b.layer, b.out_range) for node in mapping.nodes for b in node.hosted]
     print(f"\n{cluster} at {bram_fraction:.1%} of the block RAM (rows hosted: {hosted or 'none'}), "
           f"{SAMPLES} samples in one mini-batch: {run.cycles} cycles\n{report(mapping, run)}")

@@ -24,8 +24,9 @@ from hw.node.top import Node
 from hw.synth import synthesize
 from mapping import link_model, zoo
 from mapping.cluster import parse_cluster
+from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, assert_bit_exact, cycles_per_sample, random_data, train_chain
+from sim.chain import CHAIN, assert_bit_exact, cycles_per_sample, train_chain
 from sim.chain_links import LinkedChain
 from sim.serdes_synth import place_on_ecp5_85, synthesize_with_serdes
 
@@ -42,7 +43,7 @@ def _rates(mapping, links):
     network = zoo.tiny()
     inputs, labels, params = random_data(network, SAMPLES, 4)
     run = train_chain(network, mapping, inputs, labels, params, links=links, deadline=2_000_000)
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     return [cycles_per_sample(run, n) for n in range(len(mapping.nodes))], run
 
 

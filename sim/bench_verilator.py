@@ -12,8 +12,9 @@ import pytest
 
 from mapping import data, golden, numerics, zoo
 from mapping.cluster import parse_cluster
+from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, first_difference, random_data, train_chain
+from sim.chain import CHAIN, first_difference, train_chain
 
 # Samples per run: enough for a second of Verilator, a quarter of a minute of pysim.
 SAMPLES = {"pysim": 8, "verilator": 800}

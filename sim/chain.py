@@ -91,23 +91,15 @@ def input_beats(config):
     return h * w
 
 
-def random_data(network, samples, seed):
-    """Random images, labels and initial parameters for ``samples`` samples of ``network``."""
-    rng = np.random.default_rng(seed)
-    inputs = rng.random((samples, *network.input_shape))
-    labels = rng.integers(0, network.num_classes, samples)
-    params = golden.init_params(network, rng, numerics.Formats())
-    return inputs, labels, params
-
-
-def assert_bit_exact(run, initial):
-    """Every final weight and bias of the chain equals the golden model's (and training moved most)."""
-    changed = sum(int((run.golden[layer][0] != w).sum()) for layer, (w, _) in initial.items())
+def assert_bit_exact(final, expected, initial):
+    """Every ``final`` weight and bias equals the golden model's ``expected`` one (and training
+    moved most of them from ``initial``)."""
+    changed = sum(int((expected[layer][0] != w).sum()) for layer, (w, _) in initial.items())
     assert changed > 0.5 * sum(w.size for w, _ in initial.values()), "training barely moved the weights"
-    for layer, (weights, bias) in run.golden.items():
-        np.testing.assert_array_equal(run.params[layer][0], weights, err_msg=f"{layer} weights")
+    for layer, (weights, bias) in expected.items():
+        np.testing.assert_array_equal(final[layer][0], weights, err_msg=f"{layer} weights")
         if bias is not None:
-            np.testing.assert_array_equal(run.params[layer][1], bias, err_msg=f"{layer} bias")
+            np.testing.assert_array_equal(final[layer][1], bias, err_msg=f"{layer} bias")
 
 
 def first_difference(run):

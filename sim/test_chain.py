@@ -10,10 +10,10 @@ from amaranth.hdl import Module
 from hw.node.top import Node, connect_chain
 from mapping import mapper, zoo
 from mapping.cluster import parse_cluster
+from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import WeightBlock
-from sim.chain import (BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, random_data, report,
-                       train_chain)
+from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, report, train_chain
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
@@ -28,7 +28,7 @@ def _train(cluster, seed, stall=0.0, derive=None, **options):
     run = train_chain(network, mapping, inputs, labels, params, stall=stall)
     print(f"\n{cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for {SAMPLES} samples "
           f"({SAMPLES // BATCH} mini-batches)\n{report(mapping, run)}")
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     return mapping
 
 
@@ -164,7 +164,7 @@ def test_balanced_chain_runs_at_its_bottleneck_rate_in_steady_state():
                           **GENERATOR_OPTIONS)
     inputs, labels, params = random_data(network, samples, 9)
     run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     assert [cycles_per_sample(run, n) for n in range(4)] == [80] * 4
     assert [node.cycles_per_sample for node in mapping.nodes] == [80, 64, 64, 80]
 

@@ -7,8 +7,9 @@ import pytest
 from hw.link.chain import LinkedNode
 from mapping import zoo
 from mapping.cluster import parse_cluster
+from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, assert_bit_exact, random_data, report, train_chain
+from sim.chain import CHAIN, assert_bit_exact, report, train_chain
 from sim.chain_links import LinkedChain
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
@@ -22,7 +23,7 @@ def _train_over_links(links, seed):
     print(f"\n{CHAIN} over links {links}: {run.cycles} cycles for {SAMPLES} samples\n{report(mapping, run)}")
     for i, ends in enumerate(run.link_counters):
         print(f"link {i}: " + "; ".join(" ".join(f"{k} {v}" for k, v in end.items()) for end in ends))
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     return run
 
 

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
+from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
-from sim.chain import first_difference, random_data, train_chain
+from sim.chain import first_difference, train_chain
 
 DEVICES = ("ecp5-85", "ecp5-45", "ecp5-25")
 

@@ -11,9 +11,10 @@ import pytest
 
 from mapping import data, golden, numerics, zoo
 from mapping.cluster import parse_cluster
+from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
-from sim.chain import assert_bit_exact, cycles_per_sample, random_data, report, train_chain
+from sim.chain import assert_bit_exact, cycles_per_sample, report, train_chain
 
 
 def _chain(network, cluster, inputs, labels, params, *, batch, stall=0.0, lr=0.05):
@@ -21,7 +22,7 @@ def _chain(network, cluster, inputs, labels, params, *, batch, stall=0.0, lr=0.0
     run = train_chain(network, mapping, inputs, labels, params, stall=stall, backend="verilator", profile="quick")
     print(f"\n{network.name} on {cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for "
           f"{len(inputs)} samples\n{report(mapping, run)}")
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     return mapping, run
 
 

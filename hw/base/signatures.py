@@ -57,3 +57,20 @@ class UpdatePortSignature(_Sized):
             "value": Out(signed(WORD_BITS)),
             "data": In(bank_layout(banks, words)),
         })
+
+
+class HostPortSignature(_Sized):
+    """The host's side of a memory's access port (boards/: load and read back weights while
+    training is idle). ``read``: the word at (``addr``, ``lane``) is on ``data`` the next
+    cycle, held until the next read; ``write``: ``value`` is written there. ``lane`` counts
+    words bank-major, as :class:`UpdatePortSignature`'s does."""
+
+    def __init__(self, rows, banks, words):
+        super().__init__(rows, banks, words, {
+            "addr": Out(range(rows)),
+            "lane": Out(range(banks * words)),
+            "read": Out(1),
+            "write": Out(1),
+            "value": Out(signed(WORD_BITS)),
+            "data": In(signed(WORD_BITS)),
+        })

@@ -47,6 +47,15 @@ the row it read being held, which an EB read would replace. A read on port A of 
 row being written in that cycle is a block-RAM collision with undefined data. Both
 misuses are Amaranth ``Assert``s, so they fail any simulation.
 
+Host access
+-----------
+``host`` (:class:`~hw.base.signatures.HostPortSignature`) loads initial weights and reads
+trained ones back while the node is idle (boards/: the host interface): a read borrows
+port A's address and enable, the word is selected from port A's read register; a write
+is one word through port B's word writes. No extra block-RAM port and no extra read
+register, only two address muxes and a lane mux. Using it while an engine or the update
+uses that port is an ``Assert``.
+
 BPRAM
 -----
 A BPRAM (weights hosted for another node, paper Fig. 6) is an ordinary ParamRam laid
@@ -66,7 +75,7 @@ from mapping.numerics import WORD_BITS, WORD_MAX, WORD_MIN
 
 from ..base.checks import positive, refuse
 from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
-from ..base.signatures import UpdatePortSignature, WeightPortSignature
+from ..base.signatures import HostPortSignature, UpdatePortSignature, WeightPortSignature
 
 
 def slice_weights(s, params):
@@ -230,6 +239,7 @@ class ParamRam(wiring.Component):
             "a": In(WeightPortSignature(rows, banks, words)),
             "b": In(WeightPortSignature(rows, banks, words)),
             "upd": In(UpdatePortSignature(rows, banks, words)),
+            "host": In(HostPortSignature(rows, banks, words)),
         })
 
     @classmethod
@@ -255,18 +265,19 @@ class ParamRam(wiring.Component):
         m.submodules.mem = mem = self.mem = memory.Memory(
             shape=data.ArrayLayout(signed(WORD_BITS), lanes), depth=self.rows, init=self.init,
             attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
-        upd = self.upd
+        upd, host = self.upd, self.host
 
-        # Port B: EB reads, or the update reads / writes one word.
+        # Port B: EB reads, or the update reads / writes one word, or the host writes one.
         updating = upd.read | upd.write
         addr_b = Signal(range(self.rows))
-        m.d.comb += addr_b.eq(Mux(updating, upd.addr, self.b.addr))
+        m.d.comb += addr_b.eq(Mux(updating, upd.addr, Mux(host.write, host.addr, self.b.addr)))
         data_b = read_register(m, mem, addr_b, self.b.en | upd.read)
         write = mem.write_port(granularity=1)
         m.d.comb += [
             write.addr.eq(addr_b),
-            write.en.eq(Mux(upd.write, Const(1, lanes) << upd.lane, 0)),
-            write.data.eq(upd.value.replicate(lanes)),
+            write.en.eq(Mux(upd.write, Const(1, lanes) << upd.lane,
+                            Mux(host.write, Const(1, lanes) << host.lane, 0))),
+            write.data.eq(Mux(upd.write, upd.value, host.value).replicate(lanes)),
             self.b.data.eq(data_b),
             upd.data.eq(data_b),
         ]
@@ -278,8 +289,18 @@ class ParamRam(wiring.Component):
         ]
 
         # Port A: the FP engine (or a BPRAM's FP row streamer).
-        addr_a, en_a = self.a.addr, self.a.en
-        m.d.comb += self.a.data.eq(read_register(m, mem, addr_a, en_a))
+        addr_a, en_a = Signal(range(self.rows)), Signal()
+        m.d.comb += [addr_a.eq(Mux(host.read, host.addr, self.a.addr)), en_a.eq(self.a.en | host.read)]
+        data_a = read_register(m, mem, addr_a, en_a)
+        host_lane = Signal.like(host.lane)
+        with m.If(host.read):
+            m.d.sync += host_lane.eq(host.lane)
+        m.d.comb += [self.a.data.eq(data_a),
+                     host.data.eq(data_a.as_value().word_select(host_lane, WORD_BITS))]
+        m.d.sync += [
+            Assert(~(host.read & self.a.en), "param ram: host read while port A is in use"),
+            Assert(~(host.write & (updating | self.b.en)), "param ram: host write while port B is in use"),
+        ]
         m.d.sync += Assert(~(en_a & upd.write & (addr_a == upd.addr)),
                            "param ram: port A reads the row the update writes in the same cycle")
         return m

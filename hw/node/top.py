@@ -11,23 +11,49 @@ turns the class scores into output errors), and the streams of every block of we
 rows that crosses the link: rows the node's slices keep on a host (hw/balance),
 rows it hosts, and rows it relays. ``connect_chain`` joins neighbours port to port,
 or through a ``link`` (stall injectors in simulation; link cores between boards).
+
+The ``host`` port reaches every weight memory of the node (:attr:`Node.memories`, in
+that order) to load initial weights and read trained ones back while the node is idle
+(boards/: the host interface); read data is registered once more here, so a word read
+in cycle t is on ``host.data`` in cycle t+2. The last node also keeps its ``loss`` unit
+as an attribute, whose scores and labels the host interface watches to report the loss.
 """
 
-from amaranth.hdl import Module, Mux
+import numpy as np
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping.memories import LABEL_FIFO_DEPTH
+from mapping.numerics import WORD_BITS
 
 from ..balance.blocks import RowStreams, hosted_blocks, relayed_blocks
 from ..balance.hosted_rows import HostedRows
 from ..balance.relay import Relay
 from ..base.checks import check_family, refuse
+from ..memory.param_ram import bank_rows, slice_weights
 from ..memory.fifo import Fifo
 from ..memory.update_gate import COUNT_BITS
 from .loss import LABEL_BITS, LossUnit
 from .ports import CHANNELS, ChainLink, link_streams
 from .slice_unit import SliceUnit, slice_ports
+
+
+class NodeHostSignature(wiring.Signature):
+    """The host's access to a node's weight memories: ``mem`` picks one of
+    :attr:`Node.memories`, the rest is its :class:`~hw.base.signatures.HostPortSignature`
+    (``data`` one cycle later than there)."""
+
+    def __init__(self, memories):
+        super().__init__({
+            "mem": Out(range(max(len(memories), 1))),
+            "addr": Out(range(max(ram.rows for ram in memories))),
+            "lane": Out(range(max(ram.banks * ram.words for ram in memories))),
+            "read": Out(1),
+            "write": Out(1),
+            "value": Out(signed(WORD_BITS)),
+            "data": In(signed(WORD_BITS)),
+        })
 
 
 class Node(wiring.Component):
@@ -47,10 +73,26 @@ class Node(wiring.Component):
         self.hosted = [HostedRows(block, config.formats, config.training, params=params, family=family)
                        for block in hosted_blocks(config)]
         self.relays = [Relay(block, family=family) for block in relayed_blocks(config)]
+        # Every weight memory the host loads and reads back, with what it holds: ("weights",
+        # LayerSlice of the rows) for an LPRAM or BPRAM, ("bias", LayerSlice) for a bias RAM.
+        self.memories, self.contents = [], []
+        for unit in self.units:
+            if unit.lpram is not None:
+                self.memories.append(unit.lpram)
+                self.contents.append(("weights", unit.remote.local))
+            if unit.bias_ram is not None:
+                self.memories.append(unit.bias_ram)
+                self.contents.append(("bias", unit.slice))
+        for host in self.hosted:
+            self.memories.append(host.bpram)
+            self.contents.append(("weights", host.rows))
+        self.loss = None
         up, _ = slice_ports(config.slices[0])
         _, down = slice_ports(config.slices[-1])
         up["label"] = LABEL_BITS
         if self.applies_loss:
+            last = config.slices[-1]
+            self.loss = LossUnit(classes=last.out_shape[0], position=last.position, formats=config.formats)
             down = {}
         else:
             down["label"] = LABEL_BITS
@@ -64,10 +106,32 @@ class Node(wiring.Component):
             for end in (relay.block.host, relay.block.owner):
                 rows[self._side(end)][RowStreams.member_name(relay.block)] = relay.block
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
+                   "host": In(NodeHostSignature(self.memories)),
                    "up": In(self._link(up, rows["up"], self.config.index - 1))}
         if down:
             members["down"] = Out(self._link(down, rows["down"], self.config.index))
         super().__init__(members)
+
+    def memory_rows(self, index, params):
+        """The contents of memory ``index`` of :attr:`memories` for the network's parameter words
+        ``params`` (golden layout): one list of ``banks * words`` words per address."""
+        ram, (kind, rows) = self.memories[index], self.contents[index]
+        weights, bias = slice_weights(rows, params)
+        if kind == "bias":
+            return bank_rows(bias.reshape(-1, 1), ram.banks, ram.rows, 1)
+        return ram.layout.fold(weights).reshape(ram.rows, -1).tolist()
+
+    def store_memory(self, index, contents, params):
+        """Put ``contents`` (memory ``index``'s words, address-major) into ``params`` (golden
+        layout, changed in place): the inverse of :meth:`memory_rows`."""
+        ram, (kind, rows) = self.memories[index], self.contents[index]
+        (olo, ohi), (ilo, ihi) = rows.out_range, rows.in_range
+        weights, bias = params[rows.layer]
+        if kind == "bias":
+            bias[olo:ohi] = np.asarray(contents).reshape(-1)[:ohi - olo]
+            return
+        shaped = weights.reshape(weights.shape[0], rows.in_shape[0], rows.kernel, rows.kernel)
+        shaped[olo:ohi, ilo:ihi] = ram.layout.unfold(np.asarray(contents))
 
     def _side(self, node):
         return "down" if node > self.config.index else "up"
@@ -84,7 +148,6 @@ class Node(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.config
         units = self.units
         for n, unit in enumerate(units):
             m.submodules[f"slice{n}_{unit.slice.layer}"] = unit
@@ -120,16 +183,30 @@ class Node(wiring.Component):
         labels = m.submodules.labels = Fifo(LABEL_BITS, LABEL_FIFO_DEPTH, family=self.family)
         connect(m, flipped(self.up.label), labels.i)
         if self.applies_loss:
-            last = cfg.slices[-1]
-            loss = m.submodules.loss = LossUnit(classes=last.out_shape[0], position=last.position,
-                                                formats=cfg.formats)
+            loss = m.submodules.loss = self.loss
             connect(m, units[-1].down.act, loss.scores)
             connect(m, loss.errors, units[-1].down.err)
             labels_out = loss.labels
         else:
             labels_out = flipped(self.down.label)
         connect(m, labels.o, labels_out)
+        self._host_access(m)
         return m
+
+    def _host_access(self, m):
+        host = self.host
+        selected = Signal.like(host.mem)
+        with m.If(host.read):
+            m.d.sync += selected.eq(host.mem)
+        data = Signal.like(host.data)
+        for n, ram in enumerate(self.memories):
+            chosen = host.mem == n
+            m.d.comb += [ram.host.addr.eq(host.addr), ram.host.lane.eq(host.lane),
+                         ram.host.value.eq(host.value), ram.host.read.eq(host.read & chosen),
+                         ram.host.write.eq(host.write & chosen)]
+            with m.If(selected == n):
+                m.d.comb += data.eq(ram.host.data)
+        m.d.sync += host.data.eq(data)
 
 
 def connect_chain(m, nodes, link=None):

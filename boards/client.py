@@ -1,0 +1,121 @@
+"""The host's side of boards/protocol.py: load weights, train, read back, over any transport.
+
+A transport has ``write(data)`` and ``read(count)`` (returns ``count`` bytes or raises
+TimeoutError): a serial port (boards/host.py) or a simulated board (boards/simulated.py).
+"""
+
+import numpy as np
+
+from mapping import numerics
+
+from . import protocol as p
+
+
+class BoardError(Exception):
+    pass
+
+
+class Client:
+    """Talks to the host interface of a board built for ``mapping`` (its NodeConfigs);
+    ``nodes``: hw.node.Node objects of the same configs (for their memory layouts)."""
+
+    def __init__(self, transport, mapping, nodes, progress=None, retries=3):
+        self.transport, self.mapping, self.nodes = transport, mapping, nodes
+        self.progress = progress or (lambda text: None)
+        self.retries = retries
+
+    def request(self, command, payload=b""):
+        """Send one frame and return the answer's payload; a frame the board refused for its
+        CRC (a bit flipped on the wire) is sent again."""
+        for _ in range(self.retries + 1):
+            self.transport.write(p.frame(command, payload))
+            code, answer = self._receive()
+            if code == p.NAK and answer[:1] == b"\x01":
+                continue
+            if code == p.NAK:
+                why = p.NAK_REASONS.get(answer[0], f"reason {answer[0]}") if answer else "no reason"
+                raise BoardError(f"the board refused command 0x{command:02x}: {why}")
+            if code != command | p.REPLY:
+                raise BoardError(f"answer 0x{code:02x} to command 0x{command:02x}")
+            return answer
+        raise BoardError(f"command 0x{command:02x}: {self.retries + 1} CRC errors in a row")
+
+    def _receive(self):
+        data = self.transport.read(p.HEADER_BYTES)
+        length = int.from_bytes(data[2:4], "little")
+        data += self.transport.read(length + 2)
+        (frame,), _ = p.parse_frames(data)
+        return frame
+
+    def check(self):
+        """The board's chain has the mapping's nodes and memories, or BoardError."""
+        info = self.request(p.INFO)
+        expected = bytes([len(self.nodes), *(len(node.memories) for node in self.nodes)])
+        if info != expected:
+            raise BoardError(f"the board holds {info[0]} nodes with {list(info[1:])} weight memories, "
+                             f"the mapping {len(self.nodes)} with {list(expected[1:])}: built for another mapping")
+
+    def _memories(self):
+        return [(n, k, ram) for n, node in enumerate(self.nodes) for k, ram in enumerate(node.memories)]
+
+    def load(self, params):
+        """Write every weight memory of every node from ``params`` (golden layout)."""
+        chunk = (p.MAX_PAYLOAD - p.WRITE_HEADER) // 2
+        memories = self._memories()
+        for done, (n, k, ram) in enumerate(memories):
+            flat = [word for row in self.nodes[n].memory_rows(k, params) for word in row]
+            for start in range(0, len(flat), chunk):
+                self.request(p.WRITE, self._where(n, k, ram, start) + p.words(flat[start:start + chunk]))
+            self.progress(f"loaded memory {done + 1}/{len(memories)} (node {n}, {ram.rows} x "
+                          f"{ram.banks * ram.words} words)")
+
+    @staticmethod
+    def _where(n, k, ram, offset):
+        """WRITE's and READ's node, memory, address and lane of word ``offset`` of a memory."""
+        addr, lane = divmod(offset, ram.banks * ram.words)
+        return bytes([n, k]) + addr.to_bytes(2, "little") + lane.to_bytes(2, "little")
+
+    def read_back(self, params):
+        """``params`` (golden layout) with every word the nodes' memories hold now."""
+        params = {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
+        chunk = p.MAX_PAYLOAD // 2
+        for n, k, ram in self._memories():
+            size = ram.rows * ram.banks * ram.words
+            flat = []
+            for start in range(0, size, chunk):
+                count = min(chunk, size - start)
+                flat += p.unwords(self.request(p.READ, self._where(n, k, ram, start) + count.to_bytes(2, "little")))
+            self.nodes[n].store_memory(k, np.reshape(flat, (ram.rows, -1)), params)
+        return params
+
+    def status(self):
+        return p.Status.unpack(self.request(p.STATUS), len(self.nodes))
+
+    def train(self, inputs, labels, report_every=None):
+        """Stream ``inputs`` (real values, (samples, C, H, W)) and ``labels`` into node 0 and wait
+        until every node has applied every mini-batch update. Returns the last Status.
+        ``report_every``: samples between progress reports (default a tenth of the run)."""
+        config = self.mapping.nodes[0]
+        samples, batch = len(inputs), config.training.batch
+        updates = samples // batch
+        self.request(p.START, samples.to_bytes(4, "little") + updates.to_bytes(4, "little"))
+        images = numerics.quantize(np.asarray(inputs), config.formats.act_frac)
+        channels = images.shape[1]
+        chunk = (p.MAX_PAYLOAD // 2) // channels * channels  # whole pixels per frame
+        for s in range(samples):
+            self.request(p.LABEL, p.words([int(labels[s])]))
+            pixels = [int(v) for v in images[s].transpose(1, 2, 0).reshape(-1)]
+            for start in range(0, len(pixels), chunk):
+                self.request(p.IMAGE, p.words(pixels[start:start + chunk]))
+            if (s + 1) % (report_every or max(1, samples // 10)) == 0:
+                status = self.status()
+                self.progress(f"sample {s + 1}/{samples} sent; updates per node "
+                              f"{[node['updates'] for node in status.nodes]}, loss "
+                              f"{status.loss(config.formats.act_frac):.4f} over {status.loss_samples} samples")
+        while True:
+            status = self.status()
+            if all(node["updates"] >= updates for node in status.nodes):
+                return status
+
+    def stop(self):
+        self.request(p.STOP)

@@ -1,0 +1,449 @@
+"""The host interface of a board: the node chain behind a UART that speaks boards/protocol.py.
+
+:class:`Trainer` holds the chain of nodes (joined by :func:`hw.node.connect_chain`,
+with an optional ``link`` per stream: link cores between boards, or an on-chip PHY) and
+the hardware that executes the host's frames:
+
+- the receiver checks each frame's CRC (``amaranth.lib.crc``, the algorithm of
+  :data:`boards.protocol.CRC`) while it stores the payload in a frame buffer (one block
+  RAM of :data:`~boards.protocol.MAX_PAYLOAD` bytes), and keeps the first 8 payload
+  bytes (the command's arguments) in registers; only a frame whose CRC matches is
+  executed, so a corrupted frame never reaches the nodes;
+- the executor reads the buffer one word per cycle or two: WRITE and READ go through
+  each node's ``host`` port (hw/node/top.py) to its weight memories, LABEL and IMAGE
+  become beats on node 0's ``up.label`` and ``up.act`` (back-pressure from node 0 only
+  delays the answer), START sets ``total_samples``, STOP resets every node (a reset
+  of the chain's logic; the weights are in block RAM and keep their values), STATUS
+  and INFO answer with a snapshot of the counters;
+- the sender frames the answer and appends its CRC.
+
+Counters (per node): samples (labels that entered the node), weight updates applied,
+the cycle of the latest update (counted from START), link retries and link CRC errors
+(zero with nodes wired directly on one chip: there is no link core to retry; link cores
+drive them through ``link_counters``), and the loss: the sum, over every sample the last
+node scores, of sum_c (y_c - onehot_c << act_frac)^2, exact, with one multiplier that
+squares one class per cycle (a sample takes ``classes`` cycles, far fewer than a node's
+cycles per sample; a sample arriving sooner sets the error flag).
+"""
+
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal, Value, signed
+from amaranth.lib import memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.node import Node, connect_chain
+from hw.node.ports import link_streams
+from hw.node.loss import LABEL_BITS
+from mapping.numerics import WORD_BITS
+
+from . import protocol as p
+from .uart import UartRx, UartTx
+
+
+class FrameSender(wiring.Component):
+    """Frames an answer: on ``start`` with ``command`` and ``length``, sends the sync byte,
+    the header, ``length`` payload bytes taken from ``payload`` and the CRC."""
+
+    def __init__(self):
+        super().__init__({"start": In(1), "command": In(8), "length": In(16),
+                          "payload": In(stream.Signature(8)), "bytes": Out(stream.Signature(8)),
+                          "busy": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.crc = crc = p.CRC.create()
+        command, length, left = Signal(8), Signal(16), Signal(16)
+        out = self.bytes
+        sent = out.valid & out.ready
+        m.d.comb += [crc.data.eq(out.payload), self.busy.eq(1)]
+        with m.FSM():
+            with m.State("idle"):
+                m.d.comb += [self.busy.eq(0), crc.start.eq(1)]
+                with m.If(self.start):
+                    m.d.sync += [command.eq(self.command), length.eq(self.length), left.eq(self.length)]
+                    m.next = "sync"
+            for state, byte, following in (("sync", p.SYNC, "command"), ("command", command, "length0"),
+                                           ("length0", length[:8], "length1")):
+                with m.State(state):
+                    m.d.comb += [out.payload.eq(byte), out.valid.eq(1), crc.valid.eq(sent & (state != "sync"))]
+                    with m.If(sent):
+                        m.next = following
+            with m.State("length1"):
+                m.d.comb += [out.payload.eq(length[8:]), out.valid.eq(1), crc.valid.eq(sent)]
+                with m.If(sent):
+                    m.next = "payload"
+            with m.State("payload"):
+                with m.If(left == 0):
+                    m.next = "crc1"
+                with m.Else():
+                    m.d.comb += [out.payload.eq(self.payload.payload), out.valid.eq(self.payload.valid),
+                                 self.payload.ready.eq(out.ready), crc.valid.eq(sent)]
+                    with m.If(sent):
+                        m.d.sync += left.eq(left - 1)
+            with m.State("crc1"):
+                m.d.comb += [out.payload.eq(crc.crc[8:]), out.valid.eq(1)]
+                with m.If(sent):
+                    m.next = "crc0"
+            with m.State("crc0"):
+                m.d.comb += [out.payload.eq(crc.crc[:8]), out.valid.eq(1)]
+                with m.If(sent):
+                    m.next = "idle"
+        return m
+
+
+class OpenLinks(Elaboratable):
+    """Stand-in for the link cores at the ends of a part of the chain: drives each incoming
+    stream from a free-running LFSR and folds each outgoing one into a kept register, so that
+    synthesis keeps (and times) every path of the nodes as the link cores would. A board
+    built with open links has its nodes' real resources and timing but trains only once
+    link cores replace this. ``streams``: (produced by the node, stream)."""
+
+    def __init__(self, streams):
+        self.streams = streams
+
+    def elaborate(self, platform):
+        m = Module()
+        lfsr = Signal(32, init=1, attrs={"keep": 1})
+        m.d.sync += lfsr.eq(Cat(lfsr[1:], lfsr[0] ^ lfsr[1] ^ lfsr[21] ^ lfsr[31]))
+        for n, (produced, s) in enumerate(self.streams):
+            if produced:
+                folded = Signal(name=f"open_link{n}", attrs={"keep": 1})
+                m.d.comb += s.ready.eq(lfsr[n % 32])
+                m.d.sync += folded.eq(s.valid ^ Value.cast(s.payload).xor())
+            else:
+                bits = len(Value.cast(s.payload))
+                m.d.comb += [s.valid.eq(lfsr[n % 32]),
+                             s.payload.eq(lfsr.replicate(-(-bits // 32))[:bits])]
+        return m
+
+
+class TrainerLeds(wiring.Signature):
+    def __init__(self):
+        super().__init__({"training": Out(1), "error": Out(1)})
+
+
+def _field_bits(fields):
+    return sum(size for _, size in fields) * 8
+
+
+class Trainer(wiring.Component):
+    """The chain of ``mapping``'s nodes ``nodes`` (a range; default all) behind the host interface.
+
+    ``divisor``: clock cycles per UART bit. ``link``: as :func:`hw.node.connect_chain`'s.
+    ``params``: initial weights built into the memories (None: zeros; the host loads them).
+    The host streams images and labels into the first node held. Link streams of a part of
+    the chain that lead off the board end in :class:`OpenLinks` until link cores exist.
+    """
+
+    def __init__(self, mapping, *, divisor, family=None, params=None, link=None, nodes=None):
+        self.mapping, self.divisor, self.link = mapping, divisor, link
+        held = range(len(mapping.nodes)) if nodes is None else nodes
+        self.nodes = [Node(mapping.nodes[n], params=params, family=family) for n in held]
+        self.formats = mapping.nodes[0].formats
+        super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1), "leds": Out(TrainerLeds())})
+
+    def elaborate(self, platform):
+        m = Module()
+        nodes = self.nodes
+        chain_reset = Signal()
+        chain = Module()
+        for n, node in enumerate(nodes):
+            chain.submodules[f"node{n}"] = node
+        connect_chain(chain, nodes, link=self.link)
+        m.submodules.chain = ResetInserter(chain_reset)(chain)
+        # (produced by the node, stream) for the streams leading off the board
+        open_streams = [(not downstream, s) for path, downstream, s in link_streams(nodes[0].up)
+                        if path not in (("act",), ("label",))]
+        if "down" in nodes[-1].signature.members:
+            open_streams += [(downstream, s) for _, downstream, s in link_streams(nodes[-1].down)]
+        if open_streams:
+            m.submodules.open_links = OpenLinks(open_streams)
+
+        m.submodules.uart_rx = rx = UartRx(self.divisor)
+        m.submodules.uart_tx = tx = UartTx(self.divisor)
+        m.submodules.sender = sender = FrameSender()
+        m.submodules.rx_crc = rx_crc = p.CRC.create()
+        m.d.comb += [rx.pin.eq(self.rx), self.tx.eq(tx.pin)]
+        wiring.connect(m, sender.bytes, tx.bytes)
+
+        # --- receiver ----------------------------------------------------------------------
+        m.submodules.buffer = buffer = memory.Memory(shape=16, depth=p.MAX_PAYLOAD // 2, init=[])
+        store, load = buffer.write_port(granularity=8), buffer.read_port()
+        command, length, index = Signal(8), Signal(16), Signal(16)
+        args = Signal(8 * p.READ_HEADER)  # the first payload bytes: every command's arguments
+        got, byte = rx.bytes.valid, rx.bytes.payload
+        execute, refuse, reason = Signal(), Signal(), Signal(8)
+        done = Signal()  # the executor has handed the whole answer to the sender
+        frame_errors = Signal(32)
+        m.d.comb += [rx_crc.data.eq(byte), store.data.eq(byte.replicate(2)),
+                     store.addr.eq(index[1:]), store.en.eq(0)]
+        with m.FSM(name="receive"):
+            with m.State("sync"):
+                m.d.comb += rx_crc.start.eq(1)
+                with m.If(got & (byte == p.SYNC)):
+                    m.next = "command"
+            with m.State("command"):
+                m.d.comb += rx_crc.valid.eq(got)
+                with m.If(got):
+                    m.d.sync += command.eq(byte)
+                    m.next = "length0"
+            with m.State("length0"):
+                m.d.comb += rx_crc.valid.eq(got)
+                with m.If(got):
+                    m.d.sync += length[:8].eq(byte)
+                    m.next = "length1"
+            with m.State("length1"):
+                m.d.comb += rx_crc.valid.eq(got)
+                with m.If(got):
+                    m.d.sync += [length[8:].eq(byte), index.eq(0), args.eq(0)]
+                    m.next = "payload"
+                    with m.If(Cat(length[:8], byte) == 0):
+                        m.next = "crc1"
+            with m.State("payload"):
+                m.d.comb += rx_crc.valid.eq(got)
+                with m.If(got):
+                    with m.If(index < p.MAX_PAYLOAD):
+                        m.d.comb += store.en.eq(Mux(index[0], 0b10, 0b01))
+                    for k in range(p.READ_HEADER):
+                        with m.If(index == k):
+                            m.d.sync += args.word_select(k, 8).eq(byte)
+                    m.d.sync += index.eq(index + 1)
+                    with m.If(index == length - 1):
+                        m.next = "crc1"
+            with m.State("crc1"):
+                m.d.comb += rx_crc.valid.eq(got)
+                with m.If(got):
+                    m.next = "crc0"
+            with m.State("crc0"):
+                m.d.comb += rx_crc.valid.eq(got)
+                with m.If(got):
+                    m.next = "check"
+            with m.State("check"):  # the CRC register has taken the last byte
+                with m.If(~sender.busy):
+                    with m.If(~rx_crc.match_detected):
+                        m.d.comb += [refuse.eq(1), reason.eq(1)]
+                    with m.Elif(length > p.MAX_PAYLOAD):
+                        m.d.comb += [refuse.eq(1), reason.eq(2)]
+                    with m.Else():
+                        m.d.comb += execute.eq(1)
+                    m.next = "busy"
+            with m.State("busy"):
+                with m.If(done):
+                    m.next = "sync"
+
+        # --- state the host sets and the counters ------------------------------------------
+        total_samples, expected_updates = Signal(32), Signal(32)
+        training, error = Signal(), Signal()
+        cycle = Signal(32)
+        with m.If(training):
+            m.d.sync += cycle.eq(cycle + 1)
+        finished = Signal()
+        m.d.comb += finished.eq(Cat(node.updates >= expected_updates for node in nodes).all())
+        m.d.comb += [self.leds.training.eq(training & ~finished), self.leds.error.eq(error)]
+        clear = Signal()  # START: a new run
+        node_fields = []
+        for node in nodes:
+            samples, cycles, last_updates = Signal(32), Signal(32), Signal(32)
+            m.d.comb += node.total_samples.eq(total_samples)
+            with m.If(node.up.label.valid & node.up.label.ready):
+                m.d.sync += samples.eq(samples + 1)
+            m.d.sync += last_updates.eq(node.updates)
+            with m.If(node.updates != last_updates):
+                m.d.sync += cycles.eq(cycle)
+            with m.If(clear):
+                m.d.sync += [samples.eq(0), cycles.eq(0)]
+            # No link core between nodes on one chip: nothing to retry, no CRC to fail.
+            link_retries, link_crc_errors = Const(0, 32), Const(0, 32)
+            node_fields.append(Cat(samples, node.updates, cycles, link_retries, link_crc_errors))
+
+        loss_squares, loss_samples = Signal(64), Signal(32)
+        if nodes[-1].loss is not None:
+            self._loss(m, nodes[-1].loss, loss_squares, loss_samples, clear, error)
+        with m.If(refuse):
+            m.d.sync += [frame_errors.eq(frame_errors + 1), error.eq(1)]
+
+        status = Cat(training, Const(0, 7), error, Const(0, 7), frame_errors, loss_squares, loss_samples,
+                     *node_fields)
+        assert len(status) == 8 * p.status_bytes(len(nodes))
+        info = Cat(Const(len(nodes), 8), *(Const(len(node.memories), 8) for node in nodes))
+        snapshot = Signal(max(len(status), len(info)))
+
+        # --- executor ----------------------------------------------------------------------
+        node_index, mem, addr, lane, count = (args[0:8], args[8:16], args[16:32], args[32:48],
+                                              args[48:64])
+        word = Signal(16)
+        first = Signal(16)  # words of arguments before the data
+        m.d.comb += load.addr.eq(index)
+        label_in, act_in = nodes[0].up.label, nodes[0].up.act
+        channels = len(Value.cast(act_in.payload)) // WORD_BITS
+        pixel = Signal(len(Value.cast(act_in.payload)))
+        channel = Signal(range(channels + 1))
+        m.d.comb += act_in.payload.eq(pixel)
+        node_data = Signal(signed(WORD_BITS))
+        for n, node in enumerate(nodes):
+            m.d.comb += [node.host.mem.eq(mem), node.host.addr.eq(addr), node.host.lane.eq(lane),
+                         node.host.value.eq(word)]
+            with m.If(node_index == n):
+                m.d.comb += node_data.eq(node.host.data)
+        # WRITE and READ run on past the end of a row into the next address.
+        last_lane = Signal.like(lane)
+        for n, node in enumerate(nodes):
+            for k, ram in enumerate(node.memories):
+                with m.If((node_index == n) & (mem == k)):
+                    m.d.comb += last_lane.eq(ram.banks * ram.words - 1)
+        next_word = [lane.eq(Mux(lane == last_lane, 0, lane + 1)), addr.eq(addr + (lane == last_lane))]
+        host_read, host_write = Signal(), Signal()
+        for n, node in enumerate(nodes):
+            m.d.comb += [node.host.read.eq(host_read & (node_index == n)),
+                         node.host.write.eq(host_write & (node_index == n))]
+        wait = Signal(2)
+        reply_byte = Signal(16)
+
+        def answer(code, size):
+            m.d.comb += [sender.start.eq(1), sender.command.eq(code), sender.length.eq(size)]
+
+        with m.FSM(name="execute"):
+            with m.State("wait"):
+                with m.If(refuse):
+                    answer(p.NAK, 1)
+                    m.d.sync += snapshot.eq(reason)
+                    m.d.sync += reply_byte.eq(0)
+                    m.next = "send_snapshot"
+                with m.Elif(execute):
+                    m.d.sync += [index.eq(0), reply_byte.eq(0)]
+                    with m.Switch(command):
+                        with m.Case(p.INFO):
+                            answer(p.INFO | p.REPLY, len(info) // 8)
+                            m.d.sync += snapshot.eq(info)
+                            m.next = "send_snapshot"
+                        with m.Case(p.STATUS):
+                            answer(p.STATUS | p.REPLY, len(status) // 8)
+                            m.d.sync += snapshot.eq(status)
+                            m.next = "send_snapshot"
+                        with m.Case(p.WRITE):
+                            with m.If((length < p.WRITE_HEADER) | length[0] | (node_index >= len(nodes))):
+                                m.next = "bad_argument"
+                            with m.Else():
+                                m.d.sync += [index.eq(p.WRITE_HEADER // 2), first.eq(p.WRITE_HEADER // 2)]
+                                m.next = "write_fetch"
+                        with m.Case(p.READ):
+                            with m.If((length != p.READ_HEADER) | (node_index >= len(nodes))
+                                      | (count > p.MAX_PAYLOAD // 2)):
+                                m.next = "bad_argument"
+                            with m.Else():
+                                answer(p.READ | p.REPLY, count << 1)
+                                m.next = "read_issue"
+                        with m.Case(p.LABEL, p.IMAGE):
+                            with m.If(length[0]):
+                                m.next = "bad_argument"
+                            with m.Else():
+                                m.d.sync += [first.eq(0), channel.eq(0)]
+                                m.next = "feed_fetch"
+                        with m.Case(p.START):
+                            with m.If(length != 8):
+                                m.next = "bad_argument"
+                            with m.Else():
+                                m.d.sync += [total_samples.eq(args[:32]), expected_updates.eq(args[32:64]),
+                                             training.eq(1), error.eq(0), cycle.eq(0)]
+                                m.d.comb += clear.eq(1)
+                                m.next = "acknowledge"
+                        with m.Case(p.STOP):
+                            m.d.sync += [training.eq(0), chain_reset.eq(1)]
+                            m.next = "acknowledge"
+                        with m.Default():
+                            answer(p.NAK, 1)
+                            m.d.sync += snapshot.eq(3)
+                            m.next = "send_snapshot"
+            with m.State("bad_argument"):
+                answer(p.NAK, 1)
+                m.d.sync += snapshot.eq(4)
+                m.next = "send_snapshot"
+            with m.State("acknowledge"):
+                m.d.sync += chain_reset.eq(0)
+                answer(command | p.REPLY, 0)
+                m.d.comb += done.eq(1)
+                m.next = "wait"
+            with m.State("send_snapshot"):
+                m.d.comb += [sender.payload.payload.eq(snapshot.word_select(reply_byte, 8)),
+                             sender.payload.valid.eq(sender.busy)]
+                with m.If(sender.payload.ready & sender.payload.valid):
+                    m.d.sync += reply_byte.eq(reply_byte + 1)
+                with m.If(~sender.busy & ~sender.start):
+                    m.d.comb += done.eq(1)
+                    m.next = "wait"
+            # WRITE: one word per two cycles (the buffer's read takes one).
+            with m.State("write_fetch"):
+                with m.If(index == length[1:]):
+                    m.next = "acknowledge"
+                with m.Else():
+                    m.next = "write_word"
+            with m.State("write_word"):
+                m.d.comb += [word.eq(load.data), host_write.eq(1)]
+                m.d.sync += [index.eq(index + 1), *next_word]
+                m.next = "write_fetch"
+            # READ: a word is on the node's host port two cycles after the read.
+            with m.State("read_issue"):
+                with m.If(count == 0):
+                    with m.If(~sender.busy):
+                        m.d.comb += done.eq(1)
+                        m.next = "wait"
+                with m.Else():
+                    m.d.comb += host_read.eq(1)
+                    m.d.sync += wait.eq(2)
+                    m.next = "read_wait"
+            with m.State("read_wait"):
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    m.d.sync += [reply_byte.eq(node_data), count.eq(count - 1), *next_word]
+                    m.next = "read_low"
+            for state, part, following in (("read_low", reply_byte[:8], "read_high"),
+                                           ("read_high", reply_byte[8:], "read_issue")):
+                with m.State(state):
+                    m.d.comb += [sender.payload.payload.eq(part), sender.payload.valid.eq(1)]
+                    with m.If(sender.payload.ready):
+                        m.next = following
+            # LABEL / IMAGE: one beat per label word, per ``channels`` pixel words.
+            with m.State("feed_fetch"):
+                with m.If(index == length[1:]):
+                    m.next = "acknowledge"
+                with m.Else():
+                    m.next = "feed_word"
+            with m.State("feed_word"):
+                with m.If(command == p.LABEL):
+                    m.d.comb += [label_in.payload.eq(load.data[:LABEL_BITS]), label_in.valid.eq(1)]
+                    with m.If(label_in.ready):
+                        m.d.sync += index.eq(index + 1)
+                        m.next = "feed_fetch"
+                with m.Else():
+                    m.d.sync += [pixel.eq(Cat(pixel[WORD_BITS:], load.data)), index.eq(index + 1)]
+                    with m.If(channel == channels - 1):
+                        m.d.sync += channel.eq(0)
+                        m.next = "feed_pixel"
+                    with m.Else():
+                        m.d.sync += channel.eq(channel + 1)
+                        m.next = "feed_fetch"
+            with m.State("feed_pixel"):
+                m.d.comb += act_in.valid.eq(1)
+                with m.If(act_in.ready):
+                    m.next = "feed_fetch"
+        return m
+
+    def _loss(self, m, loss, squares, samples, clear, error):
+        """Sum of (y_c - onehot_c << act_frac)^2 over the samples the loss unit takes."""
+        classes = loss.classes
+        one = 1 << self.formats.act_frac
+        diffs = [Signal(signed(WORD_BITS + 2), name=f"loss_diff{c}") for c in range(classes)]
+        pending = Signal(range(classes + 1))
+        taken = loss.scores.valid & loss.scores.ready
+        with m.If(taken):
+            for c, diff in enumerate(diffs):
+                m.d.sync += diff.eq(loss.scores.payload[c] - Mux(loss.labels.payload == c, one, 0))
+            m.d.sync += [pending.eq(classes), samples.eq(samples + 1)]
+            with m.If(pending != 0):
+                m.d.sync += error.eq(1)
+        with m.Elif(pending != 0):
+            # Squares the first class and shifts the others down.
+            m.d.sync += [squares.eq(squares + diffs[0] * diffs[0]), pending.eq(pending - 1)]
+            for c in range(classes - 1):
+                m.d.sync += diffs[c].eq(diffs[c + 1])
+        with m.If(clear):
+            m.d.sync += [squares.eq(0), samples.eq(0), pending.eq(0)]

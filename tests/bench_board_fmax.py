@@ -1,0 +1,27 @@
+"""Each node of the default mapping in context on its board (issue 14): Fmax of the node clock
+against the clock mapping/devices.py gives its device, and the worst path.
+
+The default chain (``tiny`` on ecp5-85:2+ecp5-45:2): nodes 0 and 1 on the ECP5-5G Evaluation
+Board (LFE5UM5G-85F), nodes 2 and 3 on the Versa (LFE5UM5G-45F), each with the board top
+(PLL, reset, host interface, LEDs). About 10 minutes per node on two CPUs:
+``python -m pytest tests/bench_board_fmax.py -m bench -s -p no:xdist``.
+"""
+
+import pytest
+
+from boards.build import build, parse_args
+from sim.chain import CHAIN
+
+BOARD_OF_DEVICE = {"lfe5um5g-85f": "ecp5-5g-evn", "lfe5um5g-45f": "versa-ecp5-5g"}
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("node", range(4))
+def test_node_fmax_in_context(node, tmp_path):
+    board = BOARD_OF_DEVICE["lfe5um5g-85f" if node < 2 else "lfe5um5g-45f"]
+    result = build(parse_args(["--board", board, "--node", str(node), "--cluster", CHAIN, "--out", str(tmp_path)]),
+                   log=lambda *a, **k: None)
+    print(f"\nnode {node} on {board}: {result.fmax:.1f} MHz reached, {result.target:g} MHz needed "
+          f"({'met' if result.met else 'NOT met'}), {result.seconds:.0f} s; worst path\n  "
+          + "\n  ".join(result.worst.lines()))
+    assert result.fmax > 0

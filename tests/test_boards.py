@@ -1,0 +1,77 @@
+"""boards/: the board list, the host protocol's frames and CRC, and boards.build's refusals."""
+
+import pytest
+
+from boards import protocol as p
+from boards.boards import BOARDS, board_list
+from boards.build import main as build_main
+from mapping.devices import get_device
+from tests.cli_refusal import refusal
+
+
+def test_every_board_names_a_device_of_the_mapping():
+    assert list(BOARDS) == ["versa-ecp5-5g", "ecp5-5g-evn", "ulx3s-85f", "ecpix5-85", "vc709"]
+    for board in BOARDS.values():
+        assert get_device(board.device).family == board.family
+    assert board_list().splitlines()[0].startswith("versa-ecp5-5g  lfe5um5g-45f  100 MHz oscillator")
+
+
+def test_crc_is_the_catalogue_algorithm():
+    # CRC-16/IBM-3740's check value (the CRC of "123456789") in the CRC catalogue is 0x29B1
+    assert p.crc16(b"123456789") == 0x29B1
+
+
+def test_frame_layout_and_parse():
+    frame = p.frame(p.LABEL, p.words([3, -2]))
+    assert frame[:4] == bytes([0xA5, 0x03, 4, 0]) and frame[4:8] == bytes([3, 0, 0xFE, 0xFF])
+    assert frame[8:] == p.crc16(frame[1:8]).to_bytes(2, "big")
+    frames, rest = p.parse_frames(frame + frame[:5])
+    assert frames == [(p.LABEL, p.words([3, -2]))] and rest == frame[:5]
+    corrupted = frame[:5] + bytes([frame[5] ^ 1]) + frame[6:]
+    with pytest.raises(p.ProtocolError, match="bad CRC"):
+        p.parse_frames(corrupted)
+
+
+def test_status_unpacks_every_field():
+    payload = bytes([1, 0]) + (7).to_bytes(4, "little") + (1 << 40).to_bytes(8, "little") + \
+        (6).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") for v in (6, 2, 1645, 0, 0))
+    status = p.Status.unpack(payload, 1)
+    assert (status.training, status.error, status.frame_errors, status.loss_squares, status.loss_samples) == (
+        True, False, 7, 1 << 40, 6)
+    assert status.nodes == [{"samples": 6, "updates": 2, "cycles": 1645, "link_retries": 0, "link_crc_errors": 0}]
+    assert status.loss(act_frac=8) == (1 << 40) / 2 ** 17 / 6
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--board", "de10-nano", "--node", "0"],
+     "unknown board 'de10-nano' (known: versa-ecp5-5g, ecp5-5g-evn, ulx3s-85f, ecpix5-85, vc709)"),
+    (["--board", "versa-ecp5-5g", "--chain"],
+     "the chain needs 180 dsp (the mapping's estimate), lfe5um5g-45f on versa-ecp5-5g has 72"),
+    (["--board", "versa-ecp5-5g", "--node", "0", "--cluster", "ecp5-85:4"],
+     "node 0 of the mapping is for lfe5um5g-85f, board versa-ecp5-5g carries lfe5um5g-45f"),
+    (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),
+])
+def test_build_refuses_in_one_line(argv, message, capsys):
+    assert refusal(build_main, argv, capsys) == f"error: {message}"
+
+
+def test_a_chain_of_smaller_devices_fits_one_85f():
+    # tiny on two 45F nodes: 99 multipliers and about 50k LUT4 by the estimate, within the 85F's 156
+    from types import SimpleNamespace
+
+    from boards.boards import get_board
+    from boards.build import board_mapping, held_nodes
+    args = SimpleNamespace(network="tiny", cluster="lfe5um5g-45f:2", mapping=None, chain=True, node=None)
+    board = get_board("ulx3s-85f")
+    assert list(held_nodes(args, board_mapping(args, board), board)) == [0, 1]
+
+
+def test_program_says_how_to_get_openfpgaloader(monkeypatch, tmp_path):
+    import boards.build
+    from boards.boards import get_board
+    from mapping.errors import SpecError
+    monkeypatch.setattr(boards.build.shutil, "which", lambda name: None)
+    with pytest.raises(SpecError) as error:
+        boards.build.program(get_board("ulx3s-85f"), tmp_path / "top.bit", print)
+    assert str(error.value) == ("openFPGALoader is not installed (Debian/Ubuntu: apt install openfpgaloader; "
+                                f"or https://github.com/trabucayre/openFPGALoader); the bitstream is {tmp_path}/top.bit")
