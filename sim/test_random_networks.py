@@ -77,7 +77,7 @@ def test_random_network_trains_bit_exact_or_is_refused(spec, cluster):
     check_trains_or_is_refused(spec, cluster)
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # 60 networks take Amaranth's simulator about ten minutes on two cores
 @settings(_EXAMPLE, max_examples=60)
 @given(networks(), clusters())
 def test_many_random_networks_train_bit_exact_or_are_refused(spec, cluster):
