@@ -35,11 +35,16 @@ class ChainRun:
     golden: dict            # golden.train's final params
     record: object          # golden.TrainRecord
     seconds: float = 0.0    # wall-clock time of the simulation alone (build and golden model excluded)
+    cpu_seconds: float = 0.0  # the process's CPU time in it (what a busy shared machine does not skew)
     link_counters: list = ()  # over links: per link, (upstream, downstream) endpoint counters
 
     @property
     def cycles_per_second(self):
         return self.cycles / self.seconds if self.seconds else 0.0
+
+    @property
+    def cycles_per_cpu_second(self):
+        return self.cycles / self.cpu_seconds if self.cpu_seconds else 0.0
 
 
 def stale_per_layer(mapping):
@@ -135,6 +140,7 @@ def _run_pysim(top, feed, final):
     state = {}
 
     async def bench(ctx):
+        state["started"] = time.monotonic(), time.process_time()  # elaboration is over
         ctx.set(top.total_samples, feed.samples)
         streams = ((top.act, feed.pixels), (top.label, feed.labels))
         taken = [0, 0]
@@ -155,17 +161,18 @@ def _run_pysim(top, feed, final):
             taken = [t + bool(go) for t, go in zip(taken, took)]
             cycle += 1
         state["cycles"] = cycle
+        state["ended"] = time.monotonic(), time.process_time()
         for name, rows, layer_slice, ram in top.param_rams():
             contents = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
             _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
         if top.lanes is not None:
             state["links"] = top.lanes.counters(ctx)
 
-    started = time.monotonic()
     lanes = top.lanes
     simulate(top, bench, deadline=feed.deadline, processes=lanes.processes() if lanes else (),
              clocks=lanes.clocks if lanes else None)
-    return state["cycles"], events, time.monotonic() - started, state.get("links", ())
+    (wall, cpu), (wall_end, cpu_end) = state["started"], state["ended"]
+    return state["cycles"], events, wall_end - wall, cpu_end - cpu, state.get("links", ())
 
 
 # Cycles per call into the Verilator harness: between calls, the progress bar moves.
@@ -178,7 +185,7 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
     rams = list(top.param_rams())
     count = len(top.nodes)
     with VerilatedModel(top, [f"{name}.mem" for name, *_ in rams], profile=profile, threads=threads) as model:
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         for name, rows, layer_slice, ram in rams:
             width = numerics.WORD_BITS * ram.banks * ram.words
             model.write_memory(f"{name}.mem", [_row(words) for words in _initial(params, rows, layer_slice, ram)],
@@ -206,8 +213,8 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
             contents = [_lanes(v, lanes) for v in model.read_memory(f"{name}.mem", ram.rows,
                                                                     numerics.WORD_BITS * lanes)]
             _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
-        seconds = time.monotonic() - started
-        return model.cycle, [list(model.events(f"entered_{n}")) for n in range(count)], seconds
+        seconds, cpu = time.monotonic() - started, time.process_time() - cpu
+        return model.cycle, [list(model.events(f"entered_{n}")) for n in range(count)], seconds, cpu
 
 
 def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline=200_000, backend="pysim",
@@ -233,9 +240,10 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     if links is not None and backend != "pysim":
         raise ValueError("chains over link cores run on the pysim backend only")
     if backend == "pysim":
-        cycles, events, seconds, counters = _run_pysim(ChainTop(mapping, params, stall, links), feed, final)
+        cycles, events, seconds, cpu, counters = _run_pysim(ChainTop(mapping, params, stall, links), feed,
+                                                            final)
     elif backend == "verilator":
-        cycles, events, seconds = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress,
+        cycles, events, seconds, cpu = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress,
                                                  profile, threads)
     else:
         raise ValueError(f"unknown simulation backend '{backend}' (known: pysim, verilator)")
@@ -243,7 +251,7 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))
-    return ChainRun(final, cycles, starts, expected, record, seconds, counters)
+    return ChainRun(final, cycles, starts, expected, record, seconds, cpu, counters)
 
 
 def cycles_per_sample(run, node):

@@ -10,7 +10,7 @@ CI runs a fixed, derandomised handful of examples; ``-m slow`` runs many more.
 """
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mapping.cluster import parse_cluster
@@ -63,8 +63,10 @@ def check_trains_or_is_refused(spec, cluster):
         run = train_chain(network, mapping, inputs, labels, params, deadline=100_000)
     except SpecError as error:
         _refused(error)
+        event(f"refused: {str(error)[:60]}")
         return
     assert first_difference(run) is None, f"{layers} on {cluster}: {first_difference(run)}"
+    event(f"trained bit-exact on {len(mapping.nodes)} node(s)")
 
 
 _EXAMPLE = settings(deadline=None, derandomize=True, database=None,

@@ -14,7 +14,7 @@ from mapping.cluster import parse_cluster
 from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
-from sim.chain import assert_bit_exact, cycles_per_sample, report, train_chain
+from sim.chain import CHAIN, assert_bit_exact, cycles_per_sample, report, train_chain
 
 
 def _chain(network, cluster, inputs, labels, params, *, batch, stall=0.0, lr=0.05):
@@ -84,3 +84,19 @@ def test_stride_two_convolutions_train_bit_exact_and_both_backends_agree_cycle_f
     for layer, (weights, bias) in reference.params.items():
         np.testing.assert_array_equal(fast.params[layer][0], weights)
         np.testing.assert_array_equal(fast.params[layer][1], bias)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="generator bug: conv1's fp_stale (14) exceeds "
+                   "what the chain can buffer ahead of conv2's mini-batch gates; see the test's comment")
+def test_default_chain_trains_more_than_four_mini_batches():
+    # Deadlock on the default chain (tiny on ecp5-85:2+ecp5-45:2, batch 3) from 15 samples on
+    # (12 train): node 0's conv1 has fp_stale 14, so its first update waits for FP of sample
+    # 16, but conv2 (fp_stale 8) lets FP run only to sample 2B + 8 = 14 before its third
+    # update, which waits for conv2's EB of sample 8, whose errors conv1's PG, gated at sample
+    # B until conv1's first update, never takes. At 12 samples or fewer, "every sample done"
+    # (total_samples) releases conv1's update first, which is why the short tests pass.
+    network = zoo.tiny()
+    mapping = map_network(network, parse_cluster(CHAIN), batch=3, lr=0.05, **GENERATOR_OPTIONS)
+    assert [[s.fp_stale for s in node.slices] for node in mapping.nodes] == [[14, 8], [8], [8], [2]]
+    inputs, labels, params = random_data(network, 15, 5)
+    train_chain(network, mapping, inputs, labels, params, backend="verilator", profile="quick", deadline=8000)

@@ -96,8 +96,9 @@ def main(argv=None):
     print(f"test accuracy: {accuracy(network, run.params, formats, dataset.test_x, dataset.test_y):.1%} "
           f"(initial weights: {accuracy(network, params, formats, dataset.test_x, dataset.test_y):.1%}) "
           f"on {len(dataset.test_x)} held-out samples")
-    print(f"{run.cycles} cycles, {run.cycles / len(inputs):.1f} per sample; simulated "
-          f"{run.cycles_per_second:,.0f} cycles/s ({len(inputs) / run.seconds:.1f} samples/s)")
+    print(f"{run.cycles} cycles, {run.cycles / len(inputs):.1f} per sample (mini-batch boundaries included); "
+          f"simulated {run.cycles_per_second:,.0f} cycles/s, {run.cycles_per_cpu_second:,.0f} per CPU second "
+          f"({len(inputs) / run.seconds:.1f} samples/s)")
     print(report(mapping, run))
     return 0 if difference is None else 1
 
