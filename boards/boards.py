@@ -3,7 +3,6 @@
 from dataclasses import dataclass
 
 from amaranth_boards.ecp5_5g_evn import ECP55GEVNPlatform
-from amaranth_boards.ecpix5 import ECPIX585Platform
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 from amaranth_boards.versa_ecp5_5g import VersaECP55GPlatform
 
@@ -36,9 +35,6 @@ BOARDS = {board.name: board for board in (
           "FT2232H bridge (UART on channel B: fit the J40 jumpers); SERDES on SMA", ("--board", "ecp5_evn")),
     Board("ulx3s-85f", ULX3S_85F_Platform, "lfe5u-85f", "clk25", 25.0, 3_000_000, 4,
           "FT231X bridge; no SERDES (speed grade 6)", ("--board", "ulx3s")),
-    Board("ecpix5-85", ECPIX585Platform, "lfe5um5g-85f", "clk100", 100.0, 3_000_000, 4,
-          "FT2232H bridge; package BG554, which mapping/devices.py's 85F entry (BG381) shares the fabric of",
-          ("--board", "ecpix5")),
     Board("vc709", VC709Platform, "xc7vx690t", "clk200", 200.0, 115_200, 4,
           "CP2103 bridge; Yosys synthesis only (place and route, bitstream: Vivado)"),
 )}

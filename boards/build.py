@@ -34,7 +34,7 @@ DEFAULT_NODES = 4  # chain length of the default mapping on a board's own device
 # nextpnr-ecp5's options for the platforms' device and package names.
 NEXTPNR_DEVICES = {"LFE5UM5G-25F": "um5g-25k", "LFE5UM5G-45F": "um5g-45k", "LFE5UM5G-85F": "um5g-85k",
                    "LFE5U-25F": "25k", "LFE5U-45F": "45k", "LFE5U-85F": "85k"}
-NEXTPNR_PACKAGES = {"BG381": "CABGA381", "BG554": "CABGA554", "BG256": "CABGA256"}
+NEXTPNR_PACKAGES = {"BG381": "CABGA381"}
 # What a cached build keeps: the bitstreams, nextpnr's report and Yosys's cell counts.
 CACHED = ("top.bit", "top.svf", "report.json", "stat.json")
 

@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 
 from .host_interface import Trainer
@@ -53,8 +54,8 @@ class BoardTop(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         board = self.board
-        oscillator = platform.request(board.clock, 0)
-        clock_in = oscillator.i if hasattr(oscillator, "i") else oscillator
+        m.submodules.oscillator = oscillator = io.Buffer("i", platform.request(board.clock, 0, dir="-"))
+        clock_in = oscillator.i
         m.domains.sync = ClockDomain()
         locked = Signal()
         if board.family == "ecp5":
@@ -72,12 +73,15 @@ class BoardTop(Elaboratable):
             m.d.comb += [ClockSignal("sync").eq(clock_in), locked.eq(1)]
         button = Const(0)
         if any(r.name == "rst" for r in platform.resources.values()):
-            button = platform.request("rst", 0).i
+            m.submodules.reset_button = reset_button = io.Buffer("i", platform.request("rst", 0, dir="-"))
+            button = reset_button.i
         m.submodules.reset_sync = ResetSynchronizer(~locked | button, domain="sync")
 
         m.submodules.trainer = trainer = self.trainer
-        uart = platform.request("uart", 0)
-        m.d.comb += [trainer.rx.eq(uart.rx.i), uart.tx.o.eq(trainer.tx)]
+        uart = platform.request("uart", 0, dir={pin.name: "-" for pin in platform.resources["uart", 0].ios})
+        m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
+        m.d.comb += [trainer.rx.eq(rx.i), tx.o.eq(trainer.tx)]
         half_period = int(self.clock_mhz * 1e6 / 3)
         beat, blink = Signal(range(half_period)), Signal()
         m.d.sync += beat.eq(beat - 1)
@@ -86,5 +90,6 @@ class BoardTop(Elaboratable):
         running = Signal()  # low while the PLL locks and the reset is held
         m.d.sync += running.eq(1)
         for n, value in enumerate((running, trainer.leds.training, trainer.leds.error, blink)[:board.leds]):
-            m.d.comb += platform.request("led", n).o.eq(value)
+            m.submodules[f"led{n}"] = led = io.Buffer("o", platform.request("led", n, dir="-"))
+            m.d.comb += led.o.eq(value)
         return m
