@@ -33,15 +33,6 @@ class ChainRun:
     record: object          # golden.TrainRecord
 
 
-def stale_per_layer(mapping):
-    stale = {}
-    for node in mapping.nodes:
-        for s in node.slices:
-            if stale.setdefault(s.layer, s.fp_stale) != s.fp_stale:
-                raise ValueError(f"layer {s.layer}: slices disagree on fp_stale")
-    return stale
-
-
 def _read_ram(ctx, ram):
     """A ParamRam's rows as an array (rows * banks, words)."""
     rows = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
@@ -142,7 +133,7 @@ def train_chain(network, mapping, inputs, labels, params, *, rng=None, stall=0.0
 
     simulate(top, images, label_feed, finish, deadline=deadline)
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
-                                    formats=formats, fp_stale=stale_per_layer(mapping))
+                                    formats=formats, fp_stale=mapping.fp_stale())
     return ChainRun(final, state["cycles"], starts, expected, record)
 
 
