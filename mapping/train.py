@@ -160,6 +160,8 @@ def parse_args(argv):
     p.add_argument("--update", choices=("pipelined", "aligned"), default="pipelined")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--init-scale", type=float, default=golden.INIT_SCALE,
+                   help="He-normal initial weights times this (docs/numerics.md)")
     p.add_argument("--seed", type=int, default=0, help="initial weights, split and sample order")
     p.add_argument("--limit", type=int, help="use only the first N samples of the data")
     p.add_argument("--no-reference", action="store_true", help="skip the float aligned SGD reference run")
@@ -185,7 +187,7 @@ def main(argv=None):
                         f"fit {args.network}: {network.input_shape}, 0..{network.num_classes - 1}")
     data = split(images, labels, args.seed)
     formats = Formats()
-    real = golden.init_params(network, np.random.default_rng(args.seed))
+    real = golden.init_params(network, np.random.default_rng(args.seed), scale=args.init_scale)
     check = stability.margin(network, real, data[0][:8], data[2][:8], lr=args.lr, fp_stale=stale,
                              batch=args.batch, rng=np.random.default_rng(args.seed))
     print(check)
