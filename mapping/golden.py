@@ -148,13 +148,19 @@ def param_shapes(info):
     return w, ((info.out_channels,) if info.layer.bias else None)
 
 
-def init_params(network, rng, formats=None):
-    """He-normal weights and zero biases; words of ``formats`` when given, else float64."""
+# Scale of the He-normal initial weights. He's full scale puts lr times the largest curvature
+# of one sample's loss above the stability bound of the pipelined (stale) update at the
+# learning rates the zoo trains with; half of it trains like aligned SGD (docs/numerics.md).
+INIT_SCALE = 0.5
+
+
+def init_params(network, rng, formats=None, scale=INIT_SCALE):
+    """He-normal weights times ``scale`` and zero biases; words of ``formats`` when given, else float64."""
     params = {}
     for info in network.weighted_layers:
         wshape, bshape = param_shapes(info)
         fan_in = math.prod(wshape[1:])
-        w = rng.normal(0.0, math.sqrt(2.0 / fan_in), wshape)
+        w = rng.normal(0.0, scale * math.sqrt(2.0 / fan_in), wshape)
         params[info.name] = (w, None if bshape is None else np.zeros(bshape))
     return params if formats is None else to_fixed(params, formats)
 
@@ -345,6 +351,16 @@ class TrainRecord:
     loss: np.ndarray
     fp_version: dict
     eb_version: dict
+    start: int = 0           # global number of the first sample
+    versions: dict = None    # weight versions stale FP may still need: pass to train(resume=...)
+
+    @property
+    def next_sample(self):
+        return self.start + len(self.loss)
+
+
+class Diverged(SpecError):
+    """Float training produced a non-finite loss: the run cannot continue."""
 
 
 def _stale_per_layer(network, fp_stale):
@@ -380,13 +396,18 @@ def _zero_grads(params):
             for name, pair in params.items()}
 
 
-def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=None, fp_stale=0):
+def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=None, fp_stale=0,
+          resume=None):
     """Train on ``inputs`` (N, C, H, W) real values, ``labels`` (N,) class numbers, in order.
 
     ``params`` are words (fixed mode) or real values (float mode), as :func:`init_params`
     returns them; they are not modified. ``fp_stale`` is an int for every weighted
     layer or {layer: int} (missing layers 0): see "Weight versions" above.
-    Returns (final params, :class:`TrainRecord`).
+    ``resume``: the :class:`TrainRecord` of the previous call, whose final params
+    ``params`` must be: the run continues at its next sample number and weight version
+    (the same rounding noise and stale versions as one call over both inputs).
+    Returns (final params, :class:`TrainRecord`); float mode raises :class:`Diverged`
+    at the first non-finite loss.
     """
     network.check_trainable()
     if not network.weighted_layers:
@@ -398,24 +419,35 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
     step = arith.step(lr, batch)
     first = network.weighted_layers[0].position
     n = len(inputs)
+    start = 0 if resume is None else resume.next_sample
+    if start % batch:
+        raise SpecError(f"resume: sample {start} does not start a mini-batch of {batch}")
+    versions = {0: params} if resume is None else dict(resume.versions)  # pruned once no FP needs one
+    if resume is not None and not all(np.array_equal(a, b) for name in params for a, b in zip(
+            params[name], versions[start // batch][name]) if a is not None):
+        raise SpecError("resume: params are not the final params of the run being resumed")
+    versions[start // batch] = params
     record = TrainRecord(np.zeros(n), {name: np.zeros(n, dtype=np.int64) for name in stale},
                          {info.name: np.zeros(n, dtype=np.int64)
-                          for info in network.weighted_layers if info.position > first})
-    versions = {0: params}  # weight version -> params, pruned once no FP can need it
+                          for info in network.weighted_layers if info.position > first}, start)
     gsums = _zero_grads(params)
-    for s in range(n):
+    for i in range(n):
+        s = start + i
         m = s // batch
         # docs/weight_versions.md: FP of the first fp_stale samples of mini-batch m ran before
         # the update of mini-batch m-1 reached the layer; EB and PG always use version m.
         fp_params = {}
         for name, k in stale.items():
-            version = record.fp_version[name][s] = max(0, (s - k) // batch)
+            version = record.fp_version[name][i] = max(0, (s - k) // batch)
             fp_params[name] = versions[version][name]
         for name in record.eb_version:
-            record.eb_version[name][s] = m
-        trace = forward(network, fp_params, inputs[s], arith, s)
-        record.loss[s] = loss(trace.output, labels[s], arith)
-        grads, _ = backward(network, versions[m], trace, labels[s], arith, s)
+            record.eb_version[name][i] = m
+        with np.errstate(over="ignore", invalid="ignore"):
+            trace = forward(network, fp_params, inputs[i], arith, s)
+            record.loss[i] = loss(trace.output, labels[i], arith)
+        if not math.isfinite(record.loss[i]):
+            raise Diverged(f"training diverged: the loss of sample {s} is {record.loss[i]}")
+        grads, _ = backward(network, versions[m], trace, labels[i], arith, s)
         for info in network.weighted_layers:
             for g, total in zip(grads[info.name], gsums[info.name]):
                 if g is not None:
@@ -426,7 +458,8 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
             gsums = _zero_grads(params)
             oldest = max(0, (s + 1 - max(stale.values())) // batch)
             versions = {v: p for v, p in versions.items() if v >= oldest}
-    return versions[n // batch], record
+    record.versions = versions
+    return versions[(start + n) // batch], record
 
 
 def random_data(network, samples, seed):

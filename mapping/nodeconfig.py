@@ -195,6 +195,15 @@ class Mapping:
             raise SpecError(f"node {index} is not in the mapping: it has nodes 0..{len(self.nodes) - 1}")
         return self.nodes[index]
 
+    def fp_stale(self):
+        """{layer: fp_stale} of every weighted layer, as its slices carry it (golden.train's fp_stale)."""
+        stale = {}
+        for node in self.nodes:
+            for s in node.slices:
+                if stale.setdefault(s.layer, s.fp_stale) != s.fp_stale:
+                    raise SpecError(f"layer {s.layer}: slices disagree on fp_stale")
+        return stale
+
     def to_json(self, indent=1):
         return json.dumps({"schema_version": SCHEMA_VERSION, "network": self.network, "cluster": self.cluster,
                            "nodes": [n.to_dict() for n in self.nodes], "summary": self.summary},

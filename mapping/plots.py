@@ -46,3 +46,19 @@ def scaling(points, link_gbps, title, path):
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def training_curves(curves, path):
+    """Test accuracy per epoch of several training runs (paper Fig. 16): ``curves`` is
+    [(name, [(epoch, train loss, test accuracy), ...]), ...]."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, points in curves:
+        ax.plot([p[0] for p in points], [p[2] for p in points], marker="o", label=name)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

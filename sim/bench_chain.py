@@ -6,6 +6,9 @@ Run with ``python -m pytest sim/bench_chain.py -m bench -s -p no:xdist``. One mi
 interval between samples entering each node over the second half of the run
 (``sim.chain.cycles_per_sample``): enough samples for the buffers in front of the slowest
 node to fill, so every node shows the rate the chain really runs at.
+
+The default chain is also run at mini-batches of 1, 4 and 16 (and 32: one update, at the
+end) to show what the weight update, which the model does not count, costs.
 """
 
 import pytest
@@ -14,7 +17,7 @@ from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.golden import random_data
-from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, report, train_chain
+from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, report, train_chain
 
 
 SAMPLES, LR = 40, 0.05
@@ -37,3 +40,24 @@ def test_chain_cycles_per_sample(cluster, bram_fraction):
     hosted = [(b.owner, b.host, b.layer, b.out_range) for node in mapping.nodes for b in node.hosted]
     print(f"\n{cluster} at {bram_fraction:.1%} of the block RAM (rows hosted: {hosted or 'none'}), "
           f"{SAMPLES} samples in one mini-batch: {run.cycles} cycles\n{report(mapping, run)}")
+
+
+UPDATE_SAMPLES = 32
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("batch", [1, 4, 16, UPDATE_SAMPLES])
+def test_chain_cycles_per_sample_with_weight_updates(batch):
+    """The default chain over 32 samples at mini-batch ``batch`` (32: a single update at the end,
+    the rate with no update in the way): the overall cycles per sample against the model's
+    rate, which does not count the weight update (issue 17)."""
+    network = zoo.tiny()
+    mapping = map_network(network, parse_cluster(CHAIN), batch=batch, lr=LR, bram_fraction=0.9,
+                          **GENERATOR_OPTIONS)
+    inputs, labels, params = random_data(network, UPDATE_SAMPLES, 4)
+    run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
+    assert_bit_exact(run, params)
+    model = max(cfg.cycles_per_sample for cfg in mapping.nodes)
+    print(f"\nbatch {batch}: {run.cycles} cycles for {UPDATE_SAMPLES} samples, "
+          f"{run.cycles / UPDATE_SAMPLES:.1f} per sample; steady rate at node 0 "
+          f"{cycles_per_sample(run, 0):.1f}; model {model}")

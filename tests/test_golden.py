@@ -499,7 +499,7 @@ def test_lenet_digits_learns(mode):
     arith = golden.arithmetic(mode, formats)
     rng = np.random.default_rng(51)
     images, labels = synthetic_digits(rng, 10)
-    params = golden.init_params(network, rng)
+    params = golden.init_params(network, rng, scale=1.0)  # 40 updates: He's full scale, a small fc2
     params["fc2"] = (params["fc2"][0] * 0.1, params["fc2"][1])
     if mode == "fixed":
         params = golden.to_fixed(params, formats)
@@ -583,6 +583,34 @@ def test_parameter_conversion_round_trips():
     for name, (w, b) in words.items():
         assert w.dtype == np.int64 and (again[name][0] == w).all() and (again[name][1] == b).all()
         assert (b == 0).all()
-    # He-normal: the spread of the largest layer's weights matches sqrt(2 / fan_in).
+    # He-normal times INIT_SCALE: the spread of the largest layer's weights matches it.
     w = real["fc1"][0]
-    assert abs(w.std() / np.sqrt(2 / w.shape[1]) - 1) < 0.05
+    assert abs(w.std() / (golden.INIT_SCALE * np.sqrt(2 / w.shape[1])) - 1) < 0.05
+
+
+# --- resuming and divergence -----------------------------------------------------------
+
+def test_resumed_training_continues_noise_and_stale_versions_bit_for_bit():
+    network = zoo.tiny()
+    rng = np.random.default_rng(8)
+    params = golden.init_params(network, rng, Formats())
+    inputs, labels = rng.random((12,) + network.input_shape), rng.integers(0, 10, 12)
+    run = dict(batch=2, lr=0.1, fp_stale={"conv1": 3, "conv2": 2, "fc": 1})
+    whole, one = golden.train(network, params, inputs, labels, **run)
+    half, first = golden.train(network, params, inputs[:6], labels[:6], **run)
+    resumed, second = golden.train(network, half, inputs[6:], labels[6:], resume=first, **run)
+    assert second.start == 6 and (second.fp_version["conv1"] == one.fp_version["conv1"][6:]).all()
+    assert (np.concatenate([first.loss, second.loss]) == one.loss).all()
+    for name, (w, b) in whole.items():
+        assert (resumed[name][0] == w).all() and (resumed[name][1] == b).all()
+    with pytest.raises(SpecError, match="^resume: params are not the final params of the run being resumed$"):
+        golden.train(network, params, inputs[6:], labels[6:], resume=first, **run)
+
+
+def test_float_divergence_stops_with_one_line():
+    network = zoo.tiny()
+    rng = np.random.default_rng(3)
+    params = golden.init_params(network, rng)
+    inputs, labels = rng.random((120,) + network.input_shape), rng.integers(0, 10, 120)
+    with pytest.raises(golden.Diverged, match=r"^training diverged: the loss of sample \d+ is (nan|inf)$"):
+        golden.train(network, params, inputs, labels, batch=1, lr=50.0, mode="float")

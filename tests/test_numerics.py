@@ -15,6 +15,22 @@ from mapping.numerics import Formats, requantize
 SEED = Formats().seed
 
 
+@pytest.mark.parametrize("tensor, sample", [(numerics.tensor_id(9, numerics.WEIGHT_UPDATE), 3), (25, 70000)])
+def test_noise_of_different_elements_is_uncorrelated(tensor, sample):
+    """Elements i and i + lag of one tensor, lags 1..64, for the noise window of every
+    rounding shift the default formats use and that window's top byte (which decides most
+    round-ups): the correlation stays within 5.5 standard errors of 0 (the three-round hash
+    reached 0.27 at lag 2 in bits 16..23)."""
+    f, n, lags = Formats(), 1 << 16, 64
+    words = numerics.noise(SEED, tensor, sample, np.arange(n + lags))
+    limit = 5.5 / np.sqrt(n)
+    for shift in {f.fp_shift, f.eb_shift, f.weight_update_shift, f.bias_update_shift}:
+        for low in {0, max(0, shift - 8)}:
+            v = ((words & np.uint64((1 << shift) - 1)) >> np.uint64(low)).astype(np.float64)
+            v = (v - v.mean()) / v.std()
+            worst = max(abs(float(np.mean(v[:n] * v[lag:lag + n]))) for lag in range(1, lags + 1))
+            assert worst < limit, f"shift {shift}, bits {low}..{shift - 1}: correlation {worst:.3f}"
+
 @pytest.mark.parametrize("start", [0, 0x7FF80000, 0xFFF00000])
 def test_mix32_has_no_collisions_on_2_20_consecutive_inputs(start):
     x = (np.arange(1 << 20, dtype=np.uint64) + np.uint64(start)) & np.uint64(0xFFFFFFFF)
@@ -25,22 +41,22 @@ def test_mix32_has_no_collisions_on_2_20_consecutive_inputs(start):
 
 def test_mix32_known_answers():
     assert [int(v) for v in numerics.mix32([0, 1, 2, 0xFFFFFFFF, 0x12345678])] == [
-        0, 537806645, 1075613290, 24241368, 2667850750]
+        0, 591172105, 1182344211, 2151355619, 656146658]
     # Inputs are taken modulo 2**32, as the 32-bit hardware unit sees them.
-    assert int(numerics.mix32(1 << 32 | 0x12345678)) == 2667850750
+    assert int(numerics.mix32(1 << 32 | 0x12345678)) == 656146658
 
 
 def test_noise_known_answers():
     index = [0, 1, 2, 3, 1000, 65535]
-    assert int(numerics.stream_key(SEED, 0, 0)) == 4106773517
+    assert int(numerics.stream_key(SEED, 0, 0)) == 1031991521
     assert [int(v) for v in numerics.noise(SEED, 0, 0, index)] == [
-        98396917, 3034725137, 17704940, 835884644, 631510030, 2022019531]
+        324749338, 1606414345, 3081561925, 2399074253, 2914832381, 3612819100]
     assert numerics.tensor_id(3, numerics.EB_OUT) == 25
     assert [int(v) for v in numerics.noise(SEED, 25, 7, index)] == [
-        2947479349, 2509554160, 447682146, 334703927, 77607050, 1332734632]
+        3465425876, 350351029, 168969743, 1652716036, 1351549264, 4253627657]
     assert numerics.tensor_id(9, numerics.WEIGHT_UPDATE) == 74
     assert [int(v) for v in numerics.noise(1, 74, 123456, index)] == [
-        2499076104, 3346949301, 3003486295, 508553234, 482599782, 530402945]
+        2060875788, 1060483873, 2058222550, 1348889272, 3572767762, 2730698259]
 
 
 def test_tensor_ids_are_distinct_per_layer_and_kind():

@@ -12,13 +12,15 @@ bits, so the unit uses adders and no DSP blocks. Each mix round (a 32-bit xorshi
 and a three-input add) is one pipeline stage, so the clock is never limited by a
 chain of adders:
 
+With R = ``len(numerics.MIX_ROUNDS)`` (4):
+
 ====================  =====================================================
-stage 1..3            key rounds (sample)           | index delayed; stage 1 splits
+stage 1..R            key rounds (sample)           | index delayed; stage 1 splits
                                                     | acc into clamp(acc >> shift) and its
                                                     | low ``shift`` bits, both delayed
-stage 4..6            noise rounds (key ^ index)    | the split acc delayed
-stage 7               high + carry(low + r) (r: low ``shift`` bits of the noise)
-stage 8               saturate to 16 bits
+stage R+1..2R         noise rounds (key ^ index)    | the split acc delayed
+stage 2R+1            high + carry(low + r) (r: low ``shift`` bits of the noise)
+stage 2R+2            saturate to 16 bits
 ====================  =====================================================
 
 With ``shift <= 0`` there is no noise and the unit is a single stage. Every stage

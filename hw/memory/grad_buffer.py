@@ -55,7 +55,7 @@ StochasticRounder (lanes=1, 64-bit accumulator), and the rounded step is subtrac
 and saturated on the way into the ParamRam's word write. An accumulator address is
 cleared once read. From the strobe to ``done`` (which pulses once, with the last word
 written) the update takes ``O*S*K*K + G*v + 3 + rounder latency`` cycles (latency 11
-+ 8 for shift > 0): one cycle per real weight, one per address (both memories are
++ the rounder's 10 for shift > 0): one cycle per real weight, one per address (both memories are
 read in it). Meanwhile ``i`` is not ready and ``busy`` is high.
 
 Port B of the ParamRam (``upd``) belongs to the update while ``busy``: EB must be idle,

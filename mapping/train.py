@@ -1,0 +1,210 @@
+"""Train a network with the golden model as the hardware would run it (paper Fig. 16).
+
+``python -m mapping.train --network lenet-digits --data digits --epochs 5 --out DIR``
+
+Each weighted layer's ``fp_stale`` comes from mapping the network onto ``--cluster``
+exactly as ``hw.build`` does, so ``--update pipelined`` (the default) is the weight
+version schedule the chain runs (docs/weight_versions.md) and ``--update aligned`` is
+plain mini-batch SGD. Data: scikit-learn's bundled 8x8 digits (``digits``) or an .npz
+with ``images`` (N, H, W) or (N, C, H, W) real values and ``labels`` (N,); a stratified
+share is held out for testing. The sample count and so the rounding noise and the
+stale weight versions continue across epochs (``golden.train(resume=...)``).
+
+Unless ``--no-reference``, float aligned SGD runs too, from the same initial weights on
+the same sample order, and both curves go to ``curves.csv`` and ``fig16.png``.
+"""
+
+import argparse
+import csv
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import golden, stability
+from .cluster import parse_cluster
+from .errors import SpecError, run_cli
+from .mapper import GENERATOR_OPTIONS, map_network
+from .numerics import Formats
+from .zoo import get
+
+DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
+TEST_SHARE = 0.2
+CHUNK = 240  # samples between progress lines
+# A fixed-point run cannot overflow to NaN: an epoch whose mean loss is this many times
+# the untrained net's has diverged.
+DIVERGED_LOSS_RATIO = 4.0
+
+
+def load_data(source):
+    """(images (N, C, H, W) float64, labels (N,) int64) of ``digits`` or an .npz file."""
+    if source == "digits":
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        return digits.images[:, None] / 16.0, digits.target.astype(np.int64)
+    path = Path(source)
+    try:
+        with np.load(path) as data:
+            images, labels = np.asarray(data["images"], dtype=np.float64), np.asarray(data["labels"])
+    except OSError as error:
+        raise SpecError(f"data file {path}: {error.strerror or error}") from None
+    except (KeyError, ValueError) as error:
+        raise SpecError(f"data file {path}: needs arrays 'images' and 'labels' ({error})") from None
+    if images.ndim == 3:
+        images = images[:, None]
+    if images.ndim != 4 or labels.shape != (len(images),) or labels.dtype.kind not in "iu":
+        raise SpecError(f"data file {path}: images {images.shape} and labels {labels.shape} "
+                        f"must be (N, [C,] H, W) and N integers")
+    return images, labels.astype(np.int64)
+
+
+def split(images, labels, seed):
+    from sklearn.model_selection import train_test_split
+
+    return train_test_split(images, labels, test_size=TEST_SHARE, stratify=labels, random_state=seed)
+
+
+@dataclass
+class Run:
+    """One training configuration and its per-epoch curve."""
+
+    name: str
+    mode: str
+    fp_stale: dict
+    params: dict
+    record: object = None
+    curve: list = field(default_factory=list)  # (epoch, train loss, test accuracy)
+
+
+def accuracy(network, params, images, labels, arith):
+    hits = sum(int(golden.forward(network, params, x, arith, s).output.ravel().argmax() == y)
+               for s, (x, y) in enumerate(zip(images, labels)))
+    return hits / len(labels)
+
+
+def mean_loss(network, params, images, labels, arith):
+    return float(np.mean([golden.loss(golden.forward(network, params, x, arith, s).output, y, arith)
+                          for s, (x, y) in enumerate(zip(images, labels))]))
+
+
+def epoch(network, run, images, labels, *, batch, lr, formats, progress):
+    """One pass over ``images`` in chunks (for progress); returns the mean training loss."""
+    losses = []
+    step = max(batch, CHUNK - CHUNK % batch)
+    for at in range(0, len(images), step):
+        run.params, run.record = golden.train(
+            network, run.params, images[at:at + step], labels[at:at + step], batch=batch, lr=lr,
+            mode=run.mode, formats=formats, fp_stale=run.fp_stale, resume=run.record)
+        losses.append(run.record.loss)
+        progress(at + len(run.record.loss))
+    return float(np.mean(np.concatenate(losses)))
+
+
+def train(network, runs, data, *, epochs, batch, lr, formats, seed, log=print):
+    """Train every run for ``epochs``; each epoch shuffles the training split the same way for all."""
+    train_x, test_x, train_y, test_y = data
+    usable = len(train_x) - len(train_x) % batch
+    if usable == 0:
+        raise SpecError(f"{len(train_x)} training samples make no mini-batch of {batch}")
+    order_rng = np.random.default_rng(seed)
+    for run in runs:
+        arith = golden.arithmetic(run.mode, formats)
+        run.initial_loss = mean_loss(network, run.params, test_x, test_y, arith)
+        run.curve.append((0, run.initial_loss, accuracy(network, run.params, test_x, test_y, arith)))
+    for e in range(1, epochs + 1):
+        order = order_rng.permutation(len(train_x))[:usable]
+        for run in runs:
+            arith = golden.arithmetic(run.mode, formats)
+            began = time.monotonic()
+
+            def progress(done):
+                rate = done / max(time.monotonic() - began, 1e-9)
+                print(f"\r{run.name}: epoch {e}/{epochs}, {done}/{usable} samples, {rate:.0f} samples/s",
+                      end="", file=sys.stderr, flush=True)
+
+            loss = epoch(network, run, train_x[order], train_y[order], batch=batch, lr=lr, formats=formats,
+                         progress=progress)
+            print(file=sys.stderr)
+            acc = accuracy(network, run.params, test_x, test_y, arith)
+            run.curve.append((e, loss, acc))
+            log(f"{run.name}: epoch {e}: train loss {loss:.4f}, test accuracy {acc:.4f}")
+            if loss > DIVERGED_LOSS_RATIO * run.initial_loss:
+                raise SpecError(f"{run.name}: training diverged in epoch {e}: mean loss {loss:.3g} is over "
+                                f"{DIVERGED_LOSS_RATIO:g}x the untrained net's {run.initial_loss:.3g}")
+    return runs
+
+
+def write_curves(runs, out):
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "curves.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["run", "epoch", "train_loss", "test_accuracy"])
+        for run in runs:
+            for e, loss, acc in run.curve:
+                writer.writerow([run.name, e, f"{loss:.6f}", f"{acc:.6f}"])
+    from .plots import training_curves
+
+    training_curves([(run.name, run.curve) for run in runs], out / "fig16.png")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m mapping.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--network", default="lenet-digits", help="zoo name or network spec file")
+    p.add_argument("--data", default="digits", help="'digits' (scikit-learn's) or an .npz with images, labels")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster the staleness is mapped on")
+    p.add_argument("--mode", choices=golden.MODES, default="fixed")
+    p.add_argument("--update", choices=("pipelined", "aligned"), default="pipelined")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--lr", type=float, default=0.03)
+    p.add_argument("--init-scale", type=float, default=golden.INIT_SCALE,
+                   help="He-normal initial weights times this (docs/numerics.md)")
+    p.add_argument("--seed", type=int, default=0, help="initial weights, split and sample order")
+    p.add_argument("--limit", type=int, help="use only the first N samples of the data")
+    p.add_argument("--no-reference", action="store_true", help="skip the float aligned SGD reference run")
+    p.add_argument("--out", type=Path, required=True, help="directory for curves.csv and fig16.png")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.epochs < 1:
+        raise SpecError(f"--epochs must be at least 1, got {args.epochs}")
+    network = get(args.network)
+    mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
+                          **GENERATOR_OPTIONS)
+    stale = mapping.fp_stale() if args.update == "pipelined" else {}
+    print(f"{args.network} on {args.cluster}: fp_stale per layer "
+          f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}")
+    images, labels = load_data(args.data)
+    if args.limit:
+        images, labels = images[:args.limit], labels[:args.limit]
+    if images.shape[1:] != network.input_shape or labels.min() < 0 or labels.max() >= network.num_classes:
+        raise SpecError(f"data: images {images.shape[1:]} and labels {labels.min()}..{labels.max()} do not "
+                        f"fit {args.network}: {network.input_shape}, 0..{network.num_classes - 1}")
+    data = split(images, labels, args.seed)
+    formats = Formats()
+    real = golden.init_params(network, np.random.default_rng(args.seed), scale=args.init_scale)
+    check = stability.margin(network, real, data[0][:8], data[2][:8], lr=args.lr, fp_stale=stale,
+                             batch=args.batch, rng=np.random.default_rng(args.seed))
+    print(check)
+    if check.margin < 1:
+        print("warning: lr * curvature is beyond the stale-gradient stability bound (docs/numerics.md)")
+    params = golden.to_fixed(real, formats) if args.mode == "fixed" else real
+    runs = [Run(f"{args.mode} {args.update}", args.mode, stale, params)]
+    if not args.no_reference and (args.mode, args.update) != ("float", "aligned"):
+        runs.append(Run("float aligned", "float", {}, real))
+    print(f"{len(data[0])} training, {len(data[1])} test samples; batch {args.batch}, lr {args.lr:g}")
+    try:
+        train(network, runs, data, epochs=args.epochs, batch=args.batch, lr=args.lr, formats=formats,
+              seed=args.seed)
+    finally:
+        write_curves(runs, args.out)
+        print(f"wrote {args.out / 'curves.csv'} and {args.out / 'fig16.png'}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

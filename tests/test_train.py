@@ -1,0 +1,42 @@
+"""Training on real data (mapping.train) and the stability margin of the stale update (mapping.stability)."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from mapping import golden, stability, train
+from mapping.network import Layer, infer
+
+
+def test_delay_bound_is_the_delayed_gradient_descent_limit():
+    assert stability.delay_bound(0) == pytest.approx(2.0)
+    assert stability.delay_bound(1) == pytest.approx(1.0)
+    assert stability.delay_bound(4) == pytest.approx(2 * math.sin(math.pi / 18))
+    # fp_stale in samples, the delay in updates: FP of sample s uses version (s - k) // B
+    assert stability.update_delay({"a": 9, "b": 1}, 1) == 9
+    assert stability.update_delay({"a": 9, "b": 1}, 4) == 3
+    assert stability.update_delay({}, 4) == 0
+
+
+def test_power_iteration_finds_the_curvature_of_a_linear_layer():
+    # 0.5 |W x + b - t|^2 has Hessian (x x^T + 1) per output row: top eigenvalue |x|^2 + 1
+    network = infer("lin", (1, 2, 2), [Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=3)])
+    rng = np.random.default_rng(0)
+    params = golden.init_params(network, rng)
+    image = rng.random((1, 2, 2))
+    found = stability.top_curvature(network, params, image, 1, rng)
+    assert found == pytest.approx(float((image ** 2).sum()) + 1, rel=1e-6)
+
+
+def test_cli_trains_lenet_digits_on_real_digits(tmp_path, capsys):
+    # 240 of scikit-learn's digits, 2 epochs of the hardware's pipelined fixed-point update (chance: 0.1)
+    train.main(["--limit", "300", "--epochs", "2", "--lr", "0.05", "--no-reference", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "fp_stale per layer conv1=9, conv2=6, fc1=3, fc2=1" in out
+    with open(tmp_path / "curves.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["run"], r["epoch"]) for r in rows] == [("fixed pipelined", str(e)) for e in range(3)]
+    assert float(rows[0]["test_accuracy"]) < 0.3 and float(rows[-1]["test_accuracy"]) >= 0.4  # measured 0.48
+    assert (tmp_path / "fig16.png").stat().st_size > 0
