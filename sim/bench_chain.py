@@ -56,7 +56,7 @@ def test_chain_cycles_per_sample_with_weight_updates(batch):
                           **GENERATOR_OPTIONS)
     inputs, labels, params = random_data(network, UPDATE_SAMPLES, 4)
     run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
-    assert_bit_exact(run, params)
+    assert_bit_exact(run.params, run.golden, params)
     model = max(cfg.cycles_per_sample for cfg in mapping.nodes)
     print(f"\nbatch {batch}: {run.cycles} cycles for {UPDATE_SAMPLES} samples, "
           f"{run.cycles / UPDATE_SAMPLES:.1f} per sample; steady rate at node 0 "
