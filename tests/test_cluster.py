@@ -13,8 +13,8 @@ from mapping.errors import SpecError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "mapping" / "examples"
 VC709, ECP5_85 = DEVICES["xc7vx690t"], DEVICES["lfe5um5g-85f"]
-KNOWN = ("ecp5-25, ecp5-45, ecp5-85, u30, u50lv, vc709, vcu128, zc706, zcu102, zcu104, "
-         "lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f, xc7vx690t, xc7z015, xc7z045, xcu30, "
+KNOWN = ("ecp5-25, ecp5-45, ecp5-85, u30, u50lv, ulx3s-85f, vc709, vcu128, zc706, zcu102, zcu104, "
+         "lfe5u-85f, lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f, xc7vx690t, xc7z015, xc7z045, xcu30, "
          "xcu50, xcvu37p, xczu7ev, xczu9eg")
 
 

@@ -23,8 +23,8 @@ def _cli(*args):
     (["--strategies", "fpdeep,foo"],
      "error: unknown strategy 'foo' (known: fpdeep, accpar, hypar, owt, dp, mtrain, hap, hybrid)\n"),
     (["--cluster", "foo:2"],
-     "error: cluster 'foo:2': unknown device 'foo' (known: ecp5-25, ecp5-45, ecp5-85, u30, u50lv, vc709, "
-     "vcu128, zc706, zcu102, zcu104, lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f, xc7vx690t, xc7z015, "
+     "error: cluster 'foo:2': unknown device 'foo' (known: ecp5-25, ecp5-45, ecp5-85, u30, u50lv, ulx3s-85f, vc709, "
+     "vcu128, zc706, zcu102, zcu104, lfe5u-85f, lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f, xc7vx690t, xc7z015, "
      "xc7z045, xcu30, xcu50, xcvu37p, xczu7ev, xczu9eg)\n"),
     (["--network", "nope", "--strategies", "dp"],
      "error: unknown network 'nope' (zoo: tiny, lenet-digits, alexnet, alexnet-ungrouped, vgg16, vgg19, "
