@@ -13,9 +13,10 @@ the slice hw/ builds from the partitioner's.
 Non-movable, sized by the partitioner:
 
 - Act-RAM: the slice's input activations from FP until PG consumes them, for the
-  ``fp_stale`` samples in flight (FP of sample s + fp_stale may start only after PG
-  of sample s is done): ``fp_stale * S * H * W`` words, ``b`` channels wide (OCP
-  slices keep all input channels: the duplication the paper mentions).
+  samples it holds (FP of sample s + held may start only after PG of sample s is
+  done): its ``fp_stale`` samples in flight, or the previous layer's if larger
+  (``mapping.mapper.samples_held``): ``held * S * H * W`` words, ``b`` channels wide
+  (OCP slices keep all input channels: the duplication the paper mentions).
 - line buffers: ``(K-1)`` rows of the padded input for FP and again for PG
   (``(K-1) * (W+2p) * S`` words each, plus the K-pixel window registers), and for EB
   ``(K-1)`` rows of the zero-dilated padded error map of the slice's output channels
@@ -26,7 +27,7 @@ Non-movable, sized by the partitioner:
   the next node's 48-bit EB partial sums the same way (input channels, input row).
 - SFU masks, on the node that finishes an output channel: per pooled output the
   argmax index and one ReLU bit (the winner's: the others' never pass an error),
-  per conv output without a pool its ReLU bit, for ``fp_stale`` samples.
+  per conv output without a pool its ReLU bit, for the samples the Act-RAM holds.
 - biases (16 bit) and their 48-bit gradient accumulators, on the SFU node.
 - FC slices with weights in DRAM: the input and output-error vectors of the
   mini-batch (``B * (S + O)`` words, ``b`` and ``P`` wide), from which the weight
@@ -108,7 +109,7 @@ class FixedWords:
     cost: MemoryCost
 
 
-def fixed_buffers(plan, units, shape, fp_stale, family, *, first, last, latency_cycles,
+def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_cycles,
                   gradient_batch=0):
     c_in, h, w = plan.in_shape
     oc, oh, ow = plan.out_shape
@@ -119,8 +120,8 @@ def fixed_buffers(plan, units, shape, fp_stale, family, *, first, last, latency_
     passes = shape.u * shape.v
     cost = MemoryCost()
 
-    act_words = fp_stale * s_in * h * w
-    cost += memory_cost(shape.b * WORD_BITS, fp_stale * h * w * shape.v, family)
+    act_words = samples * s_in * h * w
+    cost += memory_cost(shape.b * WORD_BITS, samples * h * w * shape.v, family)
 
     lb_words = 0
     if k > 1:
@@ -147,7 +148,7 @@ def fixed_buffers(plan, units, shape, fp_stale, family, *, first, last, latency_
             memory_cost(shape.P * WORD_BITS, gradient_batch * shape.u, family)
 
     if last or not icp:  # this node runs the SFU of its output channels
-        cost += memory_cost(WORD_BITS, math.ceil(fp_stale * mask_bits(plan, o_out) / WORD_BITS), family)
+        cost += memory_cost(WORD_BITS, math.ceil(samples * mask_bits(plan, o_out) / WORD_BITS), family)
         if plan.bias:
             cost += memory_cost(WORD_BITS, o_out, family) + memory_cost(ACC_BITS, o_out, family)
     return FixedWords(act_words, lb_words, pab_words, cost)
@@ -196,9 +197,9 @@ def hosted_memory(words, family):
     return memory_cost(WORD_BITS, words, family) + memory_cost(ACC_BITS, words, family)
 
 
-def layer_slice(sl, buffers, fp_stale, remote_weights=(), cycles_per_sample=0):
+def layer_slice(sl, buffers, fp_stale=0, remote_weights=(), cycles_per_sample=0):
     """The LayerSlice of partition slice ``sl`` (the NodeConfig's, which hw/ builds): its
-    engines, ``buffers`` (:func:`fixed_buffers` for ``fp_stale`` samples in flight), its
+    engines, ``buffers`` (:func:`fixed_buffers` for the samples it holds), its
     local weights and the partial sums of its ``sl.remote_rows`` remote rows, which
     ``remote_weights`` describe."""
     p, shape = sl.plan, sl.shape
@@ -220,19 +221,20 @@ def layer_slice(sl, buffers, fp_stale, remote_weights=(), cycles_per_sample=0):
         flatten_from=p.flatten_from, fp_stale=fp_stale, cycles_per_sample=cycles_per_sample)
 
 
-def planned_slice(sl, buffers, fp_stale):
+def planned_slice(sl, buffers):
     """:func:`layer_slice` with its remote rows, the top ``sl.remote_rows`` output channels
     (as the generator keeps them), as one block on a host not yet known: a slice's memories
     depend on how many rows it keeps, not on where the others live."""
     hi = sl.out_range[1]
     remote = (WeightBlock(owner=sl.node, host=None, layer=sl.plan.name, in_range=sl.in_range,
                           out_range=(hi - sl.remote_rows, hi), words=sl.remote_rows * sl.row_words),)
-    return layer_slice(sl, buffers, fp_stale, remote if sl.remote_rows else ())
+    return layer_slice(sl, buffers, remote_weights=remote if sl.remote_rows else ())
 
 
-def exact_slice_memory(sl, buffers, fp_stale, family):
-    """The memories hw/ builds for partition slice ``sl`` (mapping/memories.py)."""
-    return memories.cost(memories.slice_memories(planned_slice(sl, buffers, fp_stale)), family)
+def exact_slice_memory(sl, buffers, family):
+    """The memories hw/ builds for partition slice ``sl`` (mapping/memories.py): they depend
+    on the samples its buffers hold, not on its ``fp_stale``."""
+    return memories.cost(memories.slice_memories(planned_slice(sl, buffers)), family)
 
 
 class CoarseMemory:
@@ -256,15 +258,15 @@ class CoarseMemory:
 
 class ExactMemory:
     """Node memory as hw/ builds it, memory by memory (mapping/memories.py), from each
-    slice's buffer depths (``buffers[id(slice)]``) and samples in flight
-    (``stale[id(slice)]``): what the generator's mappings are planned with."""
+    slice's buffer depths (``buffers[id(slice)]``): what the generator's mappings are
+    planned with."""
 
-    def __init__(self, buffers, stale, family_of):
-        self.buffers, self.stale, self.family_of = buffers, stale, family_of
+    def __init__(self, buffers, family_of):
+        self.buffers, self.family_of = buffers, family_of
 
     def node(self, slices, node, hosted):
         def planned(sl):
-            return planned_slice(sl, self.buffers[id(sl)], self.stale[id(sl)])
+            return planned_slice(sl, self.buffers[id(sl)])
 
         mems = memories.inventory([planned(sl) for sl in slices if sl.node == node],
                                   [(planned(sl), rows) for sl, rows in hosted])

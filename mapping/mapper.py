@@ -134,7 +134,8 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
             part, slices, blocks, hosted, stale = settle(local_weights=True)
         except SpecError:
             raise balanced from None
-    memory = _memory(slices, lambda sl: stale[id(sl)], family_of, batch, buildable_balance)
+    stale_of_layer = {sl.plan.name: stale[id(sl)] for sl in slices}
+    memory = _memory(slices, samples_held(plans, stale_of_layer), family_of, batch, buildable_balance)
     estimates = []
     for node, budget in enumerate(node_budgets):
         # with fewer samples in flight than balancing assumed, no memory is deeper
@@ -217,7 +218,8 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
     for _ in range(MAX_STALE_ROUNDS + BALANCE_RETRIES):
         # buffers only grow from round to round, so the last period bounds the next
         try:
-            part = partition(plans, node_budgets, fp_stale=estimate, at_least=period, describe=describe,
+            part = partition(plans, node_budgets, samples_held=samples_held(plans, estimate), at_least=period,
+                             describe=describe,
                              batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
                              local_weights=local_weights, buildable_balance=buildable_balance,
                              fold_inputs=fold_inputs, offchip_fc=offchip_fc)
@@ -227,7 +229,7 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
             raise
         period = part.period
         slices = part.slices
-        memory = _memory(slices, lambda sl: estimate[sl.plan.name], family_of, batch, buildable_balance)
+        memory = _memory(slices, samples_held(plans, estimate), family_of, batch, buildable_balance)
         try:
             blocks, hosted = balance.balance(slices, node_budgets, memory, describe,
                                              buildable=buildable_balance)
@@ -247,18 +249,28 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
                        f"{MAX_STALE_ROUNDS} rounds: {estimate}")
 
 
-def _memory(slices, stale_of, family_of, batch, exact):
+def _memory(slices, held, family_of, batch, exact):
     """The model a mapping's node memory is priced with, the buffers of each slice sized for
-    ``stale_of(slice)`` samples in flight: with ``exact`` (the generator's mappings) the
-    memories hw/ builds, else the coarse model of mapping/balance.py."""
-    buffers = {id(sl): _buffers(sl, stale_of(sl), family_of, batch) for sl in slices}
+    the samples its layer holds (``held``, by layer name): with ``exact`` (the generator's
+    mappings) the memories hw/ builds, else the coarse model of mapping/balance.py."""
+    buffers = {id(sl): _buffers(sl, held[sl.plan.name], family_of, batch) for sl in slices}
     if exact:
-        return balance.ExactMemory(buffers, {id(sl): stale_of(sl) for sl in slices}, family_of)
+        return balance.ExactMemory(buffers, family_of)
     return balance.CoarseMemory(buffers, family_of)
 
 
-def _buffers(sl, fp_stale, family_of, batch):
-    return balance.fixed_buffers(sl.plan, sl.units, sl.shape, fp_stale, family_of(sl.node),
+def samples_held(plans, stale_of_layer):
+    """Samples each layer's Act-RAM and SFU masks hold from FP until its errors return (by
+    layer name): its own ``fp_stale``, or the previous layer's where that is larger. That
+    layer's update waits until its FP has run its ``fp_stale`` samples ahead of its PG, and
+    this layer's FP must take those samples first (docs/weight_versions.md, "No circular
+    wait")."""
+    return {p.name: max(stale_of_layer[p.name], stale_of_layer[plans[l - 1].name] if l else 0)
+            for l, p in enumerate(plans)}
+
+
+def _buffers(sl, samples, family_of, batch):
+    return balance.fixed_buffers(sl.plan, sl.units, sl.shape, samples, family_of(sl.node),
                                  first=sl.first, last=sl.last,
                                  latency_cycles=balance.LINK_LATENCY_CYCLES,
                                  gradient_batch=batch if sl.offchip else 0)

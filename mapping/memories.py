@@ -295,8 +295,9 @@ def pg_error_slack(s):
 
 
 def sfu_samples_in_flight(s):
-    """Samples the SFU keeps masks for: those whose FP ran before their errors return."""
-    return s.fp_stale + 2
+    """Samples the SFU keeps masks for: those whose FP ran before their errors return, as
+    many as the Act-RAM holds, and two more for the SFU's own latency."""
+    return s.samples_held + 2
 
 
 def hosted_memories(owner, rows):

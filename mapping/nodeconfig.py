@@ -139,6 +139,11 @@ class LayerSlice(ChannelRanges):
     def multipliers(self):
         return self.fp.multipliers + self.eb.multipliers + self.pg.multipliers
 
+    @property
+    def samples_held(self):
+        """Whole samples of the slice's input its Act-RAM holds from FP until PG takes them."""
+        return self.act_ram_words // (self.in_channels * self.in_shape[1] * self.in_shape[2])
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -330,6 +335,7 @@ def check_mapping(mapping):
                                     f"the slice is on node {i}")
     _check_coverage(mapping)
     _check_layer_chain(layers)
+    _check_act_rams(mapping)
 
 
 # What every slice of one layer agrees on.
@@ -448,6 +454,18 @@ def _check_coverage(mapping):
         if end != full:
             raise SpecError(f"{run[-1][0]}.{key}: the slices of layer '{layer}' end at channel {end} of "
                             f"{full}")
+
+
+def _check_act_rams(mapping):
+    """Each Act-RAM holds whole samples of its slice's input (checked once the shapes are),
+    at least the slice's fp_stale of them (hw/memory/update_gate.py lets FP run that far)."""
+    for i, node in enumerate(mapping.nodes):
+        for j, s in enumerate(node.slices):
+            sample = s.in_channels * s.in_shape[1] * s.in_shape[2]
+            if s.act_ram_words % sample or s.act_ram_words < max(1, s.fp_stale) * sample:
+                raise SpecError(f"nodes[{i}].slices[{j}].act_ram_words: {s.act_ram_words} is not a multiple "
+                                f"of the slice's input ({s.in_channels} x {s.in_shape[1]} x {s.in_shape[2]} = "
+                                f"{sample} words) of at least max(1, fp_stale = {s.fp_stale}) samples")
 
 
 def _check_layer_chain(layers):

@@ -182,11 +182,17 @@ def fp_stale(plans, slices, node_budgets, tau, batch):
         else:
             e = _first_error_rows(plan) / plan.sfu_shape[1]
         bwd.append(e + hops)
-    result = {}
-    for l, group in enumerate(layers):
+    result, cap = {}, math.inf
+    for l in reversed(range(len(layers))):
         d = sum(fwd[l:]) + sum(bwd[l + 1:])
-        for sl in group:
-            result[id(sl)] = math.floor(d) + 1
+        stale = min(math.floor(d) + 1, cap)
+        for sl in layers[l]:
+            result[id(sl)] = stale
+        # The next layer's update gate lets its FP (which takes this layer's FP output)
+        # run at most B + its fp_stale samples past the samples whose errors this layer's
+        # PG has taken: a larger fp_stale here would make this layer's update wait for an
+        # FP that waits for it (docs/weight_versions.md, "No circular wait").
+        cap = stale + batch
     return result
 
 

@@ -109,10 +109,10 @@ def test_a_node_only_conv_rows_would_relieve_is_refused():
         return node_budgets[node].device.family
 
     def run(buildable):
-        part = partition(plans, node_budgets, fp_stale=stale, at_least=1200, describe=lambda: "lenet",
+        part = partition(plans, node_budgets, samples_held=stale, at_least=1200, describe=lambda: "lenet",
                          batch=3, link_latency_cycles=balance.LINK_LATENCY_CYCLES, offchip_fc=False)
         assert [(sl.node, sl.plan.name) for sl in part.slices if sl.node == 1] == [(1, "conv2")]
-        memory = mapper._memory(part.slices, lambda sl: stale[sl.plan.name], family_of, 3, exact=False)
+        memory = mapper._memory(part.slices, stale, family_of, 3, exact=False)
         return balance.balance(part.slices, node_budgets, memory, lambda: "lenet", buildable=buildable)
 
     blocks, _ = run(False)
@@ -212,7 +212,7 @@ def partitioned(bram_fraction, buildable):
     """lenet's partition on three ECP5-45s at 2 samples in flight, and its budgets."""
     node_budgets = budgets(parse_cluster("ecp5-45:3"), dsp_fraction=0.9, bram_fraction=bram_fraction)
     plans = plan_layers(zoo.lenet_digits())
-    part = partition(plans, node_budgets, fp_stale={p.name: 2 for p in plans}, describe=lambda: "lenet",
+    part = partition(plans, node_budgets, samples_held={p.name: 2 for p in plans}, describe=lambda: "lenet",
                      batch=3, link_latency_cycles=balance.LINK_LATENCY_CYCLES, offchip_fc=False,
                      buildable_balance=buildable)
     return part.slices, node_budgets
@@ -227,8 +227,8 @@ def test_buildable_partition_fits_conv_weights_whole_and_one_engine_group_of_fc_
     assert [b.blocks for b in node_budgets] == [27, 27, 27]
     assert layout(slices) == [("conv1", 0, 0, 6), ("conv2", 0, 0, 2), ("conv2", 1, 2, 5), ("conv2", 2, 5, 6),
                               ("fc1", 2, 0, 64), ("fc2", 2, 0, 32)]
-    memory = mapper._memory(slices, lambda sl: 2, lambda node: node_budgets[node].device.family, 3,
-                            exact=True)
+    memory = mapper._memory(slices, {sl.plan.name: 2 for sl in slices},
+                            lambda node: node_budgets[node].device.family, 3, exact=True)
     # what the partitioner held to the budget: the memories hw/ builds, with every conv row
     # and one engine group of each fc slice's rows local (the rest could move)
     for sl in slices:

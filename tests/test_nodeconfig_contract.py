@@ -83,8 +83,14 @@ CASES = {
                          "nodes[1].slices[0].in_range: [2, 3], but the slices of layer 'conv2' before it in the "
                          "chain end at channel 1"),
     "act-ram of part pixels": (lambda d: slice_of(d, 1).update(act_ram_words=slice_of(d, 1)["act_ram_words"] + 1),
-                               "nodes[1].slices[0].act_ram_words: 257 is not a positive multiple of the slice's 2 "
+                               "nodes[1].slices[0].act_ram_words: 129 is not a positive multiple of the slice's 2 "
                                "input channels"),
+    "act-ram of part samples": (lambda d: slice_of(d, 1).update(act_ram_words=slice_of(d, 1)["act_ram_words"] + 2),
+                                "nodes[1].slices[0].act_ram_words: 130 is not a multiple of the slice's input "
+                                "(2 x 4 x 4 = 32 words) of at least max(1, fp_stale = 3) samples"),
+    "act-ram under fp_stale": (lambda d: slice_of(d, 1).update(act_ram_words=64),
+                               "nodes[1].slices[0].act_ram_words: 64 is not a multiple of the slice's input "
+                               "(2 x 4 x 4 = 32 words) of at least max(1, fp_stale = 3) samples"),
     "engine kernel": (lambda d: slice_of(d, 0)["fp"].update(kernel=5),
                       "nodes[0].slices[0].fp: 4 x 1 tiles of 5 x 5, but the slice needs at least 1 x 1 tiles of "
                       "3 x 3"),

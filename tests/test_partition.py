@@ -58,12 +58,18 @@ def test_tiny_engines_cycles_and_idle_are_exact(tiny4):
     assert tiny4.summary["macs_per_sample"] == zoo.tiny().macs
 
 
-def test_fp_stale_falls_along_the_chain(tiny4):
+def test_fp_stale_falls_along_the_chain_by_at_most_the_mini_batch(tiny4):
     stale = {s.layer: s.fp_stale for n in tiny4.nodes for s in n.slices}
-    assert stale["conv1"] >= stale["conv2"] >= stale["fc"] >= 1
+    batch = tiny4.nodes[0].training.batch
+    assert stale["fc"] + batch >= stale["conv2"] >= stale["fc"] >= 1
+    assert stale["conv2"] + batch >= stale["conv1"] >= stale["conv2"]
+    # each Act-RAM holds its own fp_stale samples, or the previous layer's if more
+    held = {"conv1": stale["conv1"], "conv2": max(stale["conv1"], stale["conv2"]),
+            "fc": max(stale["conv2"], stale["fc"])}
     for node in tiny4.nodes:
         for s in node.slices:
-            assert s.act_ram_words == s.fp_stale * s.in_channels * s.in_shape[1] * s.in_shape[2]
+            assert s.samples_held == held[s.layer]
+            assert s.act_ram_words == held[s.layer] * s.in_channels * s.in_shape[1] * s.in_shape[2]
 
 
 def test_json_round_trip(tiny4):
@@ -164,7 +170,7 @@ def test_period_search_passes_infeasible_periods():
     # RAM into block RAM, so 256 cycles fit, 255 and 512 do not
     plans = plan_layers(zoo.lenet_digits())
     part = Partitioner(plans, budgets(parse_cluster("ecp5-85:4"), dsp_fraction=0.9, bram_fraction=0.08),
-                       fp_stale={p.name: 2 for p in plans}, link_latency_cycles=128, batch=1,
+                       samples_held={p.name: 2 for p in plans}, link_latency_cycles=128, batch=1,
                        describe=lambda: "lenet")
     assert [part.feasible(c) is not None for c in (255, 256, 512)] == [False, True, False]
     assert part.lower_bound() < 255 and part.min_period() == 256
@@ -175,7 +181,7 @@ def fine_phase(network, spec, bram_fraction, *, stale=None, at_least=0, **option
     unless ``stale`` says otherwise), and a Partitioner with the same inputs to judge it."""
     plans = plan_layers(network)
     node_budgets = budgets(parse_cluster(spec), dsp_fraction=0.9, bram_fraction=bram_fraction)
-    inputs = dict(fp_stale={p.name: (stale or {}).get(p.name, 2) for p in plans},
+    inputs = dict(samples_held={p.name: (stale or {}).get(p.name, 2) for p in plans},
                   link_latency_cycles=balance.LINK_LATENCY_CYCLES, describe=lambda: spec, batch=1, **options)
     return partition(plans, node_budgets, at_least=at_least, **inputs), Partitioner(plans, node_budgets, **inputs)
 

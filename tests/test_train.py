@@ -34,9 +34,9 @@ def test_cli_trains_lenet_digits_on_real_digits(tmp_path, capsys):
     # 240 of scikit-learn's digits, 2 epochs of the hardware's pipelined fixed-point update (chance: 0.1)
     train.main(["--limit", "300", "--epochs", "2", "--lr", "0.05", "--no-reference", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "fp_stale per layer conv1=9, conv2=6, fc1=3, fc2=1" in out
+    assert "fp_stale per layer conv1=4, conv2=3, fc1=2, fc2=1" in out
     with open(tmp_path / "curves.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["run"], r["epoch"]) for r in rows] == [("fixed pipelined", str(e)) for e in range(3)]
-    assert float(rows[0]["test_accuracy"]) < 0.3 and float(rows[-1]["test_accuracy"]) >= 0.4  # measured 0.48
+    assert float(rows[0]["test_accuracy"]) < 0.3 and float(rows[-1]["test_accuracy"]) >= 0.4  # measured 0.45
     assert (tmp_path / "fig16.png").stat().st_size > 0

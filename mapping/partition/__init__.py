@@ -81,7 +81,7 @@ class Partition:
 
 
 
-def partition(plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch=1,
+def partition(plans, node_budgets, *, samples_held, link_latency_cycles, describe, batch=1,
               local_weights=False, buildable_balance=False, at_least=0, fold_inputs=True,
               offchip_fc=True):
     """The fine phase; ``local_weights`` makes every node hold all its weights itself
@@ -92,7 +92,7 @@ def partition(plans, node_budgets, *, fp_stale, link_latency_cycles, describe, b
     refusals; ``batch`` the mini-batch (FC weights in DRAM); ``fold_inputs=False`` gives
     every input channel of a slice its own tile and ``offchip_fc=False`` keeps fully
     connected weights on chip (both as hw/ generates)."""
-    part = Partitioner(plans, node_budgets, fp_stale=fp_stale, link_latency_cycles=link_latency_cycles,
+    part = Partitioner(plans, node_budgets, samples_held=samples_held, link_latency_cycles=link_latency_cycles,
                        describe=describe, batch=batch, local_weights=local_weights,
                        buildable_balance=buildable_balance, fold_inputs=fold_inputs,
                        offchip_fc=offchip_fc, search_ends=SEARCH_ENDS)  # read when called: one setting

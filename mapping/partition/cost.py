@@ -195,7 +195,7 @@ class SliceCosts:
     nodes get the whole cycles of theirs that fit). Units are numbered along the
     chain: layer l has units ``starts[l]`` to ``starts[l + 1]``."""
 
-    def __init__(self, plans, node_budgets, *, fp_stale, link_latency_cycles, describe, batch,
+    def __init__(self, plans, node_budgets, *, samples_held, link_latency_cycles, describe, batch,
                  local_weights=False, buildable_balance=False, fold_inputs=True, offchip_fc=True):
         self.describe = describe
         self.fold_inputs = fold_inputs
@@ -204,7 +204,7 @@ class SliceCosts:
         self.buildable_balance = buildable_balance
         self.plans = plans
         self.nodes = node_budgets
-        self.fp_stale = fp_stale
+        self.samples_held = samples_held
         self.latency = link_latency_cycles
         self.starts = [0]
         for p in plans:
@@ -297,15 +297,15 @@ class SliceCosts:
         weights, or where its rows may move (:meth:`weights_stay`), what of them cannot:
         with ``buildable_balance`` one engine group of rows (the generator's balancing
         leaves whole groups), else the weight memories' width."""
-        family, fp_stale = self.families[node], self.fp_stale[plan.name]
-        buffers = balance.fixed_buffers(plan, units, shape, fp_stale, family, first=first, last=last,
+        family, held = self.families[node], self.samples_held[plan.name]
+        buffers = balance.fixed_buffers(plan, units, shape, held, family, first=first, last=last,
                                         latency_cycles=self.latency,
                                         gradient_batch=self.batch if offchip else 0)
         if self.buildable_balance:
             sl = Slice(plan, node, lo, lo + units, shape, offchip, first, last)
             if not self.weights_stay(plan):
                 sl.remote_rows = sl.out_channels - min(shape.P, sl.out_channels)
-            return balance.exact_slice_memory(sl, buffers, fp_stale, family)
+            return balance.exact_slice_memory(sl, buffers, family)
         if self.weights_stay(plan):
             return buffers.cost + balance.weight_memory_of(plan, units, shape, family, offchip)
         return buffers.cost + balance.weight_floor(plan, units, shape, family, offchip)

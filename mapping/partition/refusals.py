@@ -31,7 +31,7 @@ class Refusals(GreedyFills):
         node = max(range(len(self.nodes)), key=lambda d: self.nodes[d].blocks)
         budget, family = self.nodes[node], self.families[node]
         for plan in self.plans:
-            stale, (c, h, w) = self.fp_stale[plan.name], plan.in_shape
+            stale, (c, h, w) = self.samples_held[plan.name], plan.in_shape
             act = (1 if plan.mode == "icp" else c) * h * w * stale
             masks = stale * balance.mask_bits(plan, plan.out_shape[0] if plan.mode == "icp" else 1)
             floor = sum(math.ceil(bits / BRAM_BLOCK_BITS) for bits, depth in
@@ -43,7 +43,7 @@ class Refusals(GreedyFills):
 
     def _refuse_unit(self, plan, unit, blocks, budget, others):
         """Raise: ``unit`` of ``plan`` alone needs ``blocks`` blocks, more than ``budget`` has."""
-        stale, (_, h, w) = self.fp_stale[plan.name], plan.in_shape
+        stale, (_, h, w) = self.samples_held[plan.name], plan.in_shape
         last = plan.mode == "ocp" or unit + 1 == plan.units
         what = f"Act-RAM for its {h}x{w} input of {stale} samples in flight{others}"
         if self.weights_stay(plan) and others:
