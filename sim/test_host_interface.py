@@ -1,6 +1,7 @@
 """The host tool trains through the board's UART (issue 14): host tool -> UART -> host interface ->
-node chain -> UART -> host tool, in Amaranth's simulator (boards/simulated.py), at 2 clock cycles
-per UART bit (a real board runs 33 at 100 MHz and 3 Mbaud; the UART logic is the same)."""
+node chain -> UART -> host tool, at 2 clock cycles per UART bit (a real board runs 33 at 100 MHz
+and 3 Mbaud; the UART logic is the same). Frames and pins bit by bit in Amaranth's simulator
+(boards/simulated.py); a whole training session on the Verilator backend (sim/verilated_board.py)."""
 
 import pytest
 
@@ -12,21 +13,22 @@ from mapping import golden, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import CHAIN, assert_bit_exact, stale_per_layer
+from sim.verilated_board import VerilatedBoard
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 DIVISOR = 2
 
 
-def _board(params=None):
+def _trainer():
     mapping = map_network(zoo.tiny(), parse_cluster(CHAIN), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
-    trainer = Trainer(mapping, divisor=DIVISOR, params=params)
-    return mapping, trainer, SimulatedBoard(trainer)
+    return mapping, Trainer(mapping, divisor=DIVISOR)
 
 
 def test_frames_refused_weights_written_and_read_back():
     """A corrupted frame is refused and counted, and never reaches the nodes; WRITE and READ
     reach any memory of any node and run on across its rows."""
-    mapping, trainer, board = _board()
+    mapping, trainer = _trainer()
+    board = SimulatedBoard(trainer)
     frame = bytearray(p.frame(p.LABEL, p.words([1])))
     frame[4] ^= 0x10  # a bit flipped on the wire
     board.write(frame)
@@ -44,20 +46,21 @@ def test_frames_refused_weights_written_and_read_back():
     assert [node["samples"] for node in status.nodes] == [0, 0, 0, 0]
 
 
-@pytest.mark.slow
-def test_host_tool_trains_tiny_bit_exact_through_the_uart():
-    """Streams the samples (LABEL, IMAGE), waits for the last update (STATUS) and reads every
-    weight back (READ): bit-exact with the golden model, and the loss the board reports is the
-    golden model's. The initial weights are built into the memories here (loading them through
-    the UART, as the host tool does on a board, works the same way as the WRITEs above and would
-    double the simulated time)."""
+def test_host_tool_loads_trains_and_reads_back_tiny_bit_exact_through_the_uart():
+    """On the Verilator backend (sim/verilated_board.py), the host tool's whole session:
+    writes the initial weights (WRITE), streams the samples (LABEL, IMAGE), waits for the
+    last update (STATUS) and reads every weight back (READ): bit-exact with the golden
+    model, and the loss the board reports is the golden model's."""
     network = zoo.tiny()
     inputs, labels, params = golden.random_data(network, SAMPLES, 1)
-    mapping, trainer, board = _board(params)
-    client = Client(board, mapping, trainer.nodes)
-    client.check()
-    status = client.train(inputs, labels, report_every=SAMPLES)
-    final = client.read_back(params)
+    mapping, trainer = _trainer()
+    with VerilatedBoard(trainer) as board:
+        client = Client(board, mapping, trainer.nodes)
+        client.check()
+        client.load(params)
+        status = client.train(inputs, labels, report_every=SAMPLES)
+        final = client.read_back(params)
+        print(f"\n{board.cycles} cycles at {DIVISOR} cycles per UART bit")
     formats = mapping.nodes[0].formats
     expected, record = golden.train(network, params, inputs, labels, batch=BATCH, lr=LR, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))

@@ -418,11 +418,11 @@ class VerilatedModel:
         if status:
             raise KeyError(f"verilator: no public memory '{name}' row {row} (VPI status {status})")
 
-    def read_memory(self, name, rows, width):
-        """Rows ``0 .. rows-1`` of a public memory as unsigned ints of ``width`` bits."""
+    def read_memory(self, name, rows, width, first=0):
+        """Rows ``first .. first+rows-1`` of a public memory as unsigned ints of ``width`` bits."""
         words = np.zeros(max(1, -(-width // 32)), dtype=np.uint32)
         out = []
-        for row in range(rows):
+        for row in range(first, first + rows):
             self._memory(name, row, words, 0)
             out.append(int.from_bytes(words.tobytes(), "little") & ((1 << width) - 1))
         return out
