@@ -18,16 +18,17 @@ from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample,
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
 
-def _train(cluster, seed, stall=0.0, derive=None, **options):
-    """Map tiny onto ``cluster`` (then ``derive(mapping)``, if given), train, compare bit for bit."""
+def _train(cluster, seed, stall=0.0, derive=None, samples=SAMPLES, **options):
+    """Map tiny onto ``cluster`` (then ``derive(mapping)``, if given), train ``samples``, compare
+    bit for bit."""
     network = zoo.tiny()
     mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS, **options)
     if derive is not None:
         mapping = derive(mapping)
-    inputs, labels, params = random_data(network, SAMPLES, seed)
+    inputs, labels, params = random_data(network, samples, seed)
     run = train_chain(network, mapping, inputs, labels, params, stall=stall)
-    print(f"\n{cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for {SAMPLES} samples "
-          f"({SAMPLES // BATCH} mini-batches)\n{report(mapping, run)}")
+    print(f"\n{cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for {samples} samples "
+          f"({samples // BATCH} mini-batches)\n{report(mapping, run)}")
     assert_bit_exact(run.params, run.golden, params)
     return mapping
 
@@ -37,8 +38,8 @@ def test_one_node_holding_the_whole_network_trains_bit_exact():
     assert [s.layer for s in mapping.nodes[0].slices] == ["conv1", "conv2", "fc"]
 
 
-def test_four_node_chain_trains_tiny_bit_exact():
-    mapping = _train(CHAIN, seed=1)
+def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
+    mapping = _train(CHAIN, seed=1, samples=15)
     layout = [[(s.layer, s.mode, s.in_range) for s in node.slices] for node in mapping.nodes]
     # conv1 by OCP; node 0 holds conv1 and the start of conv2, split by ICP over three
     # nodes (so conv2's input is bypassed across two links); fc on node 3 folds its 32
@@ -47,6 +48,13 @@ def test_four_node_chain_trains_tiny_bit_exact():
                       [("conv2", "icp", (3, 4))], [("fc", "icp", (0, 32))]]
     fc = mapping.nodes[3].slices[0]
     assert (fc.fp.ces, fc.fp.tiles) == (1, 4)  # 10 groups x 8 passes: 80 cycles per sample
+    # The timing model estimated fp_stale 14 for conv1 and 8 for conv2, and this chain
+    # deadlocked in its fifth mini-batch: conv1's update waited for an FP that conv2's gate
+    # and Act-RAM held back until errors returned that conv1's gated PG would not take. Each
+    # fp_stale is now capped at the next layer's + B, and conv2's Act-RAM holds conv1's 8
+    # samples (docs/weight_versions.md, "No circular wait").
+    assert [[(s.fp_stale, s.samples_held) for s in node.slices] for node in mapping.nodes] == [
+        [(8, 8), (5, 8)], [(5, 8)], [(5, 8)], [(2, 5)]]
 
 
 def test_folded_conv_and_fc_engines_train_bit_exact():

@@ -19,8 +19,8 @@ BATCH, LR, SAMPLES = 3, 0.05, 6
 DIVISOR = 2
 
 
-def _trainer():
-    mapping = map_network(zoo.tiny(), parse_cluster(CHAIN), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+def _trainer(cluster=CHAIN):
+    mapping = map_network(zoo.tiny(), parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
     return mapping, Trainer(mapping, divisor=DIVISOR)
 
 
@@ -50,10 +50,11 @@ def test_host_tool_loads_trains_and_reads_back_tiny_bit_exact_through_the_uart()
     """On the Verilator backend (sim/verilated_board.py), the host tool's whole session:
     writes the initial weights (WRITE), streams the samples (LABEL, IMAGE), waits for the
     last update (STATUS) and reads every weight back (READ): bit-exact with the golden
-    model, and the loss the board reports is the golden model's."""
+    model, and the loss the board reports is the golden model's. Two nodes (half the build
+    time of the default four; the frames test above talks to four)."""
     network = zoo.tiny()
     inputs, labels, params = golden.random_data(network, SAMPLES, 1)
-    mapping, trainer = _trainer()
+    mapping, trainer = _trainer("ecp5-85:2")
     with VerilatedBoard(trainer) as board:
         client = Client(board, mapping, trainer.nodes)
         client.check()
@@ -65,7 +66,7 @@ def test_host_tool_loads_trains_and_reads_back_tiny_bit_exact_through_the_uart()
     expected, record = golden.train(network, params, inputs, labels, batch=BATCH, lr=LR, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))
     assert_bit_exact(final, expected, params)
-    assert [node["updates"] for node in status.nodes] == [SAMPLES // BATCH] * 4
-    assert [node["samples"] for node in status.nodes] == [SAMPLES] * 4
+    assert [node["updates"] for node in status.nodes] == [SAMPLES // BATCH] * 2
+    assert [node["samples"] for node in status.nodes] == [SAMPLES] * 2
     assert status.loss_samples == SAMPLES
     assert status.loss_squares / 2 ** (2 * formats.act_frac + 1) == pytest.approx(record.loss.sum(), rel=1e-12)

