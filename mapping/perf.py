@@ -27,8 +27,10 @@ Assumptions
   another node (used weight-stationary, mapping/balance.py) adds one period (an FC
   layer waits for its whole input anyway and uses streamed rows as they arrive).
   ``D`` = time from the FP of a sample on a slice to the start of its PG;
-  ``fp_stale = floor(D / period) + 1`` samples are in flight there, which sizes
-  its Act-RAM and fixes the weight version each FP uses (docs/weight_versions.md).
+  ``fp_stale = floor(D / period) + 1`` samples are in flight there, capped at the
+  next layer's ``fp_stale + B`` (beyond it the two layers' update gates would wait for
+  each other); it fixes the weight version each FP uses and, with the previous layer's,
+  sizes the Act-RAM (docs/weight_versions.md).
 
 FC dataflow (fully connected layers with weights in DRAM)
 ---------------------------------------------------------
