@@ -1,9 +1,10 @@
 """Synthesis of the default mapping's nodes agrees with the mapping's estimate: exactly for multipliers
 and block RAM, within LOGIC_TOLERANCE for LUTs and FFs.
 
-A whole node takes Yosys one to four minutes, so CI synthesizes the smallest real cases (node 3;
-with weight balancing, the host-and-relay node 2); the other nodes are the
-same check on larger netlists and run under the bench marker:
+A whole node takes Yosys one to four minutes, so CI synthesizes the smallest real case (node 3);
+the other nodes, and the weight-balanced ones (whose hosted rows and relays
+sim/test_synthesis_memory.py checks in CI block by block), are the same check on larger
+netlists and run under the bench marker:
 ``python -m pytest sim/test_build.py -m "slow or bench" -s``.
 """
 
@@ -33,7 +34,8 @@ def test_synthesis_matches_the_mapping_estimate(node, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("node", [pytest.param(0, marks=pytest.mark.bench), 2, pytest.param(3, marks=pytest.mark.bench)])
+@pytest.mark.bench
+@pytest.mark.parametrize("node", [0, 2, 3])
 def test_weight_balanced_nodes_use_exactly_the_estimated_multipliers_and_block_ram(node, tmp_path):
     # With 6.5% of the block RAM node 3 keeps fc rows 2..5 on node 0, 6..7 on node 1 and 8..9
     # on node 2 (BPRAM and BGB there: each BGB's update adds 3 multipliers); node 2 also
