@@ -289,13 +289,14 @@ def _runtime_key(flags, cxxflags):
 def _make(obj_dir, runtime):
     """Build the model's library with Verilator's makefile, the runtime objects from ``runtime``
     (a folder, or None) when it has them (make keeps an object newer than its source).
-    The PyPI package's verilated.mk leaves the precompiled-header flag empty, which g++ takes
-    for a file name, so the build goes without precompiled headers."""
+    The PyPI package's verilated.mk leaves g++'s precompiled-header flag empty (g++ then takes
+    the header for a file name); giving it (``-include``) halves the compile time of a chain,
+    whose twenty-odd files all parse the same large headers."""
     kept = sorted(runtime.glob("verilated*.o")) if runtime is not None and runtime.is_dir() else []
     for obj in kept:
         shutil.copy(obj, obj_dir / obj.name)
     jobs = str(max(1, min(2, os.cpu_count() or 1)))
-    _run(["make", "-f", "Vtop.mk", "-j", jobs, "VK_PCH_I_FAST=", "VK_PCH_I_SLOW="], obj_dir, "make")
+    _run(["make", "-f", "Vtop.mk", "-j", jobs, "CFG_CXXFLAGS_PCH_I=-include"], obj_dir, "make")
     if runtime is not None and not kept:
         partial = runtime.with_name(f"{runtime.name}.{os.getpid()}.tmp")
         partial.mkdir(parents=True, exist_ok=True)
