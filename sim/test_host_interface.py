@@ -46,6 +46,7 @@ def test_frames_refused_weights_written_and_read_back():
     assert [node["samples"] for node in status.nodes] == [0, 0, 0, 0]
 
 
+@pytest.mark.slow
 def test_host_tool_loads_trains_and_reads_back_tiny_bit_exact_through_the_uart():
     """On the Verilator backend (sim/verilated_board.py), the host tool's whole session:
     writes the initial weights (WRITE), streams the samples (LABEL, IMAGE), waits for the

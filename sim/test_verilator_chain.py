@@ -16,6 +16,8 @@ from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
 from sim.chain import assert_bit_exact, cycles_per_sample, report, train_chain
 
+pytestmark = pytest.mark.slow  # each compiles a chain (half a minute or more)
+
 
 def _chain(network, cluster, inputs, labels, params, *, batch, stall=0.0, lr=0.05):
     mapping = map_network(network, parse_cluster(cluster), batch=batch, lr=lr, **GENERATOR_OPTIONS)
