@@ -159,7 +159,7 @@ def parse_args(argv):
     p.add_argument("--mode", choices=golden.MODES, default="fixed")
     p.add_argument("--update", choices=("pipelined", "aligned"), default="pipelined")
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--lr", type=float, default=0.03)
+    p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--init-scale", type=float, default=golden.INIT_SCALE,
                    help="He-normal initial weights times this (docs/numerics.md)")
     p.add_argument("--seed", type=int, default=0, help="initial weights, split and sample order")
