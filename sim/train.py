@@ -24,6 +24,15 @@ from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import first_difference, report, train_chain
 
 
+def deadline(mapping, samples, batch):
+    """Cycles after which the run is taken for hung: four times the slowest node's period plus
+    one walk over all its weights per mini-batch (the update walks them a word per cycle while
+    the engines stop, which the mapping's period does not count yet), per sample."""
+    per_sample = max(node.cycles_per_sample + sum(sl.weight_words + sl.out_channels for sl in node.slices) / batch
+                     for node in mapping.nodes)
+    return int(4 * per_sample * samples) + 100_000
+
+
 def parse_args(argv):
     parser = Parser(prog="python -m sim.train", description=__doc__.splitlines()[0], formatter_class=DefaultsShown)
     parser.add_argument("--network", default="lenet-digits", help="a network of the zoo or a spec file")
@@ -33,8 +42,10 @@ def parse_args(argv):
     parser.add_argument("--samples", type=positive_int,
                         help="train on this many samples per epoch (default: the whole training split)")
     parser.add_argument("--backend", choices=("verilator", "pysim"), default="verilator")
-    parser.add_argument("--batch", type=positive_int, default=8, help="mini-batch size")
-    parser.add_argument("--lr", type=positive_number, default=0.01, help="learning rate")
+    # mapping.train's defaults: at larger mini-batches a few hundred samples barely move the
+    # weights (batch 8, lr 0.01: no better than the initial weights after 496 digits)
+    parser.add_argument("--batch", type=positive_int, default=1, help="mini-batch size")
+    parser.add_argument("--lr", type=positive_number, default=0.02, help="learning rate")
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
     return parser.parse_args(argv)
 
@@ -86,10 +97,9 @@ def main(argv=None):
     print(f"{network.name} on {args.cluster}: {len(mapping.nodes)} nodes, mini-batch {args.batch}, "
           f"lr {args.lr}; {len(inputs)} samples of {dataset.name} ({args.epochs} epoch(s)), "
           f"{len(dataset.test_x)} held out; backend {args.backend}", flush=True)
-    slowest = max(node.cycles_per_sample for node in mapping.nodes)
     bar = ProgressBar(len(inputs))
     run = train_chain(network, mapping, inputs, labels, params, backend=args.backend, progress=bar,
-                      deadline=4 * slowest * len(inputs) + 100_000)
+                      deadline=deadline(mapping, len(inputs), args.batch))
     bar.close()
     difference = first_difference(run)
     print(f"bit-exact: {'yes' if difference is None else 'no, ' + difference}")
