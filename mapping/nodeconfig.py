@@ -38,7 +38,7 @@ from typing import Union, get_args, get_origin, get_type_hints
 
 from .devices import FAMILIES, get_device
 from .errors import SpecError
-from .numerics import Formats
+from .numerics import Formats, rounder_latency
 
 # Version of the JSON layout below; loading refuses any other (docs/nodeconfig.md).
 SCHEMA_VERSION = 1
@@ -144,6 +144,18 @@ class LayerSlice(ChannelRanges):
         """Whole samples of the slice's input its Act-RAM holds from FP until PG takes them."""
         return self.act_ram_words // (self.in_channels * self.in_shape[1] * self.in_shape[2])
 
+    def update_cycles(self, weight_update_shift):
+        """Cycles of the weight update's walk over the slice's local rows, during which its
+        engines wait (hw/memory/grad_buffer.py): a word per cycle, a cycle per LPRAM address
+        (engine groups x passes), then the pipeline (3 + the rounder)."""
+        local = self.out_channels - sum(block.out_range[1] - block.out_range[0] for block in self.remote_weights)
+        if local == 0:
+            return 0
+        groups = math.ceil(local / self.fp.ces)
+        passes = math.ceil(self.in_channels / self.fp.tiles)
+        return (local * self.in_channels * self.kernel ** 2 + groups * passes + 3
+                + rounder_latency(weight_update_shift))
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -178,6 +190,20 @@ class NodeConfig:
     link_bytes_backward: int  # bytes per sample sent to the predecessor
     chain_length: int = 0     # nodes in the mapping; the last one applies the loss
     relays: tuple[WeightBlock, ...] = ()  # blocks whose rows and gradients pass through this node
+
+    @property
+    def update_cycles(self):
+        """The longest weight-update walk on the node: its slices' (and the BGBs' of the rows
+        it hosts) run side by side, and no sample enters while one is walking."""
+        shift = self.formats.weight_update_shift
+        return max([s.update_cycles(shift) for s in self.slices]
+                   + [b.owner_slice.update_cycles(shift) for b in self.hosted if b.owner_slice is not None],
+                   default=0)
+
+    @property
+    def cycles_per_sample_with_updates(self):
+        """``cycles_per_sample`` plus the node's update walk once per mini-batch."""
+        return self.cycles_per_sample + self.update_cycles / self.training.batch
 
     def to_dict(self):
         return asdict(self)

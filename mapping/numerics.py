@@ -113,6 +113,12 @@ class Formats:
         return asdict(self)
 
 
+def rounder_latency(shift):
+    """Cycles through the hardware's stochastic rounder (hw/arith/rounding.py): two per mix
+    round, two for the key and the add; a pass-through register when nothing is rounded."""
+    return 2 * len(MIX_ROUNDS) + 2 if shift > 0 else 1
+
+
 def tensor_id(layer_position, kind):
     return layer_position * TENSOR_KINDS + kind
 

@@ -262,6 +262,15 @@ def cycles_per_sample(run, node):
     return float(np.median(intervals[len(intervals) // 2:])) if len(intervals) else 0.0
 
 
+def mean_cycles_per_sample(run, node, batch=1):
+    """Mean interval between samples entering ``node`` over whole mini-batches of ``batch``
+    in the second half of the run: the rate with the updates in it (the median,
+    ``cycles_per_sample``, leaves them out when a mini-batch has several samples)."""
+    starts = run.sample_starts[node]
+    span = (len(starts) - 1 - len(starts) // 2) // batch * batch
+    return (starts[-1] - starts[-1 - span]) / span if span else 0.0
+
+
 def multiplier_utilisation(config, cycles):
     """Useful multiplies per sample over (multipliers x cycles per sample)."""
     useful = sum(s.out_shape[1] * s.out_shape[2] * s.out_channels * s.in_channels * s.kernel ** 2
@@ -271,9 +280,16 @@ def multiplier_utilisation(config, cycles):
 
 
 def report(mapping, run):
+    """Per node: the steady rate between updates and the mean rate with them, measured against
+    the node's prediction (its own period, and with its own update walk; the chain runs at its
+    slowest node's), and the multiplier utilisation."""
     lines = []
     for n, cfg in enumerate(mapping.nodes):
         measured = cycles_per_sample(run, n)
-        lines.append(f"node {n}: {measured:.0f} cycles/sample measured, {cfg.cycles_per_sample} predicted, "
-                     f"multiplier utilisation {multiplier_utilisation(cfg, measured):.1%}")
+        lines.append(f"node {n}: {measured:.0f} cycles/sample measured, {cfg.cycles_per_sample} predicted; "
+                     f"with the weight updates {mean_cycles_per_sample(run, n, cfg.training.batch):.0f} measured, "
+                     f"{cfg.cycles_per_sample_with_updates:.0f} predicted; multiplier utilisation "
+                     f"{multiplier_utilisation(cfg, measured):.1%}")
+    slowest = max(cfg.cycles_per_sample_with_updates for cfg in mapping.nodes)
+    lines.append(f"chain: {slowest:.0f} cycles/sample predicted with the weight updates (slowest node)")
     return "\n".join(lines)

@@ -13,7 +13,8 @@ from mapping.cluster import parse_cluster
 from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import WeightBlock
-from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, report, train_chain
+from sim.chain import (BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, mean_cycles_per_sample, report,
+                       train_chain)
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
@@ -30,16 +31,16 @@ def _train(cluster, seed, stall=0.0, derive=None, samples=SAMPLES, **options):
     print(f"\n{cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for {samples} samples "
           f"({samples // BATCH} mini-batches)\n{report(mapping, run)}")
     assert_bit_exact(run.params, run.golden, params)
-    return mapping
+    return mapping, run
 
 
 def test_one_node_holding_the_whole_network_trains_bit_exact():
-    mapping = _train("vc709:1", seed=2)  # unfolded, the net needs 480 multipliers
+    mapping, _ = _train("vc709:1", seed=2)  # unfolded, the net needs 480 multipliers
     assert [s.layer for s in mapping.nodes[0].slices] == ["conv1", "conv2", "fc"]
 
 
 def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
-    mapping = _train(CHAIN, seed=1, samples=15)
+    mapping, run = _train(CHAIN, seed=1, samples=15)
     layout = [[(s.layer, s.mode, s.in_range) for s in node.slices] for node in mapping.nodes]
     # conv1 by OCP; node 0 holds conv1 and the start of conv2, split by ICP over three
     # nodes (so conv2's input is bypassed across two links); fc on node 3 folds its 32
@@ -55,12 +56,17 @@ def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
     # samples (docs/weight_versions.md, "No circular wait").
     assert [[(s.fp_stale, s.samples_held) for s in node.slices] for node in mapping.nodes] == [
         [(8, 8), (5, 8)], [(5, 8)], [(5, 8)], [(2, 5)]]
+    # Node 3 sets the chain's rate with its fc update (a 413-cycle walk per mini-batch of 3):
+    # 80 + 413 / 3 = 218 cycles per sample predicted, 219 measured over its last two mini-batches.
+    assert [cfg.update_cycles for cfg in mapping.nodes] == [89, 161, 89, 413]
+    assert round(mapping.nodes[3].cycles_per_sample_with_updates) == 218
+    assert mean_cycles_per_sample(run, 3, BATCH) == pytest.approx(218, rel=0.02)
 
 
 def test_folded_conv_and_fc_engines_train_bit_exact():
     # 40 multipliers per node: conv2's 4 input channels fold over one 3x3 tile (4 passes),
     # fc's 32 over one tile (32 passes)
-    mapping = _train("ecp5-85:3", seed=4, max_multipliers=40)
+    mapping, _ = _train("ecp5-85:3", seed=4, max_multipliers=40)
     engines = [[(s.layer, s.in_channels, s.fp.ces, s.fp.tiles) for s in node.slices] for node in mapping.nodes]
     assert engines == [[("conv1", 1, 1, 1)], [("conv2", 4, 1, 1)], [("fc", 32, 1, 1)]]
 
@@ -77,7 +83,7 @@ def test_fc_rows_hosted_on_the_upstream_node_train_bit_exact():
     # With 6% of the block RAM, node 2 (end of conv2 and fc) keeps fc's rows 2..9 in node
     # 1's BPRAM: node 1 streams them to node 2's FP and EB engines every sample and sums
     # their gradients in its BGB.
-    mapping = _train("ecp5-85:3", seed=5, bram_fraction=0.06)
+    mapping, _ = _train("ecp5-85:3", seed=5, bram_fraction=0.06)
     assert _hosted(mapping) == [(2, 1, "fc", (2, 10))]
     assert [s.layer for s in mapping.nodes[2].slices] == ["conv2", "fc"]
 
@@ -85,7 +91,7 @@ def test_fc_rows_hosted_on_the_upstream_node_train_bit_exact():
 def test_fc_rows_two_links_away_train_bit_exact_with_stalls():
     # With 6.5% of the block RAM node 2 keeps fc rows 2..7 on node 0 (node 1 relays their
     # streams) and 8..9 on node 1, every link stalling 30% of the cycles.
-    mapping = _train("ecp5-85:3", seed=10, stall=0.3, bram_fraction=0.065)
+    mapping, _ = _train("ecp5-85:3", seed=10, stall=0.3, bram_fraction=0.065)
     assert _hosted(mapping) == [(2, 0, "fc", (2, 8)), (2, 1, "fc", (8, 10))]
     assert _relayed(mapping) == [[], [(2, 0)], []]
 
@@ -125,7 +131,7 @@ def _rebalanced(*blocks):
 
 def test_host_that_computes_the_same_layer_trains_bit_exact():
     # node 3 keeps its fc rows 1..9 on node 2, which computes fc's input channel 30 itself
-    mapping = _train(CHAIN, seed=6, bram_fraction=SPLIT_FC, derive=_rebalanced((3, 2, (1, 10))))
+    mapping, _ = _train(CHAIN, seed=6, bram_fraction=SPLIT_FC, derive=_rebalanced((3, 2, (1, 10))))
     assert [[(s.layer, s.in_range) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", (0, 1)), ("conv2", (0, 4))], [("fc", (0, 30))], [("fc", (30, 31))], [("fc", (31, 32))]]
     assert _hosted(mapping) == [(3, 2, "fc", (1, 10))]
@@ -135,14 +141,14 @@ def test_host_that_computes_the_same_layer_trains_bit_exact():
 def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact(rows):
     # Nodes 2 and 3 each keep fc rows on the other: 3's rows 1..9 on node 2 and 2's rows 5..9,
     # or all of them (no LPRAM or LGB left on node 2), on node 3.
-    mapping = _train(CHAIN, seed=8, bram_fraction=SPLIT_FC, derive=_rebalanced((3, 2, (1, 10)), (2, 3, rows)))
+    mapping, _ = _train(CHAIN, seed=8, bram_fraction=SPLIT_FC, derive=_rebalanced((3, 2, (1, 10)), (2, 3, rows)))
     assert _hosted(mapping) == [(3, 2, "fc", (1, 10)), (2, 3, "fc", rows)]
 
 
 def test_rows_kept_two_links_downstream_train_bit_exact():
     # node 1 keeps its fc rows 4..9 on node 3: node 2 relays the weights backward and the
     # gradients forward
-    mapping = _train(CHAIN, seed=11, bram_fraction=SPLIT_FC, derive=_rebalanced((1, 3, (4, 10))))
+    mapping, _ = _train(CHAIN, seed=11, bram_fraction=SPLIT_FC, derive=_rebalanced((1, 3, (4, 10))))
     assert _hosted(mapping) == [(1, 3, "fc", (4, 10))]
     assert _relayed(mapping) == [[], [], [(1, 3)], []]
 

@@ -223,6 +223,8 @@ def test_folded_weight_update_matches_numpy_over_two_batches(out_channels, in_ch
     # One cycle per real weight (padded words are skipped), plus one per address, the strobe
     # and the pipeline.
     assert durations == [out_channels * in_channels * kernel ** 2 + layout.rows + 3 + gb.rounder.latency] * 2
+    # ... which is the performance model's update walk for the slice
+    assert durations == [s.update_cycles(FORMATS.weight_update_shift)] * 2
 
 
 @pytest.mark.parametrize("shift", [0, -3])

@@ -24,13 +24,10 @@ from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import first_difference, report, train_chain
 
 
-def deadline(mapping, samples, batch):
-    """Cycles after which the run is taken for hung: four times the slowest node's period plus
-    one walk over all its weights per mini-batch (the update walks them a word per cycle while
-    the engines stop, which the mapping's period does not count yet), per sample."""
-    per_sample = max(node.cycles_per_sample + sum(sl.weight_words + sl.out_channels for sl in node.slices) / batch
-                     for node in mapping.nodes)
-    return int(4 * per_sample * samples) + 100_000
+def deadline(mapping, samples):
+    """Cycles after which the run is taken for hung: four times the slowest node's predicted
+    rate with its weight updates, per sample."""
+    return int(4 * max(node.cycles_per_sample_with_updates for node in mapping.nodes) * samples) + 100_000
 
 
 def parse_args(argv):
@@ -99,7 +96,7 @@ def main(argv=None):
           f"{len(dataset.test_x)} held out; backend {args.backend}", flush=True)
     bar = ProgressBar(len(inputs))
     run = train_chain(network, mapping, inputs, labels, params, backend=args.backend, progress=bar,
-                      deadline=deadline(mapping, len(inputs), args.batch))
+                      deadline=deadline(mapping, len(inputs)))
     bar.close()
     difference = first_difference(run)
     print(f"bit-exact: {'yes' if difference is None else 'no, ' + difference}")

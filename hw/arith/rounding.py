@@ -83,7 +83,7 @@ class StochasticRounder(wiring.Component):
             refuse(self, f"stochastic rounder: tensor = {tensor} is not a 32-bit unsigned value")
         self.lanes, self.shift, self.acc_width = lanes, shift, acc_width
         self.seed, self.tensor, self.extra = seed, tensor, extra
-        self.latency = 2 * len(numerics.MIX_ROUNDS) + 2 if shift > 0 else 1
+        self.latency = numerics.rounder_latency(shift)
         inputs = {"acc": data.ArrayLayout(signed(acc_width), lanes),
                   "index": data.ArrayLayout(unsigned(INDEX_BITS), lanes),
                   "sample": unsigned(SAMPLE_BITS)}
