@@ -11,13 +11,15 @@ chain should run at its direct rate (goal: within 2%). Then the ECP5 resources o
 endpoints each node carries.
 """
 
+from functools import partial
+
 import pytest
 from amaranth.hdl import ClockDomain, ClockSignal, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.link.chain import LinkedNode, chain_link_config
-from hw.link.ecp5_serdes import SERDES_MODULE, ECP5SerdesPhy
+from hw.link.ecp5_serdes import SERDES_MODULE, ECP5SerdesPhy, write_serdes_verilog
 from hw.link.endpoint import LinkEndpoint
 from hw.memory.update_gate import COUNT_BITS
 from hw.node.top import Node
@@ -94,7 +96,8 @@ class SerdesNode(wiring.Component):
     def __init__(self, config):
         self.linked = LinkedNode(config, family="ecp5")
         self.sides = list(self.linked.links)
-        self.channels = [(f"{SERDES_MODULE}_{side}", dual, 0) for dual, side in enumerate(self.sides)]
+        self.cores = [(f"{SERDES_MODULE}_{side}", partial(write_serdes_verilog, dual=dual, channel=0))
+                      for dual, side in enumerate(self.sides)]
         super().__init__({"sys_clk": In(1), "total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                           **{f"{side}_{pad}": (Out(1) if pad.startswith("tx") else In(1))
                              for side in self.sides for pad in PADS},
@@ -106,7 +109,7 @@ class SerdesNode(wiring.Component):
         m.d.comb += [ClockSignal("sync").eq(self.sys_clk), ResetSignal("sync").eq(0)]
         m.submodules.linked = linked = self.linked
         m.d.comb += [linked.total_samples.eq(self.total_samples), self.updates.eq(linked.updates)]
-        for side, (module, _, _) in zip(self.sides, self.channels):
+        for side, (module, _) in zip(self.sides, self.cores):
             m.domains += [ClockDomain(f"{side}_link"), ClockDomain(f"{side}_link_rx")]
             phy = m.submodules[f"{side}_serdes"] = ECP5SerdesPhy(f"{side}_link", f"{side}_link_rx", module=module)
             wiring.connect(m, getattr(linked, f"{side}_phy"), phy.link)
@@ -126,7 +129,7 @@ def test_node_with_two_serdes_links_places_on_an_ecp5_85(tmp_path):
     Yosys synth_ecp5 and nextpnr-ecp5 on an LFE5UM5G-85F; the links' share against the bare node."""
     config = _mapping().nodes[1]
     top = SerdesNode(config)
-    total = synthesize_with_serdes(top, tmp_path, extra="-json top.json", channels=top.channels)
+    total = synthesize_with_serdes(top, tmp_path, extra="-json top.json", cores=top.cores)
     bare = synthesize(Node(config, family="ecp5"), "ecp5")
     print(f"\nnode 1 with two SERDES links: {total.lut} LUT4, {total.ff} FF, {total.bram} DP16KD, "
           f"{total.dsp} MULT18X18D, {total.cells.get('DCUA', 0)} DCUA")

@@ -11,7 +11,7 @@ import pytest
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
-from hw.link.ecp5_serdes import CommaAligner
+from hw.link.serdes import CommaAligner
 from hw.link.layer import LinkLayer, channel_ports
 from hw.link.protocol import (K_IDLE, K_SOF, K_TS1, K_TS2, CtrlFrame, DataFrame, LinkConfig,
                               decode_frame, encode_ctrl, encode_data, frame_efficiency, parse_line,

