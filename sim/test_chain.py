@@ -137,7 +137,9 @@ def test_host_that_computes_the_same_layer_trains_bit_exact():
     assert _hosted(mapping) == [(3, 2, "fc", (1, 10))]
 
 
-@pytest.mark.parametrize("rows", [(5, 10), (0, 10)])
+# Some rows of node 2 on node 3 is the same dataflow as all of them, which also leaves node 2
+# without an LPRAM or LGB (the case that found the empty-update deadlock): CI trains that one.
+@pytest.mark.parametrize("rows", [pytest.param((5, 10), marks=pytest.mark.bench), (0, 10)])
 def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact(rows):
     # Nodes 2 and 3 each keep fc rows on the other: 3's rows 1..9 on node 2 and 2's rows 5..9,
     # or all of them (no LPRAM or LGB left on node 2), on node 3.
@@ -180,6 +182,6 @@ def test_balanced_chain_trains_bit_exact_at_its_bottleneck_rate_in_steady_state(
     assert [node.cycles_per_sample for node in mapping.nodes] == [80, 64, 64, 80]
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # CI: the same host without stalls, and rows two links away with stalls
 def test_hosted_rows_with_random_stalls_on_every_link_stay_bit_exact():
     _train("ecp5-85:3", seed=7, stall=0.3, bram_fraction=0.06)
