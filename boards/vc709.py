@@ -3,6 +3,12 @@ user guide (UG887): pins of the 200 MHz system clock, the CPU reset button, the 
 (a Silicon Labs CP2103) and the eight GPIO LEDs, and the four SFP+ cages' transceiver
 lanes (GTH, quad 113, referenced by the SI5324 jitter attenuator on MGTREFCLK0).
 
+The transceiver pins are those of the VC709 constraints in Alex Forencich's verilog-ethernet
+and Corundum (used on the board): cage n's lane and TX_DISABLE pin in their order, which swaps
+SFP+ 1 and 2 against the schematic's net names to match the board layout. UG887's own pin
+table was not at hand to check them against. The SI5324 gives no 156.25 MHz until it is
+programmed over I2C (behind the PCA9548 mux; those designs do it at power-up): nothing here does.
+
 Open tools stop at Yosys synthesis (``synth_xilinx``) for this part: nextpnr-xilinx and
 Project X-Ray have no database for Virtex-7, so place and route and the bitstream need
 Vivado (``python -m boards.build --board vc709`` writes the Vivado project next to the
@@ -32,7 +38,9 @@ class VC709Platform(XilinxPlatform):
                    Subsignal("rx", DiffPairs(rx_p, rx_n, dir="i")),
                    Subsignal("tx_disable", PinsN(disable, dir="o"), Attrs(IOSTANDARD="LVCMOS18")))
           for n, (tx_p, tx_n, rx_p, rx_n, disable) in enumerate((
-              ("AN4", "AN3", "AN8", "AN7", "AB41"), ("AM2", "AM1", "AM6", "AM5", "Y42"),
-              ("AL4", "AL3", "AL8", "AL7", "AC38"), ("AK2", "AK1", "AK6", "AK5", "AC40")))),
+              ("AN2", "AN1", "AM8", "AM7", "Y42"),     # MGTH 113 channel 2
+              ("AP4", "AP3", "AN6", "AN5", "AB41"),    # channel 3
+              ("AM4", "AM3", "AL6", "AL5", "AC38"),    # channel 1
+              ("AL2", "AL1", "AJ6", "AJ5", "AC40")))), # channel 0
     ]
     connectors = []
