@@ -265,9 +265,11 @@ def cycles_per_sample(run, node):
 def mean_cycles_per_sample(run, node, batch=1):
     """Mean interval between samples entering ``node`` over whole mini-batches of ``batch``
     in the second half of the run: the rate with the updates in it (the median,
-    ``cycles_per_sample``, leaves them out when a mini-batch has several samples)."""
+    ``cycles_per_sample``, leaves them out when a mini-batch has several samples); over the
+    whole second half when it holds no whole mini-batch."""
     starts = run.sample_starts[node]
-    span = (len(starts) - 1 - len(starts) // 2) // batch * batch
+    intervals = len(starts) - 1 - len(starts) // 2
+    span = intervals // batch * batch or intervals
     return (starts[-1] - starts[-1 - span]) / span if span else 0.0
 
 
