@@ -22,7 +22,10 @@ row-major position in the whole tensor. A linear layer is a 1x1 convolution on i
   relu FP            max(x, 0)                              exact
   maxpool FP         window maximum, ties -> first in raster order, padding never wins
   flatten            reshape (C, H, W) -> (C*H*W, 1, 1), row-major
-  loss error         e = R(y - (onehot << act_frac), loss_shift, LOSS_ERROR, s)  at the last layer
+  loss error         at the last layer, by ``loss`` (Formats):
+                     mse: e = R(y - (onehot << act_frac), loss_shift, LOSS_ERROR, s)
+                     ce:  e = R(softmax(y) - (onehot << SOFTMAX_FRAC), loss_shift, LOSS_ERROR, s),
+                          softmax bit for bit as numerics.softmax defines it
   relu EB            e where the pre-activation word > 0, else 0
   maxpool EB         saturate(sum of the errors routed to each window's maximum)
   conv/linear EB     R(conv_backward(e, W), eb_shift, EB_OUT, s); not computed for the
@@ -35,9 +38,11 @@ row-major position in the whole tensor. A linear layer is a 1x1 convolution on i
                      b = saturate(b - R(G_m * lr_c, bias_update_shift, BIAS_UPDATE, m)),
                      lr_c = lr_constant(lr, batch); |G_m| < 2**47 and lr_c < 2**16 keep
                      the product inside int64
-  loss (reported)    0.5 * sum((y / 2**act_frac - onehot)**2), the MSE against one-hot
+  loss (reported)    mse: 0.5 * sum((y / 2**act_frac - onehot)**2), the MSE against one-hot;
+                     ce: the float cross-entropy of the real scores y / 2**act_frac
 
-Float mode is the same with no rounding, no saturation and ``W -= lr / batch * G_m``.
+Float mode is the same with no rounding, no saturation, the exact softmax and
+``W -= lr / batch * G_m``.
 
 Weight versions (docs/weight_versions.md, the paper's "slightly unaligned" update)
 ----------------------------------------------------------------------------------
@@ -69,6 +74,9 @@ class FloatArithmetic:
     dtype = np.float64
     bias_shift = 0
 
+    def __init__(self, loss="mse"):
+        self.loss = loss
+
     def encode(self, values):
         return np.asarray(values, dtype=np.float64)
 
@@ -80,6 +88,9 @@ class FloatArithmetic:
 
     def saturate(self, values):
         return values
+
+    def loss_error(self, y, onehot, info, sample):
+        return (_float_softmax(y) if self.loss == "ce" else y) - onehot
 
     def check(self, acc, info, what):
         pass
@@ -96,12 +107,13 @@ class FixedArithmetic:
 
     def __init__(self, formats):
         self.formats = f = formats
+        self.loss = f.loss
         self.bias_shift = f.act_frac + f.weight_frac - f.bias_frac
         self.shifts = {FP_OUT: f.fp_shift, EB_OUT: f.eb_shift, LOSS_ERROR: f.loss_shift,
                        WEIGHT_UPDATE: f.weight_update_shift, BIAS_UPDATE: f.bias_update_shift}
 
     def encode(self, values):
-        """Real inputs (or targets) to activation words; exact for values on the grid."""
+        """Real inputs to activation words; exact for values on the grid."""
         return numerics.quantize(values, self.formats.act_frac)
 
     def decode(self, words):
@@ -113,6 +125,14 @@ class FixedArithmetic:
 
     def saturate(self, values):
         return numerics.saturate(values)
+
+    def loss_error(self, y, onehot, info, sample):
+        f = self.formats
+        if self.loss == "ce":
+            y, frac = numerics.softmax(y.ravel(), f.act_frac).reshape(y.shape), numerics.SOFTMAX_FRAC
+        else:
+            frac = f.act_frac
+        return self.round(y - (onehot.astype(np.int64) << frac), LOSS_ERROR, info, sample)
 
     def check(self, acc, info, what):
         # The hardware's accumulators are ACC_BITS wide and never wrap: refuse instead.
@@ -129,11 +149,13 @@ class FixedArithmetic:
 
 
 def arithmetic(mode, formats=None):
-    """The arithmetic of ``mode``: "fixed" (``formats`` default to ``Formats()``) or "float"."""
+    """The arithmetic of ``mode``: "fixed" (``formats`` default to ``Formats()``) or "float";
+    both apply ``formats.loss``."""
+    formats = formats if formats is not None else numerics.Formats()
     if mode == "fixed":
-        return FixedArithmetic(formats if formats is not None else numerics.Formats())
+        return FixedArithmetic(formats)
     if mode == "float":
-        return FloatArithmetic()
+        return FloatArithmetic(formats.loss)
     raise SpecError(f"golden model: mode '{mode}' is not one of {', '.join(MODES)}")
 
 
@@ -303,7 +325,7 @@ def backward(network, params, trace, label, arith, sample):
     y = trace.output
     onehot = np.zeros(y.shape)
     onehot.flat[label] = 1.0
-    errors = [None] * len(layers) + [arith.round(y - arith.encode(onehot), LOSS_ERROR, layers[-1], sample)]
+    errors = [None] * len(layers) + [arith.loss_error(y, onehot, layers[-1], sample)]
     grads = {}
     for info in reversed(layers[first:]):
         x, err = trace.acts[info.position], errors[info.position + 1]
@@ -315,11 +337,21 @@ def backward(network, params, trace, label, arith, sample):
     return grads, errors
 
 
+def _float_softmax(y):
+    e = np.exp(y - y.max())
+    return e / e.sum()
+
+
 def loss(output, label, arith):
-    """MSE against one-hot: 0.5 * sum((y - onehot)**2) in real units."""
+    """The loss of one sample in real units: MSE against one-hot, 0.5 * sum((y - onehot)**2),
+    or the cross-entropy -log softmax(y)[label] (computed in float in both modes)."""
+    y = arith.decode(output).ravel()
+    if arith.loss == "ce":
+        top = y.max()
+        return float(top + np.log(np.sum(np.exp(y - top))) - y[label])
     onehot = np.zeros(output.size)
     onehot[label] = 1.0
-    return 0.5 * float(np.sum((arith.decode(output).ravel() - onehot) ** 2))
+    return 0.5 * float(np.sum((y - onehot) ** 2))
 
 
 def _sgd_update(network, params, gsums, step, arith, minibatch):
@@ -343,7 +375,7 @@ def _sgd_update(network, params, gsums, step, arith, minibatch):
 class TrainRecord:
     """Per-sample results of :func:`train`.
 
-    ``loss[s]``: MSE of sample s (real units). ``fp_version[layer][s]`` and
+    ``loss[s]``: loss of sample s (real units, :func:`loss`). ``fp_version[layer][s]`` and
     ``eb_version[layer][s]``: weight version FP and EB of sample s used on that weighted
     layer (``eb_version`` has no entry for the first weighted layer, which runs no EB).
     """

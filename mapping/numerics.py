@@ -52,6 +52,51 @@ MIX_FINAL_XORSHIFT = 16
 FP_OUT, EB_OUT, WEIGHT_UPDATE, BIAS_UPDATE, LOSS_ERROR = range(5)
 TENSOR_KINDS = 8
 
+# Losses of the last layer: MSE on the raw scores, or softmax cross-entropy (:func:`softmax`).
+LOSSES = ("mse", "ce")
+
+# Fixed-point softmax (:func:`softmax`). The exponent table is indexed by the score's distance
+# below the maximum in steps of 2**-EXP_STEP_BITS: 6 bits keep the table in one 1024-word
+# block RAM (710 words) and p within 0.4% of float softmax (docs/numerics.md).
+EXP_STEP_BITS = 6
+EXP_ONE_BITS = 15      # table words are unsigned, e^0 = 2**15
+SOFTMAX_FRAC = 16      # fractional bits of p, before the loss error's stochastic rounding
+RECIP_GUARD_BITS = 16  # recip = floor(2**(SOFTMAX_FRAC + RECIP_GUARD_BITS) / sum): p is off by < 1 LSB
+
+
+def _exp_table():
+    k = np.arange(1 << (EXP_ONE_BITS + 1))  # ends long after e^-k rounds to 0
+    words = np.round(np.exp(-k / (1 << EXP_STEP_BITS)) * (1 << EXP_ONE_BITS)).astype(np.int64)
+    return tuple(int(w) for w in words[:np.argmax(words == 0)])
+
+
+# EXP_TABLE[k] = round(2**15 * e^(-k / 2**EXP_STEP_BITS)) for every k it is nonzero; 0 beyond.
+EXP_TABLE = _exp_table()
+
+
+def exp_index(distance, act_frac):
+    """Table index of a score ``distance`` (activation words) below the maximum, rounded to
+    nearest (ties up) on the table's grid; an index past the table reads 0."""
+    shift = act_frac - EXP_STEP_BITS
+    if shift > 0:
+        return (distance + (1 << (shift - 1))) >> shift
+    return distance << -shift
+
+
+def softmax(scores, act_frac):
+    """Fixed-point softmax of one sample's score words: p with SOFTMAX_FRAC fractional bits.
+
+    ``e_c = EXP_TABLE[exp_index(max - y_c)]`` (0 past the table; the maximum's is 2**15, so the
+    sum ``S`` is at least 2**15), ``recip = floor(2**32 / S)``, ``p_c = (e_c * recip) >> 16``;
+    every step exact in integers, so 0 <= p_c <= 2**16 (hw/node/loss.py computes the same).
+    """
+    scores = np.asarray(scores, dtype=np.int64)
+    index = exp_index(scores.max() - scores, act_frac)
+    table = np.array(EXP_TABLE + (0,), dtype=np.int64)
+    e = table[np.minimum(index, len(EXP_TABLE))]
+    recip = (1 << (SOFTMAX_FRAC + RECIP_GUARD_BITS)) // int(e.sum())
+    return (e * recip) >> RECIP_GUARD_BITS
+
 
 @dataclass(frozen=True)
 class Formats:
@@ -67,6 +112,8 @@ class Formats:
       stochastic rounding keeps the small ones unbiased;
     - learning-rate constants (lr / batch) are unsigned 16-bit with 16 fractional
       bits, so rates down to 2**-16 per sample are representable.
+
+    ``loss`` (one of LOSSES) sets the last layer's loss, and so the loss error's rounding.
     """
 
     act_frac: int = 8
@@ -75,6 +122,7 @@ class Formats:
     error_frac: int = 12
     lr_frac: int = 16
     seed: int = 0x2545F491
+    loss: str = "mse"
 
     def __post_init__(self):
         for name in ("act_frac", "weight_frac", "bias_frac", "error_frac", "lr_frac"):
@@ -87,6 +135,8 @@ class Formats:
                 f"{self.act_frac + self.weight_frac}; the bias could not be aligned exactly")
         if not 0 <= self.seed < 1 << 32:
             raise ValueError(f"formats: seed = {self.seed} is not a 32-bit unsigned value")
+        if self.loss not in LOSSES:
+            raise ValueError(f"formats: loss = {self.loss!r} is not one of {', '.join(LOSSES)}")
 
     # Shifts of the single rounding point of each tensor kind.
     @property
@@ -107,7 +157,8 @@ class Formats:
 
     @property
     def loss_shift(self):
-        return self.act_frac - self.error_frac
+        """From the scores' (MSE) or the softmax's (CE) fractional bits to the error's."""
+        return (self.act_frac if self.loss == "mse" else SOFTMAX_FRAC) - self.error_frac
 
     def to_dict(self):
         return asdict(self)

@@ -119,6 +119,32 @@ def test_float_gradients_match_finite_differences(index):
             assert rel < 1e-6, (network.name, info.name, which, rel)
 
 
+def test_float_cross_entropy_error_is_softmax_minus_onehot_and_the_loss_gradient():
+    rng = np.random.default_rng(8)
+    network = zoo.tiny()
+    params = random_params(network, rng)
+    ce = golden.arithmetic("float", Formats(loss="ce"))
+    trace = golden.forward(network, params, rng.random(network.input_shape), ce, 0)
+    _, errors = golden.backward(network, params, trace, 3, ce, 0)
+    y = trace.output.ravel()
+    softmax = np.exp(y - y.max()) / np.exp(y - y.max()).sum()
+    assert np.array_equal(errors[-1].ravel(), softmax - np.eye(10)[3])
+    h = 1e-6
+    numeric = [(golden.loss(y + h * d, 3, ce) - golden.loss(y - h * d, 3, ce)) / (2 * h) for d in np.eye(10)]
+    assert np.abs(errors[-1].ravel() - numeric).max() < 1e-8
+    assert golden.loss(y, 3, ce) == pytest.approx(-np.log(softmax[3]), abs=1e-12)
+
+
+def test_fixed_cross_entropy_error_rounds_the_fixed_softmax():
+    f = Formats(loss="ce")
+    network, y = zoo.tiny(), np.array([300, -20, 0, 7, 512, 90, -600, 1, 2, 3]).reshape(10, 1, 1)
+    e = golden.arithmetic("fixed", f).loss_error(y, np.eye(10)[4].reshape(10, 1, 1), network.layers[-1], 5)
+    acc = numerics.softmax(y.ravel(), f.act_frac) - (np.eye(10, dtype=np.int64)[4] << numerics.SOFTMAX_FRAC)
+    tensor = numerics.tensor_id(network.layers[-1].position, numerics.LOSS_ERROR)
+    assert f.loss_shift == 4
+    assert list(e.ravel()) == list(numerics.requantize(acc, 4, f.seed, tensor, 5))
+
+
 def test_backward_errors_are_the_input_gradients():
     """errors[i] of a layer input equals d loss / d acts[i], checked by perturbing acts[i].
 

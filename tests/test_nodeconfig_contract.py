@@ -97,6 +97,8 @@ CASES = {
     "formats": (lambda d: d["nodes"][0]["formats"].update(bias_frac=30),
                 "nodes[0].formats: bias_frac = 30 exceeds act_frac + weight_frac = 20; the bias could not be "
                 "aligned exactly"),
+    "loss": (lambda d: d["nodes"][0]["formats"].update(loss="softmax"),
+             "nodes[0].formats: loss = 'softmax' is not one of mse, ce"),
 }
 
 

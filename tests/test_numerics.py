@@ -190,3 +190,27 @@ def test_acc_bits_needed():
     assert numerics.acc_bits_needed(1) == 32
     assert numerics.acc_bits_needed(1 << 16) == 48
     assert numerics.acc_bits_needed(1 << 17) == 49
+
+
+def test_fixed_softmax_is_within_0_0025_of_float_softmax():
+    """docs/numerics.md: the largest |p - softmax| over random score vectors of 10 classes,
+    normal with standard deviations from 1/4 to 128 (past the table's reach) in Q7.8."""
+    f, rng, worst = Formats(loss="ce"), np.random.default_rng(0), 0.0
+    for scale in (0.25, 1, 4, 16, 128):
+        for _ in range(4000):
+            y = numerics.saturate(np.round(rng.normal(0, scale, 10) * (1 << f.act_frac))).astype(np.int64)
+            p = numerics.softmax(y, f.act_frac)
+            # Each p_c is floored once (and recip once): the sum is 1 to within 11 LSBs.
+            assert 0 <= p.min() and (1 << numerics.SOFTMAX_FRAC) - 11 <= p.sum() <= 1 << numerics.SOFTMAX_FRAC
+            real = numerics.dequantize(y, f.act_frac)
+            exact = np.exp(real - real.max()) / np.exp(real - real.max()).sum()
+            worst = max(worst, np.abs(p / (1 << numerics.SOFTMAX_FRAC) - exact).max())
+    print(f"max |p - softmax| = {worst:.5f}")
+    assert 0.0015 < worst < 0.0025
+
+
+def test_softmax_of_equal_scores_and_of_one_far_ahead():
+    assert list(numerics.softmax([7, 7, 7, 7], 8)) == [1 << 14] * 4
+    # 2**32 // 2**15 = 2**17 exactly: the winner's p is 1.0, the others' exponents read 0.
+    assert list(numerics.softmax([0, 3000, -5, numerics.WORD_MIN], 8)) == [0, 1 << 16, 0, 0]
+    assert len(numerics.EXP_TABLE) == 710 and numerics.EXP_TABLE[0] == 1 << 15
