@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from . import golden
+from .numerics import Formats
 
 
 def delay_bound(tau):
@@ -53,9 +54,9 @@ def _shifted(params, direction, eps):
             for name, pair in params.items()}
 
 
-def top_curvature(network, params, image, label, rng, iterations=20, eps=1e-6):
-    """Largest Hessian eigenvalue (by magnitude) of one sample's loss at float ``params``."""
-    arith = golden.arithmetic("float")
+def top_curvature(network, params, image, label, rng, iterations=20, eps=1e-6, loss="mse"):
+    """Largest Hessian eigenvalue (by magnitude) of one sample's ``loss`` at float ``params``."""
+    arith = golden.arithmetic("float", Formats(loss=loss))
     size = sum(v.size for pair in params.values() for v in pair if v is not None)
     v = rng.normal(size=size)
     v /= np.linalg.norm(v)
@@ -96,9 +97,9 @@ class Margin:
                 f"bound for a {self.delay}-update delay {self.bound:.3g}, margin {self.margin:.2f}")
 
 
-def margin(network, params, images, labels, *, lr, fp_stale, batch, rng):
+def margin(network, params, images, labels, *, lr, fp_stale, batch, rng, loss="mse"):
     """The :class:`Margin` of training float ``params`` at ``lr`` with ``fp_stale`` and ``batch``,
-    the curvature the largest over ``images``."""
-    curvature = max(top_curvature(network, params, x, y, rng) for x, y in zip(images, labels))
+    the curvature of ``loss`` the largest over ``images``."""
+    curvature = max(top_curvature(network, params, x, y, rng, loss=loss) for x, y in zip(images, labels))
     delay = update_delay(fp_stale, batch)
     return Margin(curvature, lr, delay, delay_bound(delay))

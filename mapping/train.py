@@ -27,7 +27,7 @@ from . import golden, stability
 from .cluster import parse_cluster
 from .errors import SpecError, run_cli
 from .mapper import GENERATOR_OPTIONS, map_network
-from .numerics import Formats
+from .numerics import LOSSES, Formats
 from .zoo import get
 
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
@@ -158,6 +158,8 @@ def parse_args(argv):
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster the staleness is mapped on")
     p.add_argument("--mode", choices=golden.MODES, default="fixed")
     p.add_argument("--update", choices=("pipelined", "aligned"), default="pipelined")
+    p.add_argument("--loss", choices=LOSSES, default="mse", help="mse on the raw scores, or softmax "
+                   "cross-entropy (docs/numerics.md)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--init-scale", type=float, default=golden.INIT_SCALE,
@@ -174,8 +176,9 @@ def main(argv=None):
     if args.epochs < 1:
         raise SpecError(f"--epochs must be at least 1, got {args.epochs}")
     network = get(args.network)
+    formats = Formats(loss=args.loss)
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
-                          **GENERATOR_OPTIONS)
+                          formats=formats, **GENERATOR_OPTIONS)
     stale = mapping.fp_stale() if args.update == "pipelined" else {}
     print(f"{args.network} on {args.cluster}: fp_stale per layer "
           f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}")
@@ -186,10 +189,9 @@ def main(argv=None):
         raise SpecError(f"data: images {images.shape[1:]} and labels {labels.min()}..{labels.max()} do not "
                         f"fit {args.network}: {network.input_shape}, 0..{network.num_classes - 1}")
     data = split(images, labels, args.seed)
-    formats = Formats()
     real = golden.init_params(network, np.random.default_rng(args.seed), scale=args.init_scale)
     check = stability.margin(network, real, data[0][:8], data[2][:8], lr=args.lr, fp_stale=stale,
-                             batch=args.batch, rng=np.random.default_rng(args.seed))
+                             batch=args.batch, rng=np.random.default_rng(args.seed), loss=args.loss)
     print(check)
     if check.margin < 1:
         print("warning: lr * curvature is beyond the stale-gradient stability bound (docs/numerics.md)")
@@ -197,7 +199,8 @@ def main(argv=None):
     runs = [Run(f"{args.mode} {args.update}", args.mode, stale, params)]
     if not args.no_reference and (args.mode, args.update) != ("float", "aligned"):
         runs.append(Run("float aligned", "float", {}, real))
-    print(f"{len(data[0])} training, {len(data[1])} test samples; batch {args.batch}, lr {args.lr:g}")
+    print(f"{len(data[0])} training, {len(data[1])} test samples; batch {args.batch}, lr {args.lr:g}, "
+          f"loss {args.loss}")
     try:
         train(network, runs, data, epochs=args.epochs, batch=args.batch, lr=args.lr, formats=formats,
               seed=args.seed)

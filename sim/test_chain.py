@@ -13,6 +13,7 @@ from mapping.cluster import parse_cluster
 from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import WeightBlock
+from mapping.numerics import LOSSES, Formats
 from sim.chain import (BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, mean_cycles_per_sample, report,
                        train_chain)
 
@@ -34,9 +35,11 @@ def _train(cluster, seed, stall=0.0, derive=None, samples=SAMPLES, **options):
     return mapping, run
 
 
-def test_one_node_holding_the_whole_network_trains_bit_exact():
-    mapping, _ = _train("vc709:1", seed=2)  # unfolded, the net needs 480 multipliers
+@pytest.mark.parametrize("loss", LOSSES)
+def test_one_node_holding_the_whole_network_trains_bit_exact(loss):
+    mapping, _ = _train("vc709:1", seed=2, formats=Formats(loss=loss))  # unfolded, the net needs 480 multipliers
     assert [s.layer for s in mapping.nodes[0].slices] == ["conv1", "conv2", "fc"]
+    assert mapping.nodes[0].formats.loss == loss
 
 
 def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():

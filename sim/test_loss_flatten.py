@@ -1,17 +1,24 @@
+from types import SimpleNamespace
+
 import numpy as np
+import pytest
 
 from hw.node.loss import LossUnit
 from hw.streams.flatten import Flatten, Unflatten
-from mapping import numerics
+from mapping import golden, numerics
 from sim.testbench import as_ints, get, put, simulate
 
 
-def test_loss_errors_match_the_golden_definition_under_stalls():
+@pytest.mark.parametrize("loss", numerics.LOSSES)
+def test_loss_errors_match_the_golden_model_under_stalls(loss):
     rng = np.random.default_rng(5)
-    formats = numerics.Formats()
+    formats = numerics.Formats(loss=loss)
     classes, samples, position = 10, 12, 7
-    scores = rng.integers(-2**15, 2**15, (samples, classes))
-    scores[0] = numerics.WORD_MAX  # saturation of the shifted difference
+    if loss == "mse":
+        scores = rng.integers(-2**15, 2**15, (samples, classes))
+    else:  # spreads of a few units, where softmax is neither uniform nor one-hot
+        scores = numerics.saturate(rng.normal(0, rng.uniform(0.1, 8, (samples, 1)) * 256, (samples, classes)))
+    scores[0] = numerics.WORD_MAX  # MSE: saturation of the shifted difference; CE: all tied
     labels = rng.integers(0, classes, samples)
     dut = LossUnit(classes=classes, position=position, formats=formats)
     out = []
@@ -26,11 +33,12 @@ def test_loss_errors_match_the_golden_definition_under_stalls():
         out.extend(await get(ctx, dut.errors, samples, np.random.default_rng(2), 0.3, as_ints))
 
     simulate(dut, feed_scores, feed_labels, sink, deadline=2000)
-    tensor = numerics.tensor_id(position, numerics.LOSS_ERROR)
+    arith, last = golden.arithmetic("fixed", formats), SimpleNamespace(position=position)
     for s in range(samples):
-        diff = scores[s] - (np.eye(classes, dtype=np.int64)[labels[s]] << formats.act_frac)
-        expected = numerics.requantize(diff, formats.loss_shift, formats.seed, tensor, s)
-        assert out[s] == list(expected), s
+        y, onehot = scores[s].astype(np.int64).reshape(classes, 1, 1), np.eye(classes)[labels[s]].reshape(classes, 1, 1)
+        assert out[s] == list(arith.loss_error(y, onehot, last, s).ravel()), s
+    if loss == "ce":  # p - onehot is within [-1, 1]: no error saturates
+        assert 0 < max(max(map(abs, e)) for e in out) <= 1 << formats.error_frac
 
 
 def test_flatten_and_unflatten_follow_row_major_chw_order():
