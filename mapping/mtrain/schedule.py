@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import itertools
 
 from ..errors import SpecError
-from .workflow import WORD_BYTES, Accelerator, Simulation, balanced_ratio, convert, dram_use, fits, latency
+from .workflow import (WORD_BYTES, Accelerator, Simulation, balanced_ratio, compiled, convert, data_home, dram_use,
+                       fits, latency, start_and_bytes)
 
 DSP_PER_FP32_MAC = 5   # a floating-point multiplier (3 DSP48) and adder (2 DSP48), full-DSP variants
 MAX_PASSES = 3
@@ -47,11 +48,13 @@ def _waves(flow):
 
 def _dram_aware(flow, accelerators, bw):
     n = len(accelerators)
-    mapping, finish, free = {}, {}, [0.0] * n
+    home = data_home(accelerators)
+    ops = compiled(flow, accelerators)
+    device_of, finish, free = [None] * len(ops), [0.0] * len(ops), [0.0] * n
     use = [0.0] * n
     held = [set() for _ in range(n)]
-    synced = 0.0   # when the gradients of the layers mapped so far are accumulated
     for wave in _waves(flow):
+        indices = [flow.index[op.key] for op in wave]
         best = None
         for choice in itertools.product(range(n), repeat=len(wave)):
             trial_use, trial_held = list(use), list(held)
@@ -62,29 +65,22 @@ def _dram_aware(flow, accelerators, bw):
                     trial_use[device] += 2 * WORD_BYTES * op.stage.weights
             if any(u > a.dram_bytes for u, a in zip(trial_use, accelerators)):
                 continue
-            trial_free, ends = list(free), {}
-            for op, device in zip(wave, choice):
-                ready = max((finish[k] + (size / bw if mapping[k] != device else 0.0)
-                             for k, size in op.inputs), default=0.0)
-                trial_free[device] = max(ready, trial_free[device]) + accelerators[device].seconds(op)
-                ends[op.key] = trial_free[device]
-            trial_synced = synced
-            if wave[0].phase == "WU":   # a WU away from the layer's largest sub-operation ships its gradients
-                home = choice[max(range(len(wave)), key=lambda i: wave[i].samples)]
-                for op, device in zip(wave, choice):
-                    if device != home:
-                        trial_synced = max(trial_synced,
-                                           ends[op.key] + WORD_BYTES * op.stage.weights / bw)
-            score = (max(max(trial_free), trial_synced), sum(trial_free))
+            trial_free, ends = list(free), []
+            for i, device in zip(indices, choice):
+                device_of[i] = device
+                ready, moved = start_and_bytes(ops[i], device, device_of, finish, trial_free[device], home)
+                trial_free[device] = ready + moved / bw + ops[i][1][device]
+                ends.append(trial_free[device])
+            score = (max(trial_free), sum(trial_free))
             if best is None or score < best[0]:
-                best = (score, choice, trial_free, ends, trial_use, trial_held, trial_synced)
+                best = (score, choice, trial_free, ends, trial_use, trial_held)
         if best is None:
             raise SpecError(f"layer '{wave[0].stage.name}' ({wave[0].phase}) does not fit the DRAM of "
                             f"any accelerator: {', '.join(a.name for a in accelerators)}")
-        _, choice, free, ends, use, held, synced = best
-        finish.update(ends)
-        mapping.update({op.key: device for op, device in zip(wave, choice)})
-    return mapping
+        _, choice, free, ends, use, held = best
+        for i, device, end in zip(indices, choice, ends):
+            device_of[i], finish[i] = device, end
+    return {op.key: device for op, device in zip(flow.ops, device_of)}
 
 
 def _improve(flow, mapping, accelerators, bw, candidates):

@@ -6,15 +6,19 @@ the stage before them. A non-batch-wise stage becomes one sub-operation per
 accelerator and phase (FP, BP, WU), each on ``ratio[k]`` samples of the
 mini-batch; a batch norm stays one operation that gathers every branch.
 
-Dependencies (section V-B): FP reads its producers' activations; BP reads the
-consumers' losses and the weights from its FP counterpart; WU reads the input
-activation kept by FP and the loss at its output; after every WU of a layer its
-gradients are accumulated on the accelerator that holds the layer's largest
-sub-operation. Moving data between accelerators costs its bytes over the P2P
-bandwidth; every accelerator runs its operations one at a time in a fixed
-priority order (FP forward, then BP backward with each layer's WU right after
-it), starting each as soon as its inputs have arrived: sub-operations run
-asynchronously, there is no barrier per layer.
+Dependencies (sections IV, V-B): FP reads its producers' activations, the first
+layer's FP its samples' images; BP reads the consumers' losses and the weights from
+its FP counterpart; WU reads the input activation kept by FP and the loss at its
+output, and finishes once its gradients are gathered to every accelerator where
+the layer's FP sub-operations run. The images are held by the most
+resource-abundant accelerator (section VI-C trains there alone without P2P
+transfers). Moving data between accelerators costs its bytes over the P2P
+bandwidth. A sub-operation's latency is LatComm + LatComp (section III-C): it
+starts once its accelerator is free and its inputs are produced, receives (a WU
+also sends its gradients), then computes. Every accelerator runs its operations
+one at a time in a fixed priority order (FP forward, then BP backward with each
+layer's WU right after it): sub-operations run asynchronously, there is no
+barrier per layer.
 """
 
 from dataclasses import dataclass, field
@@ -78,13 +82,14 @@ class Op:
     dram_bytes: float     # the accelerator's own off-chip traffic for the op
     inputs: tuple         # ((producer key, bytes), ...)
     stored_bytes: float   # activation it keeps in DRAM until its layer's WU
+    fetched: float = 0.0  # training images it reads from the accelerator holding the data set
 
 
 @dataclass
 class Workflow:
     ops: list             # in priority order
     index: dict = field(default_factory=dict)
-    gradients: list = field(default_factory=list)   # (stage, [WU keys]) per weighted stage
+    gradients: list = field(default_factory=list)   # (stage, [WU keys], [FP keys]) per weighted stage
 
     def __post_init__(self):
         self.index = {op.key: i for i, op in enumerate(self.ops)}
@@ -117,7 +122,7 @@ def convert(stages, ratio):
             flop = s.flop("FP") * n
             traffic = WORD_BYTES * (n * (s.in_elements + s.out_elements) + s.weights)
             fp.append(Op((s.name, "FP", branch), s, "FP", n, flop, traffic, inputs,
-                         WORD_BYTES * n * s.in_elements))
+                         WORD_BYTES * n * s.in_elements, WORD_BYTES * n * s.in_elements if s.first else 0.0))
     for s in reversed(stages):
         for branch in ([None] if s.batchwise else branches):
             n = samples_of(branch)
@@ -139,7 +144,8 @@ def convert(stages, ratio):
         if s.name in wu:
             bp.extend(wu[s.name])
     flow = Workflow(fp + bp)
-    flow.gradients = [(by_name[name], [op.key for op in ops]) for name, ops in wu.items()]
+    flow.gradients = [(by_name[name], [op.key for op in ops], [(name, "FP", op.key[2]) for op in ops])
+                      for name, ops in wu.items()]
     return flow
 
 
@@ -157,21 +163,39 @@ class Accelerator:
         return max(op.flop / self.flops, op.dram_bytes / self.dram_bytes_per_s)
 
 
-def _compiled(flow, accelerators):
-    """Per op: its inputs as (index, bytes) and its seconds on each accelerator (cached per flow)."""
+def compiled(flow, accelerators):
+    """Per op: its inputs as (index, bytes), its seconds on each accelerator, the images it
+    fetches and, for a WU, its gradients' bytes and the layer's FP ops (cached per flow)."""
     key = tuple(accelerators)
     cache = flow.__dict__.setdefault("_compiled", {})
     if key not in cache:
-        ops = [(tuple((flow.index[k], size) for k, size in op.inputs if size),
-                tuple((flow.index[k]) for k, size in op.inputs if not size),
-                [a.seconds(op) for a in accelerators]) for op in flow.ops]
-        gradients = []
-        for stage, keys in flow.gradients:
-            indices = [flow.index[k] for k in keys]
-            home = max(indices, key=lambda i: flow.ops[i].samples)
-            gradients.append((WORD_BYTES * stage.weights, home, indices))
-        cache[key] = ops, gradients
+        shipped = {}
+        for stage, wu_keys, fp_keys in flow.gradients:
+            for k in wu_keys:
+                shipped[k] = (WORD_BYTES * stage.weights, tuple(flow.index[f] for f in fp_keys))
+        cache[key] = [(tuple((flow.index[k], size) for k, size in op.inputs),
+                       [a.seconds(op) for a in accelerators], op.fetched, shipped.get(op.key))
+                      for op in flow.ops]
     return cache[key]
+
+
+def start_and_bytes(op, device, device_of, finish, free, home):
+    """When compiled ``op`` can start on ``device`` (accelerator free, every input produced) and
+    the bytes it moves over P2P links: inputs held elsewhere, images away from the data set, a
+    WU's gradients to each other accelerator running the layer's FP. MTrain prices a
+    sub-operation as LatComm + LatComp (section III-C): its transfers precede its computation
+    on its accelerator, they do not overlap it."""
+    inputs, _, fetched, shipped = op
+    ready = free
+    moved = fetched if device != home else 0.0
+    for j, size in inputs:
+        if finish[j] > ready:
+            ready = finish[j]
+        if size and device_of[j] != device:
+            moved += size
+    if shipped:
+        moved += shipped[0] * len({device_of[f] for f in shipped[1]} - {device})
+    return ready, moved
 
 
 class Simulation:
@@ -179,35 +203,23 @@ class Simulation:
     (earlier operations come first in every accelerator's order and cannot change)."""
 
     def __init__(self, flow, mapping, accelerators, p2p_bytes_per_s):
-        self.ops, self.gradients = _compiled(flow, accelerators)
+        self.ops = compiled(flow, accelerators)
         self.bw = p2p_bytes_per_s
+        self.home = data_home(accelerators)
         self.device_of = [mapping[op.key] for op in flow.ops]
         self.finish = [0.0] * len(self.ops)
         self.free_before = [()] * len(self.ops)
         self.end = self._run(self.device_of, 0, self.finish, [0.0] * len(accelerators), self.free_before)
 
     def _run(self, device_of, start, finish, free, snapshots=None):
-        ops, bw = self.ops, self.bw
+        ops, bw, home = self.ops, self.bw, self.home
         for i in range(start, len(ops)):
             if snapshots is not None:
                 snapshots[i] = tuple(free)
-            sized, ordering, seconds = ops[i]
             device = device_of[i]
-            ready = free[device]
-            for j, size in sized:
-                arrival = finish[j] + (size / bw if device_of[j] != device else 0.0)
-                if arrival > ready:
-                    ready = arrival
-            for j in ordering:
-                if finish[j] > ready:
-                    ready = finish[j]
-            finish[i] = free[device] = ready + seconds[device]
-        end = max(free)
-        for weight_bytes, home, indices in self.gradients:
-            for i in indices:
-                if device_of[i] != device_of[home]:
-                    end = max(end, finish[i] + weight_bytes / bw)
-        return end
+            ready, moved = start_and_bytes(ops[i], device, device_of, finish, free[device], home)
+            finish[i] = free[device] = ready + moved / bw + ops[i][1][device]
+        return max(free)
 
     def end_if(self, index, device):
         """The mini-batch's end were operation ``index`` moved to ``device``."""
@@ -223,13 +235,16 @@ class Simulation:
     def traffic(self, n_devices):
         """Seconds each accelerator computes and the bytes that cross between accelerators."""
         busy, moved = [0.0] * n_devices, 0.0
-        for i, (sized, _, seconds) in enumerate(self.ops):
-            busy[self.device_of[i]] += seconds[self.device_of[i]]
-            moved += sum(size for j, size in sized if self.device_of[j] != self.device_of[i])
-        for weight_bytes, home, indices in self.gradients:
-            moved += sum(2 * weight_bytes for i in indices   # gradients in, updated weights back
-                         if self.device_of[i] != self.device_of[home])
+        for op, device in zip(self.ops, self.device_of):
+            busy[device] += op[1][device]
+            moved += start_and_bytes(op, device, self.device_of, self.finish, 0.0, self.home)[1]
         return busy, moved
+
+
+def data_home(accelerators):
+    """The accelerator holding the training images: the most resource-abundant one, on which
+    MTrain's single-FPGA strategy trains without any P2P transfer (section VI-C)."""
+    return max(range(len(accelerators)), key=lambda d: accelerators[d].flops)
 
 
 def latency(flow, mapping, accelerators, p2p_bytes_per_s, detail=False):
