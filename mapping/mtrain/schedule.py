@@ -9,11 +9,13 @@ accelerator); a move is kept only where it shortens the mini-batch. Algorithm
 1 starts from a ratio proportional to the accelerators' DSPs (its PEs) and moves
 ``step`` samples from the least-busy accelerator to another while that helps.
 
-HAP (Zhang et al. 2024) as MTrain evaluates it: every layer sharded over all
-accelerators with one sharding ratio, data-parallel (batch split, gradients
-all-reduced) or tensor-parallel (channel split, activations and errors
-gathered and scattered after the layer), whichever costs less per layer; the
-layer waits for its slowest shard (synchronous).
+HAP (Zhang et al. 2024) as MTrain evaluates it (sections III-B, VI-C): every
+layer sharded over all accelerators, each with a share, with one sharding ratio;
+after each layer its outputs (in BP its losses) are gathered to the host and
+scattered as the next layer's input; per layer data-parallel (batch shards, also
+gradients gathered and weights returned) or tensor-parallel (channel shards, each
+receiving the whole input), whichever moves less; the layer waits for its slowest
+shard (synchronous). The host is the accelerator holding the images.
 """
 
 from dataclasses import dataclass
@@ -186,8 +188,10 @@ def mtrain(stages, devices, batch, bw, step=None):
 
 
 def _ratios(batch, n, step):
-    for cut in itertools.product(range(0, batch + 1, step), repeat=n - 1):
-        if sum(cut) <= batch:
+    """Every split of ``batch`` in multiples of ``step`` that gives each accelerator a share:
+    HAP distributes every operation over all devices (MTrain section VI-C)."""
+    for cut in itertools.product(range(step, batch, step), repeat=n - 1):
+        if sum(cut) < batch:
             yield list(cut) + [batch - sum(cut)]
 
 
@@ -200,10 +204,31 @@ class HapPlan:
     moved_bytes: float
 
 
+def hap_exchange(stage, batch, shards, away):
+    """("DP" or "TP", bytes) HAP moves for one layer as MTrain describes it (section III-B,
+    Fig. 3(b)): after every layer the shards' outputs are gathered to the host and scattered
+    back as the next layer's input, in BP as in FP (the first layer has no BP; its input is the
+    images). ``away`` is the share of the batch off the host, ``shards`` the accelerators with
+    a share. A batch shard (DP, and batch norm) sends and receives its samples; a channel
+    shard (TP) needs the whole input and yields its share of the output, while DP also
+    gathers the weight gradients and returns the weights to every other shard. The cheaper
+    of the two per layer."""
+    t_in = WORD_BYTES * batch * stage.in_elements
+    t_out = WORD_BYTES * batch * stage.out_elements
+    phases = 1 if stage.first else 2
+    data_parallel = phases * away * (t_in + t_out)
+    if stage.batchwise:
+        return "DP", data_parallel
+    data_parallel += 2 * (shards - 1) * WORD_BYTES * stage.weights
+    tensor_parallel = phases * ((shards - 1) * t_in + away * t_out)
+    return ("DP", data_parallel) if data_parallel <= tensor_parallel else ("TP", tensor_parallel)
+
+
 def hap(stages, devices, batch, bw, step=None):
     """HAP's synchronous DP/TP sharding with the best single ratio (a HapPlan)."""
     accelerators = [accelerator_of(d) for d in devices]
     n = len(devices)
+    host = data_home(accelerators)
     step = step or max(1, batch // 16)
     best = None
     for ratio in _ratios(batch, n, step):
@@ -224,14 +249,9 @@ def hap(stages, devices, batch, bw, step=None):
                 for d, seconds in shards:
                     busy[d] += seconds
                 total += max((seconds for _, seconds in shards), default=0.0)
-            if s.batchwise:
-                # statistics over the whole batch: gather the activations, scatter the result
-                exchange = 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements
-            else:
-                data_parallel = 2 * (n - 1) / n * WORD_BYTES * s.weights
-                tensor_parallel = 2 * 2 * (n - 1) / n * WORD_BYTES * batch * s.out_elements
-                plan[s.name] = "DP" if data_parallel <= tensor_parallel else "TP"
-                exchange = min(data_parallel, tensor_parallel)
+            layer_plan, exchange = hap_exchange(s, batch, n, 1 - ratio[host] / batch)
+            if not s.batchwise:
+                plan[s.name] = layer_plan
             total += exchange / bw
             moved += exchange
         if best is None or total < best.seconds:
