@@ -114,6 +114,9 @@ def mtrain_mapping(flow, accelerators, bw):
     for op in flow.ops:
         for key, _ in op.inputs:
             successors.setdefault(key, []).append(op.key)
+    for _, wu_keys, fp_keys in flow.gradients:   # a WU's gradients go to the layer's FP accelerators
+        for key in wu_keys:
+            successors.setdefault(key, []).extend(fp_keys)
 
     def balanced(op, mapping):
         return [fastest if op.key[2] is None else op.key[2]]
