@@ -31,6 +31,9 @@ from .numerics import LOSSES, Formats
 from .zoo import get
 
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
+# Inside the stale-gradient stability bound for the default chain's staleness, and the best
+# measured of 0.02-0.03 (docs/numerics.md); sim.train uses them too.
+DEFAULT_BATCH, DEFAULT_LR = 1, 0.02
 TEST_SHARE = 0.2
 CHUNK = 240  # samples between progress lines
 # A fixed-point run cannot overflow to NaN: an epoch whose mean loss is this many times
@@ -160,8 +163,8 @@ def parse_args(argv):
     p.add_argument("--update", choices=("pipelined", "aligned"), default="pipelined")
     p.add_argument("--loss", choices=LOSSES, default="mse", help="mse on the raw scores, or softmax "
                    "cross-entropy (docs/numerics.md)")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    p.add_argument("--lr", type=float, default=DEFAULT_LR)
     p.add_argument("--init-scale", type=float, default=golden.INIT_SCALE,
                    help="He-normal initial weights times this (docs/numerics.md)")
     p.add_argument("--seed", type=int, default=0, help="initial weights, split and sample order")

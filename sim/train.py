@@ -21,6 +21,7 @@ from mapping.cli import DefaultsShown, Parser, positive_int, positive_number
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
 from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
 
 
@@ -41,8 +42,8 @@ def parse_args(argv):
     parser.add_argument("--backend", choices=("verilator", "pysim"), default="verilator")
     # mapping.train's defaults: at larger mini-batches a few hundred samples barely move the
     # weights (batch 8, lr 0.01: no better than the initial weights after 496 digits)
-    parser.add_argument("--batch", type=positive_int, default=1, help="mini-batch size")
-    parser.add_argument("--lr", type=positive_number, default=0.02, help="learning rate")
+    parser.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
+    parser.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
     return parser.parse_args(argv)
 
