@@ -22,13 +22,14 @@ import math
 
 from . import balance, memories, perf, resources
 from .errors import SpecError
-from .nodeconfig import Mapping, NodeConfig, Resources, Training
+from .nodeconfig import Mapping, NodeConfig, Resources, Training, update_lane_counts
 from .numerics import ACC_BITS, Formats, acc_bits_needed, lr_constant
 from .partition import budgets, partition, plan_layers
 from .resources import logic_estimate, tile_multipliers
 
 DSP_FRACTION = 0.9   # the rest: weight-update multipliers (48 x 16 bit), timing closure
 BRAM_FRACTION = 0.9  # the rest: link FIFOs, stream skew buffers, routing
+LOGIC_FRACTION = 0.8  # of the LUTs, at most, once the weight update is widened (routing, timing)
 # Training defaults: plain SGD, one sample per update.
 BATCH = 1
 LEARNING_RATE = 0.01
@@ -160,6 +161,7 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
     nodes = _node_configs(plans, slices, blocks, memory.buffers, stale, node_budgets, estimates, summary,
                           formats, training)
+    nodes = [_with_update_lanes(node, budget.device, max_multipliers) for node, budget in zip(nodes, node_budgets)]
     if buildable_balance:
         _check_inventory(nodes, describe)
         _check_generated(nodes, describe)
@@ -319,6 +321,34 @@ def _with_blocks(nodes, blocks):
                                                                  and b.layer == s.layer))
                                  for s in node.slices))
             for node in nodes]
+
+
+def _with_update_lanes(node, device, max_multipliers):
+    """Widen the weight update of the slice with the node's longest walk, a lane count at a
+    time (``nodeconfig.update_lane_counts``), while that shortens the walk and the device
+    (or ``max_multipliers``) has the multipliers and the LUTs (LOGIC_FRACTION) for it: the
+    engines wait out the walk once per mini-batch. The bias walks and the hosted rows'
+    BGBs (one lane) are a floor no weight lane lowers."""
+    shift, f = node.formats.weight_update_shift, node.formats
+    multipliers = device.dsp if max_multipliers is None else min(device.dsp, max_multipliers)
+    floor = max([s.bias_update_cycles(f.bias_update_shift) for s in node.slices]
+                + [b.owner_slice.update_cycles(shift) for b in node.hosted], default=0)
+    slices, estimate = list(node.slices), node.estimate
+    while slices:
+        walks = [s.update_cycles(shift) for s in slices]
+        k = max(range(len(slices)), key=walks.__getitem__)
+        s = slices[k]
+        wider = [replace(s, update_lanes=n) for n in update_lane_counts(s.fp.ces, s.fp.tiles * s.kernel ** 2)
+                 if n > s.update_lanes]
+        wider = next((w for w in wider if w.update_cycles(shift) < walks[k]), None)
+        if walks[k] <= floor or wider is None:
+            break
+        lut, ff, dsp = resources.update_lane_logic(wider.update_lanes - s.update_lanes, node.family)
+        grown = replace(estimate, dsp=estimate.dsp + dsp, lut=estimate.lut + lut, ff=estimate.ff + ff)
+        if grown.dsp > multipliers or grown.lut > LOGIC_FRACTION * device.lut:
+            break
+        slices[k], estimate = wider, grown
+    return replace(node, slices=tuple(slices), estimate=estimate)
 
 
 def _summary_dict(summary, part, node_budgets):

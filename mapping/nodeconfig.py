@@ -41,7 +41,7 @@ from .errors import SpecError
 from .numerics import Formats, rounder_latency
 
 # Version of the JSON layout below; loading refuses any other (docs/nodeconfig.md).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MODES = ("icp", "ocp")
 KINDS = ("conv", "fc")
 
@@ -128,6 +128,7 @@ class LayerSlice(ChannelRanges):
     flatten_from: tuple[int, int, int] | None = None  # fc: the (C, H, W) activations its input flattens
     fp_stale: int = 0
     cycles_per_sample: int = 0
+    update_lanes: int = 1  # weight words the update rounds per cycle (update_chunk)
 
 
     @property
@@ -144,17 +145,53 @@ class LayerSlice(ChannelRanges):
         """Whole samples of the slice's input its Act-RAM holds from FP until PG takes them."""
         return self.act_ram_words // (self.in_channels * self.in_shape[1] * self.in_shape[2])
 
+    @property
+    def local_out_channels(self):
+        """Output channels whose weights the slice's own LPRAM keeps (the rest are hosted)."""
+        return self.out_channels - sum(b.out_range[1] - b.out_range[0] for b in self.remote_weights)
+
     def update_cycles(self, weight_update_shift):
         """Cycles of the weight update's walk over the slice's local rows, during which its
-        engines wait (hw/memory/grad_buffer.py): a word per cycle, a cycle per LPRAM address
-        (engine groups x passes), then the pipeline (3 + the rounder)."""
-        local = self.out_channels - sum(block.out_range[1] - block.out_range[0] for block in self.remote_weights)
+        engines wait (hw/memory/grad_buffer.py): one cycle per chunk of ``update_lanes`` words
+        (:func:`update_chunk`), padding skipped, then the read of the first address and the
+        pipeline (the multipliers and the rounder)."""
+        local = self.local_out_channels
         if local == 0:
             return 0
-        groups = math.ceil(local / self.fp.ces)
-        passes = math.ceil(self.in_channels / self.fp.tiles)
-        return (local * self.in_channels * self.kernel ** 2 + groups * passes + 3
-                + rounder_latency(weight_update_shift))
+        banks, tiles, kk = self.fp.ces, self.fp.tiles, self.kernel ** 2
+        per_bank, per_word = update_chunk(self.update_lanes, banks, tiles * kk)
+        groups, passes = math.ceil(local / banks), math.ceil(self.in_channels / tiles)
+        last_banks, last_words = local - (groups - 1) * banks, (self.in_channels - (passes - 1) * tiles) * kk
+        bank_chunks = (groups - 1) * math.ceil(banks / per_bank) + math.ceil(last_banks / per_bank)
+        word_chunks = (passes - 1) * math.ceil(tiles * kk / per_word) + math.ceil(last_words / per_word)
+        return bank_chunks * word_chunks + UPDATE_PIPELINE + rounder_latency(weight_update_shift)
+
+    def bias_update_cycles(self, bias_update_shift):
+        """The bias update's walk (one lane, the bias RAM's port B shared by reads and writes):
+        a word per bias, a cycle per address, then the pipeline; 0 without biases."""
+        if not self.owns_biases:
+            return 0
+        groups = math.ceil(self.out_channels / self.fp.ces)
+        return self.out_channels + groups + UPDATE_PIPELINE + rounder_latency(bias_update_shift)
+
+
+# The update walk's cycles besides its chunks: the strobe, the first read, the multipliers.
+UPDATE_PIPELINE = 4
+
+
+def update_chunk(lanes, banks, words):
+    """(banks, words) of one chunk of the weight update (hw/memory/grad_buffer.py): ``lanes``
+    consecutive words of one bank row below a row's ``words``, or whole rows of ``lanes //
+    words`` banks; ValueError for another count (:func:`update_lane_counts` lists them)."""
+    if lanes not in update_lane_counts(banks, words):
+        raise ValueError(f"update_lanes = {lanes} is not one of {update_lane_counts(banks, words)} for "
+                         f"rows of {banks} banks x {words} words")
+    return (lanes // words, words) if lanes >= words else (1, lanes)
+
+
+def update_lane_counts(banks, words):
+    """The lane counts a weight update over ``banks`` x ``words`` rows can have."""
+    return sorted(set(range(1, words + 1)) | {n * words for n in range(1, banks + 1)})
 
 
 @dataclass(frozen=True)
@@ -193,12 +230,13 @@ class NodeConfig:
 
     @property
     def update_cycles(self):
-        """The longest weight-update walk on the node: its slices' (and the BGBs' of the rows
-        it hosts) run side by side, and no sample enters while one is walking."""
-        shift = self.formats.weight_update_shift
-        return max([s.update_cycles(shift) for s in self.slices]
-                   + [b.owner_slice.update_cycles(shift) for b in self.hosted if b.owner_slice is not None],
-                   default=0)
+        """The longest update walk on the node: its slices' weights and biases (and the BGBs' of
+        the rows it hosts) run side by side, and no sample enters while one is walking."""
+        f = self.formats
+        return max([s.update_cycles(f.weight_update_shift) for s in self.slices]
+                   + [s.bias_update_cycles(f.bias_update_shift) for s in self.slices]
+                   + [b.owner_slice.update_cycles(f.weight_update_shift) for b in self.hosted
+                      if b.owner_slice is not None], default=0)
 
     @property
     def cycles_per_sample_with_updates(self):
@@ -425,6 +463,10 @@ def check_slice(s, where, cut=False):
             raise SpecError(f"{where}.{role}: {engine.ces} x {engine.tiles} tiles of {engine.kernel} x "
                             f"{engine.kernel}, but the slice needs at least {least} x {least} tiles of "
                             f"{s.kernel} x {s.kernel}")
+    try:
+        update_chunk(s.update_lanes, s.fp.ces, s.fp.tiles * s.kernel ** 2)
+    except ValueError as error:
+        raise SpecError(f"{where}.{error}") from None
     for key in ("act_ram_words", "line_buffer_words", "pab_words", "lgb_words", "fp_stale", "cycles_per_sample"):
         if getattr(s, key) < 0:
             raise SpecError(f"{where}.{key}: {getattr(s, key)} must not be negative")

@@ -8,6 +8,8 @@ own update function. Beats are the PG engine's (a group g and its P rows); the r
 past the slice's output channels carry nonzero junk here, which must change nothing.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from amaranth.hdl import Module
@@ -178,23 +180,28 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
         w = want
     # Full rate: a beat is taken on every cycle it is offered outside the update.
     assert refused == 0
-    # One word per cycle, plus one cycle per address, the strobe and the pipeline.
-    assert durations == [out_channels * words + ram.rows + 1 + 2 + gb.rounder.latency] * 2
+    # One word per cycle, plus the strobe, the first address's read and the pipeline.
+    assert durations == [out_channels * words + 4 + gb.rounder.latency] * 2
 
 
-@pytest.mark.parametrize("out_channels, in_channels, kernel, banks, tiles, stall", [
-    (5, 5, 3, 2, 2, 0.3),  # 3 groups x 3 passes: the last group and the last pass half padded
-    (3, 4, 1, 2, 2, 0.0),  # 2 groups x 2 full passes, the last group half padded
-    (4, 7, 1, 4, 3, 0.5),  # 1 group, passes of 3, 3 and 1 channels
+@pytest.mark.parametrize("out_channels, in_channels, kernel, banks, tiles, lanes, stall", [
+    (5, 5, 3, 2, 2, 1, 0.3),  # 3 groups x 3 passes: the last group and the last pass half padded
+    (5, 5, 3, 2, 2, 4, 0.0),  # chunks of 4 words: 5 per row of 18, 3 in the last pass's 9
+    (5, 5, 3, 2, 2, 36, 0.3),  # a whole address per chunk, padded banks and words masked
+    (3, 4, 1, 2, 2, 1, 0.0),  # 2 groups x 2 full passes, the last group half padded
+    (3, 4, 1, 2, 2, 4, 0.0),  # both banks' rows in one chunk
+    (4, 7, 1, 4, 3, 1, 0.5),  # 1 group, passes of 3, 3 and 1 channels
+    (4, 7, 1, 4, 3, 6, 0.5),  # chunks of two banks' rows, the last pass's padded words masked
 ])
 def test_folded_weight_update_matches_numpy_over_two_batches(out_channels, in_channels, kernel, banks,
-                                                             tiles, stall):
-    """Sums of (g*v + i)-addressed beats, updated with the whole layer's noise index; padding stays zero."""
+                                                             tiles, lanes, stall):
+    """Sums of (g*v + i)-addressed beats, updated with the whole layer's noise index; padding
+    stays zero; ``lanes`` words a cycle."""
     rng = np.random.default_rng(out_channels * 100 + in_channels * 10 + tiles)
     out_range, in_range = (4, 4 + out_channels), (3, 3 + in_channels)
     out_total, in_total, lr = 12, 11, 3000
-    s = layer_slice(in_channels=in_range, out_channels=out_range, kernel=kernel, ces=banks, tiles=tiles,
-                    in_total=in_total, out_total=out_total, position=0)
+    s = replace(layer_slice(in_channels=in_range, out_channels=out_range, kernel=kernel, ces=banks, tiles=tiles,
+                            in_total=in_total, out_total=out_total, position=0), update_lanes=lanes)
     weights = random_words(rng, (out_channels, in_channels, kernel, kernel))
     training = Training(batch=4, lr=0.1, lr_constant=lr, bias_lr_constant=lr)
     gb = GradientBuffer.from_slice(s, FORMATS, training)
@@ -220,10 +227,11 @@ def test_folded_weight_update_matches_numpy_over_two_batches(out_channels, in_ch
             assert (want == numerics.WORD_MIN).any() and (want == numerics.WORD_MAX).any()
         w = want
     assert refused == 0
-    # One cycle per real weight (padded words are skipped), plus one per address, the strobe
-    # and the pipeline.
-    assert durations == [out_channels * in_channels * kernel ** 2 + layout.rows + 3 + gb.rounder.latency] * 2
-    # ... which is the performance model's update walk for the slice
+    # One cycle per chunk holding a real weight, plus the strobe, the first read and the
+    # pipeline: the performance model's update walk for the slice.
+    chunks = {(5, 1): 5 * 5 * 9, (5, 4): (2 + 2 + 1) * (5 + 5 + 3), (5, 36): 3 * 3,
+              (3, 1): 3 * 4, (3, 4): 2 * 2, (4, 1): 4 * 7, (4, 6): 2 * 3}[out_channels, lanes]
+    assert durations == [chunks + 4 + gb.rounder.latency] * 2
     assert durations == [s.update_cycles(FORMATS.weight_update_shift)] * 2
 
 
@@ -241,7 +249,7 @@ def test_update_with_exact_shifts(shift):
     want = sgd(weights, summed(beats, gb.layout), lr, shift, 9, 1,
                np.arange(out_channels * words, dtype=np.uint64).reshape(out_channels, words))
     np.testing.assert_array_equal(contents[0], banked(want, banks, ram.rows))
-    assert durations == [out_channels * words + gb.rows + 3 + 1]
+    assert durations == [out_channels * words + 4 + 1]
 
 
 def test_bias_update_of_the_last_icp_slice():
@@ -253,7 +261,7 @@ def test_bias_update_of_the_last_icp_slice():
     training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=lr)
     gb = GradientBuffer.from_slice(s, FORMATS, training, bias=True)
     biases = random_words(rng, (out_channels, 1))
-    ram = ParamRam(banks=banks, rows=gb.rows, words=1, init=biases)
+    ram = ParamRam(banks=banks, rows=gb.rows, words=1, init=biases, shared_update=True)
     # The beats are the PG engine's errors (16-bit words). Steps of gsum * 40000 / 2**16:
     # terms of 2**11 keep most of them inside the word range, two of 2**15 saturate.
     beats = gradient_beats(rng, out_channels, banks, 1, 30, big_rows=(1, 4, 6), magnitude=1 << 11,

@@ -46,49 +46,60 @@ def test_read_after_init_both_ports_hold_data(banks, out_channels, in_channels, 
     simulate(ram, bench, deadline=cycles + 10)
 
 
-def test_concurrent_reads_while_the_update_writes():
-    """Port A reads every cycle while port B alternates EB reads, update reads and word writes."""
-    rng = np.random.default_rng(5)
+@pytest.mark.parametrize("shared", [False, True])
+def test_concurrent_reads_while_the_update_writes(shared):
+    """Random cycles of FP reads (port A), EB reads (port B), update reads (port A, or B when
+    ``shared``) and masked update writes (port B), as the ports allow them together."""
+    rng = np.random.default_rng(5 + shared)
     banks, rows, words = 2, 4, 6
     model = banked(random_words(rng, (banks * rows, words)), banks, rows)
-    ram = ParamRam(banks=banks, rows=rows, words=words, init=model.reshape(banks * rows, words))
+    ram = ParamRam(banks=banks, rows=rows, words=words, init=model.reshape(banks * rows, words),
+                   shared_update=shared)
     cycles = 400
     writes = 0
 
     async def bench(ctx):
         nonlocal writes
         held = {"a": None, "b": None}
+        update_port = "b" if shared else "a"  # the update's reads and ``data`` are that port's
         for _ in range(cycles):
-            op = rng.choice(["eb", "read", "write", "idle"])
-            b_addr = int(rng.integers(0, rows))
-            ctx.set(ram.b.en, op == "eb")
-            # EB's address is garbage unless EB reads: the update's must win.
-            ctx.set(ram.b.addr, b_addr if op == "eb" else int(rng.integers(0, rows)))
-            ctx.set(ram.upd.read, op == "read")
-            ctx.set(ram.upd.write, op == "write")
-            ctx.set(ram.upd.addr, b_addr)
-            lane, value = int(rng.integers(0, banks * words)), int(rng.integers(WORD_MIN, WORD_MAX + 1))
-            ctx.set(ram.upd.lane, lane)
-            ctx.set(ram.upd.value, value)
+            write = rng.random() < 0.4
+            # The update's read shares port B with its writes and EB when ``shared``, else port A with FP.
+            read = rng.random() < 0.3 and not (shared and write)
+            eb = rng.random() < 0.5 and not write and not (shared and read)
+            w_addr, r_addr, b_addr, a_addr = (int(x) for x in rng.integers(0, rows, 4))
             # Port A may read any row but the one written this cycle (a block-RAM collision).
-            a_addr = int(rng.integers(0, rows))
-            a_en = rng.random() < 0.8 and not (op == "write" and a_addr == b_addr)
+            if write and not shared:
+                r_addr = (w_addr + 1 + int(rng.integers(0, rows - 1))) % rows
+            fp = rng.random() < 0.8 and not (read and not shared) and not (write and a_addr == w_addr)
+            mask = int(rng.integers(0, 1 << banks * words))
+            value = rng.integers(WORD_MIN, WORD_MAX + 1, (banks, words))
+            # Addresses of idle users are garbage: the active one must win.
+            ctx.set(ram.b.en, eb)
+            ctx.set(ram.b.addr, b_addr)
+            ctx.set(ram.upd.read, read)
+            ctx.set(ram.upd.read_addr, r_addr)
+            ctx.set(ram.upd.write, write)
+            ctx.set(ram.upd.write_addr, w_addr)
+            ctx.set(ram.upd.mask, mask)
+            ctx.set(ram.upd.value, value.tolist())
             ctx.set(ram.a.addr, a_addr)
-            ctx.set(ram.a.en, a_en)
+            ctx.set(ram.a.en, fp)
             snapshot = model.copy()  # reads see the contents before this cycle's write
             await ctx.tick()
-            if a_en:
+            if fp:
                 held["a"] = snapshot[a_addr]
-            if op in ("eb", "read"):
+            if eb:
                 held["b"] = snapshot[b_addr]
-            if op == "write":
-                model[b_addr].flat[lane] = value
+            if read:
+                held[update_port] = snapshot[r_addr]
+            if write:
+                chosen = np.array([(mask >> n) & 1 for n in range(banks * words)], bool).reshape(banks, words)
+                model[w_addr][chosen] = value[chosen]
                 writes += 1
-            if held["a"] is not None:
-                assert as_rows(ctx.get(ram.a.data)) == held["a"].tolist()
-            if held["b"] is not None:
-                assert as_rows(ctx.get(ram.b.data)) == held["b"].tolist()
-                assert as_rows(ctx.get(ram.upd.data)) == held["b"].tolist()
+            for name, port in (("a", ram.a), ("b", ram.b), (update_port, ram.upd)):
+                if held[name] is not None:
+                    assert as_rows(ctx.get(port.data)) == held[name].tolist()
         # Everything written is really in the memory: read it all back on port A.
         ctx.set(ram.upd.write, 0)
         ctx.set(ram.upd.read, 0)
@@ -105,15 +116,20 @@ def test_concurrent_reads_while_the_update_writes():
 
 @pytest.mark.parametrize("misuse, message", [
     ("eb_and_update", "EB read and weight update on port B"),
+    ("fp_and_update", "FP read and weight update on port A"),
     ("a_collides", "port A reads the row the update writes"),
 ])
 def test_port_misuse_fails_the_simulation(misuse, message):
     ram = ParamRam(banks=1, rows=4, words=2)
 
     async def bench(ctx):
-        ctx.set(ram.upd.addr, 2)
+        ctx.set(ram.upd.read_addr, 1)
+        ctx.set(ram.upd.write_addr, 2)
         if misuse == "eb_and_update":
             ctx.set(ram.b.en, 1)
+            ctx.set(ram.upd.write, 1)
+        elif misuse == "fp_and_update":
+            ctx.set(ram.a.en, 1)
             ctx.set(ram.upd.read, 1)
         else:
             ctx.set(ram.upd.write, 1)

@@ -46,7 +46,7 @@ def test_status_unpacks_every_field():
     (["--board", "de10-nano", "--node", "0"],
      "unknown board 'de10-nano' (known: versa-ecp5-5g, ecp5-5g-evn, ulx3s-85f, vc709)"),
     (["--board", "versa-ecp5-5g", "--chain"],
-     "the chain needs 180 dsp (the mapping's estimate), lfe5um5g-45f on versa-ecp5-5g has 72"),
+     "the chain needs 252 dsp (the mapping's estimate), lfe5um5g-45f on versa-ecp5-5g has 72"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--cluster", "ecp5-85:4"],
      "node 0 of the mapping is for lfe5um5g-85f, board versa-ecp5-5g carries lfe5um5g-45f"),
     (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),

@@ -31,7 +31,7 @@ def balanced():
 def test_mappings_round_trip_with_their_schema_version(tiny, balanced):
     for mapping in (tiny, balanced):
         text = mapping.to_json()
-        assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 1
+        assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 2
         assert Mapping.from_json(text) == mapping
     assert [len(n.hosted) for n in balanced.nodes] == [1, 0, 0, 0]
 
@@ -48,11 +48,14 @@ def slice_of(d, node, index=0):
 
 CASES = {
     "version missing": (lambda d: d.pop("schema_version"),
-                        "schema_version: null, but this version of the project reads mappings of schema_version 1 "
+                        "schema_version: null, but this version of the project reads mappings of schema_version 2 "
                         "(map the network again with python -m mapping)"),
-    "version 2": (lambda d: d.update(schema_version=2),
-                  "schema_version: 2, but this version of the project reads mappings of schema_version 1 "
+    "version 1": (lambda d: d.update(schema_version=1),
+                  "schema_version: 1, but this version of the project reads mappings of schema_version 2 "
                   "(map the network again with python -m mapping)"),
+    "update lanes": (lambda d: slice_of(d, 0).update(update_lanes=10),
+                     "nodes[0].slices[0].update_lanes = 10 is not one of [1, 2, 3, 4, 5, 6, 7, 8, 9, 18, 27, "
+                     "36] for rows of 4 banks x 9 words"),
     "no nodes": (lambda d: d.pop("nodes"), "nodes: missing"),
     "slice without stride": (lambda d: slice_of(d, 1).pop("stride"), "nodes[1].slices[0].stride: missing"),
     "unknown field": (lambda d: d["nodes"][0].update(colour="red"), "nodes[0].colour: not a field of NodeConfig"),

@@ -42,28 +42,44 @@ class WeightPortSignature(_Sized):
 
 
 class UpdatePortSignature(_Sized):
-    """The update side of the read-modify-write port: read an address, write single words.
+    """The update side of the read-modify-write port: read an address, write words of it.
 
-    ``lane`` is the word's position in the address's P*words words (bank-major);
-    ``data`` is the row read, held like a weight port's.
+    ``data`` is the row read (the P rows at ``read_addr`` one cycle after ``read``), held
+    like a weight port's; ``write`` stores ``value``'s words whose ``mask`` bit is set
+    (bank-major, as ``data``) at ``write_addr``. ``shared``: reads and writes share one
+    memory port (a bias RAM's port B), so they never come in the same cycle; otherwise the
+    update reads through the FP port (port A), idle while the update gate holds FP, and
+    writes through port B, both in one cycle.
     """
 
-    def __init__(self, rows, banks, words):
+    def __init__(self, rows, banks, words, shared=False):
+        self.shared = shared
         super().__init__(rows, banks, words, {
-            "addr": Out(range(rows)),
             "read": Out(1),
+            "read_addr": Out(range(rows)),
             "write": Out(1),
-            "lane": Out(range(banks * words)),
-            "value": Out(signed(WORD_BITS)),
+            "write_addr": Out(range(rows)),
+            "mask": Out(banks * words),
+            "value": Out(bank_layout(banks, words)),
             "data": In(bank_layout(banks, words)),
         })
+
+    def __eq__(self, other):
+        other = other.flip() if isinstance(other, wiring.FlippedSignature) else other
+        return super().__eq__(other) and self.shared == other.shared
+
+    def __hash__(self):
+        return hash((super().__hash__(), self.shared))
+
+    def __repr__(self):
+        return f"{super().__repr__()[:-1]}, shared={self.shared})"
 
 
 class HostPortSignature(_Sized):
     """The host's side of a memory's access port (boards/: load and read back weights while
     training is idle). ``read``: the word at (``addr``, ``lane``) is on ``data`` the next
     cycle, held until the next read; ``write``: ``value`` is written there. ``lane`` counts
-    words bank-major, as :class:`UpdatePortSignature`'s does."""
+    words bank-major, as a row's ``data`` holds them."""
 
     def __init__(self, rows, banks, words):
         super().__init__(rows, banks, words, {

@@ -36,37 +36,53 @@ number, the noise's sample number) starts the SGD update of every weight word:
 with ``index`` the word's row-major position in the whole layer tensor (OC, IC, K, K)
 in global channel numbers: word (c, ky, kx) of bank p at address g*v + i is weight
 (o, s) = (g*P + p, i*b + c) of the slice, index ``((out_offset + o) * in_total +
-in_offset + s) * K*K + ky*K + kx``. The walk goes address by address, bank by bank,
-word by word, so the index is stepped with adders: +1 per word, +in_total*K*K per
-bank (less the words visited), and per address from a pass base that steps +b*K*K
-per pass and (P*in_total - (v-1)*b)*K*K from a group's last pass to the next group.
-Padded words are skipped: banks past ``out_channels`` in the last group and channels
+in_offset + s) * K*K + ky*K + kx``. The walk (below) steps the index with adders: per
+chunk of words, per chunk of banks (+in_total*K*K per bank), and per address from a
+pass base that steps +b*K*K per pass and (P*in_total - (v-1)*b)*K*K from a group's
+last pass to the next group.
+Padded words are not updated: banks past ``out_channels`` in the last group and channels
 past S in the last pass. Biases are the same with IC = K = 1 (index = global output
 channel): a second GradientBuffer with ``bias=True, in_channels=1, kernel=1,
 in_total=1`` and the bias shift / constant / tensor id (``from_slice(..., bias=True)``)
 takes the PG engine's ``bias_grads`` beats (the P errors of a group, one word per row;
 ``row`` = g, zero errors on passes i > 0) and writes a one-word-per-row ParamRam.
 
-One word per cycle goes through a single lane: the word is selected from the held
-accumulator address and ParamRam address, ``gsum * lr`` is formed by three 18x17
-multipliers (hw.arith.mult, 48-bit gsum split 17 + 17 + 14 bits; 3 MULT18X18D on ECP5,
-3 DSP48E1 on xc7) whose partial products are added as they enter the
-StochasticRounder (lanes=1, 64-bit accumulator), and the rounded step is subtracted
-and saturated on the way into the ParamRam's word write. An accumulator address is
-cleared once read. From the strobe to ``done`` (which pulses once, with the last word
-written) the update takes ``O*S*K*K + G*v + 3 + rounder latency`` cycles (latency 11
-+ the rounder's 10 for shift > 0): one cycle per real weight, one per address (both memories are
-read in it). Meanwhile ``i`` is not ready and ``busy`` is high.
+Lanes
+-----
+``lanes`` (the slice's ``update_lanes``, chosen by the mapper from the multipliers the
+engines leave) words are updated per cycle, a chunk at a time
+(``mapping.nodeconfig.update_chunk``): ``lanes`` consecutive words of one bank's row
+when below ``words``, else whole rows of ``lanes / words`` banks. The walk goes address
+by address, chunk by chunk (banks outer, words inner); chunks holding only padding are
+skipped, padded words of a chunk masked. The index of lane (a, c) is the chunk's index
++ a*in_total*K*K + c. Each lane forms ``gsum * lr`` with three 18x17 multipliers
+(hw.arith.mult, 48-bit gsum split 17 + 17 + 14 bits; 3 MULT18X18D on ECP5, 3 DSP48E1 on
+xc7) whose partial products are added as they enter the StochasticRounder (``lanes``
+lanes, 64-bit accumulators); the rounded steps are subtracted and saturated on the way
+into the ParamRam, one masked write of the chunk's words. An accumulator address is
+cleared in its first chunk's cycle.
 
-Port B of the ParamRam (``upd``) belongs to the update while ``busy``: EB must be idle,
-as hw.memory.update_gate arranges (asserted inside ParamRam).
+Both memories' rows of an address are read once and held while its chunks are taken.
+The LPRAM is read through its FP port (port A), idle while the update gate holds FP, so
+the next address is read in the current one's last chunk cycle while the results are
+written through port B: from the strobe to ``done`` (which pulses once, with the last
+word written) the update takes ``chunks + 4 + rounder latency`` cycles
+(``LayerSlice.update_cycles``; latency 10 for shift > 0). A bias RAM's port A belongs
+to the SFU, still busy with the last sample when the update starts, so the bias update
+(``shared``, one lane) reads through port B in a cycle of its own per address, when no
+result is written: ``O + G + 4 + rounder latency`` cycles. Meanwhile ``i`` is not ready
+and ``busy`` is high.
+
+The ParamRam's ``upd`` port belongs to the update while ``busy``: FP (and EB, when
+``shared``) must be idle, as hw.memory.update_gate arranges (asserted inside ParamRam).
 """
 
-from amaranth.hdl import Assert, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping import numerics
+from mapping.nodeconfig import update_chunk
 
 from ..arith.mult import Multiplier
 from ..arith.rounding import (INDEX_BITS, SAMPLE_BITS, StochasticRounder,
@@ -93,12 +109,13 @@ class GradientBuffer(WeightWalk, wiring.Component):
     ``out_offset``, ``in_offset``, ``in_total``: the slice's first global output and input
     channel and the layer's input channel count (for the noise index).
     ``shift``, ``lr``, ``seed``, ``tensor``: the update's rounding, as in ``numerics.requantize``.
+    ``lanes``: words updated per cycle (module docstring, "Lanes"); 1 for biases.
     ``family``: passed to hw.arith.mult (ECP5 instantiates MULT18X18D) and choosing the sums'
     ``ram_style`` (``mapping.resources.ram_style``); None simulates.
     """
 
     def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor, tiles=None,
-                 out_offset=0, in_offset=0, in_total=None, bias=False, family=None):
+                 out_offset=0, in_offset=0, in_total=None, bias=False, lanes=1, family=None):
         in_total = in_offset + in_channels if in_total is None else in_total
         positive(self, "gradient buffer", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                  banks=banks)
@@ -116,7 +133,17 @@ class GradientBuffer(WeightWalk, wiring.Component):
         last_index = ((out_offset + out_channels) * in_total) * kernel * kernel - 1
         if last_index >= 1 << INDEX_BITS:
             refuse(self, f"gradient buffer: weight index {last_index} exceeds {INDEX_BITS} bits")
+        try:
+            self.chunk_banks, self.chunk_words = update_chunk(lanes, banks, self.words)
+        except ValueError as error:
+            refuse(self, f"gradient buffer: {error}")
+        if bias and lanes != 1:
+            refuse(self, f"gradient buffer: a bias buffer updates one word per cycle, not {lanes}")
         self.out_channels, self.banks, self.bias, self.family = out_channels, banks, bias, family
+        self.lanes = lanes
+        # A bias RAM's FP-side port belongs to the SFU, busy with the last sample's outputs
+        # when the update starts: the bias update reads and writes through port B alone.
+        self.shared = bias
         kk = kernel * kernel
         self.index_base = (out_offset * in_total + in_offset) * kk
         self.index_stride = in_total * kk  # from one output channel to the next
@@ -125,7 +152,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # The last pass's real words and the last group's real banks: the update skips the rest.
         self.last_words = (in_channels - (self.passes - 1) * self.tiles) * kk
         self.last_banks = out_channels - (self.groups - 1) * banks
-        self.rounder = StochasticRounder(lanes=1, shift=shift, seed=seed, tensor=tensor,
+        self.rounder = StochasticRounder(lanes=lanes, shift=shift, seed=seed, tensor=tensor,
                                          acc_width=STEP_BITS, extra=self._extra_layout())
         self.lr = lr
         beat = bias_grads_layout(self.rows, banks) if bias else grads_layout(self.rows, banks, self.words)
@@ -135,13 +162,16 @@ class GradientBuffer(WeightWalk, wiring.Component):
             "batch": In(SAMPLE_BITS),
             "busy": Out(1),
             "done": Out(1),
-            "upd": Out(UpdatePortSignature(self.rows, banks, self.words)),
+            "upd": Out(UpdatePortSignature(self.rows, banks, self.words, shared=self.shared)),
         })
 
     def _extra_layout(self):
-        """What travels with a word through the rounder: its old value and destination."""
-        return data.StructLayout({"w": signed(numerics.WORD_BITS), "addr": range(self.rows),
-                                  "lane": range(self.banks * self.words), "last": 1})
+        """What travels with a chunk through the rounder: its words' old values, which of
+        them are real, and their destination."""
+        chunks = -(-self.banks // self.chunk_banks) * -(-self.words // self.chunk_words)
+        return data.StructLayout({"w": data.ArrayLayout(signed(numerics.WORD_BITS), self.lanes),
+                                  "mask": self.lanes, "addr": range(self.rows), "chunk": range(chunks),
+                                  "last": 1})
 
     def _terms(self, values):
         """A beat's P*words terms, bank-major like an address of either memory."""
@@ -158,7 +188,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         if not bias:
             return cls(in_channels=s.in_channels, kernel=s.kernel, tiles=s.fp.tiles, in_offset=s.in_range[0],
                        in_total=s.in_shape[0], shift=formats.weight_update_shift,
-                       lr=training.lr_constant,
+                       lr=training.lr_constant, lanes=s.update_lanes,
                        tensor=numerics.tensor_id(s.position, numerics.WEIGHT_UPDATE), **common)
         if not (s.bias and (s.mode == "ocp" or s.last)):
             raise ValueError(f"gradient buffer: the {s.mode} slice of layer '{s.layer}' on channels "
@@ -179,19 +209,40 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # Python expression per data bit, which Python cannot compile beyond ~2500 bits.
         write = mem.write_port(granularity=1)
 
-        # Update state: address a = g*v + i (``g`` holds a), pass i, bank p, word j, lane =
-        # p*words + j; ``pass_base`` is the index of word 0 of bank 0 at the address.
+        # Update state: address a = g*v + i (``g`` holds a), pass i, and the chunk at the
+        # address: bank chunk pn (banks pn*cb ..) and word chunk jn (words jn*cw ..), flat
+        # number ``chunk``. ``index`` is the noise index of the chunk's first word, ``bank_base``
+        # of word 0 of its first bank, ``pass_base`` of word 0 of bank 0 at the address.
+        cb, cw = self.chunk_banks, self.chunk_words
+        bank_chunks, word_chunks = -(-self.banks // cb), -(-words // cw)
         g, i = Signal(range(self.rows)), Signal(range(self.passes))
-        p, j = Signal(range(self.banks)), Signal(range(words))
-        lane, index, pass_base = Signal(range(lanes)), Signal(INDEX_BITS), Signal(INDEX_BITS)
+        pn, jn = Signal(range(bank_chunks)), Signal(range(word_chunks))
+        chunk = Signal(range(bank_chunks * word_chunks))
+        index, bank_base, pass_base = Signal(INDEX_BITS), Signal(INDEX_BITS), Signal(INDEX_BITS)
         batch = Signal(SAMPLE_BITS)
-        loading, feeding, clearing = Signal(), Signal(), Signal()
+        loading, feeding, clearing, reading = Signal(), Signal(), Signal(), Signal()
         advance = rounder.i.ready  # the whole update pipeline moves together
+        m.d.comb += chunk.eq(pn * word_chunks + jn)
+
+        # The walk's position: chunks of padding only (past S in the last pass, past O in the
+        # last group) are skipped, padded words within a chunk masked.
+        last_pass, last_group = i == self.passes - 1, g >= self.rows - self.passes
+        real_words = Mux(last_pass, self.last_words, words)
+        real_banks = Mux(last_group, self.last_banks, self.banks)
+        row_end = jn == Mux(last_pass, -(-self.last_words // cw), word_chunks) - 1
+        address_end = row_end & (pn == Mux(last_group, -(-self.last_banks // cb), bank_chunks) - 1)
+        last_word = address_end & (g == self.rows - 1)
+        # Both memories' reads of an address are held while its chunks are taken. The next
+        # address is read in the last chunk's cycle (through the ParamRam's idle FP port), or,
+        # ``shared``, in a LOAD cycle of its own.
+        read_addr = Mux(loading, g, g + 1)
+        m.d.comb += reading.eq(loading if self.shared else
+                               loading | (feeding & advance & address_end & ~last_word))
 
         # Accumulation, stage 0: accept a beat and read its address.
         accept = self.i.valid & self.i.ready
         m.d.comb += self.i.ready.eq(~self.busy & ~self.update)
-        sums = read_register(m, mem, Mux(self.busy, g, self.i.payload.row), accept | loading)
+        sums = read_register(m, mem, Mux(self.busy, read_addr, self.i.payload.row), accept | reading)
         # Stage 1: add and write back, forwarding the previous cycle's write.
         values_shape = self.i.payload.shape()["values"].shape
         s1_valid, s1_row = Signal(), Signal(range(self.rows))
@@ -204,6 +255,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
             m.d.sync += [s1_row.eq(self.i.payload.row), s1_values.eq(self.i.payload.values)]
         old = sum_layout(Mux(prev_valid & (prev_row == s1_row), prev_sum, sums))
         m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
+        # An address's sums are cleared in its first chunk's cycle (their read is held).
         m.d.comb += [
             write.en.eq((s1_valid | clearing).replicate(lanes)),
             write.addr.eq(Mux(clearing, g, s1_row)),
@@ -215,82 +267,103 @@ class GradientBuffer(WeightWalk, wiring.Component):
                    "gradient buffer: gradient row beyond the slice's addresses"),
         ]
 
-        # Update sequencer: one real word per advancing cycle, addresses in order. Each
-        # address is read once in both memories (LOAD) and its words are taken from the
-        # held reads; padded words (past S in the last pass, past O in the last group)
-        # are skipped.
-        last_pass = i == self.passes - 1
-        row_end = j == Mux(last_pass, self.last_words, words) - 1
-        address_end = row_end & (p == Mux(g >= self.rows - self.passes, self.last_banks, self.banks) - 1)
-        last_word = address_end & (g == self.rows - 1)
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.update):
-                    m.d.sync += [batch.eq(self.batch), g.eq(0), i.eq(0), p.eq(0), j.eq(0),
-                                 lane.eq(0), index.eq(self.index_base), pass_base.eq(self.index_base)]
+                    m.d.sync += [batch.eq(self.batch), g.eq(0), i.eq(0), pn.eq(0), jn.eq(0),
+                                 index.eq(self.index_base), bank_base.eq(self.index_base),
+                                 pass_base.eq(self.index_base)]
                     m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.comb += [loading.eq(1), self.upd.read.eq(1)]
+                m.d.comb += loading.eq(1)
                 m.next = "WORDS"
             with m.State("WORDS"):
-                m.d.comb += [feeding.eq(1), clearing.eq(lane == 0)]
+                m.d.comb += [feeding.eq(1), clearing.eq(chunk == 0)]
                 with m.If(advance):
-                    m.d.sync += [j.eq(j + 1), lane.eq(lane + 1), index.eq(index + 1)]
                     with m.If(last_word):
                         m.next = "FLUSH"
                     with m.Elif(address_end):
                         next_base = pass_base + Mux(last_pass, self.group_step, words)
-                        m.d.sync += [g.eq(g + 1), i.eq(Mux(last_pass, 0, i + 1)), p.eq(0), j.eq(0),
-                                     lane.eq(0), index.eq(next_base), pass_base.eq(next_base)]
-                        m.next = "LOAD"
+                        m.d.sync += [g.eq(g + 1), i.eq(Mux(last_pass, 0, i + 1)), pn.eq(0), jn.eq(0),
+                                     index.eq(next_base), bank_base.eq(next_base), pass_base.eq(next_base)]
+                        if self.shared:
+                            m.next = "LOAD"
                     with m.Elif(row_end):
-                        m.d.sync += [
-                            p.eq(p + 1), j.eq(0),
-                            lane.eq(lane + Mux(last_pass, words - self.last_words + 1, 1)),
-                            index.eq(index + Mux(last_pass, self.index_stride - self.last_words + 1,
-                                                 self.index_stride - words + 1)),
-                        ]
+                        next_bank = bank_base + cb * self.index_stride
+                        m.d.sync += [pn.eq(pn + 1), jn.eq(0), index.eq(next_bank), bank_base.eq(next_bank)]
+                    with m.Else():
+                        m.d.sync += [jn.eq(jn + 1), index.eq(index + cw)]
             with m.State("FLUSH"):
                 with m.If(self.done):
                     m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
         m.d.sync += Assert(~(self.update & self.busy), "gradient buffer: update strobe while updating")
 
-        # Word select, then gsum * lr (three multipliers, LATENCY enabled cycles).
-        gsum = sums[lane]
-        w = self.upd.data.as_value().word_select(lane, numerics.WORD_BITS).as_signed()
-        chunks = [gsum[0:CHUNK_BITS], gsum[CHUNK_BITS:2 * CHUNK_BITS],
-                  gsum[2 * CHUNK_BITS:].as_signed()]
-        product = 0
-        for n, chunk in enumerate(chunks):
-            mult = Multiplier(CHUNK_BITS + 1, LR_BITS, family=self.family)
-            m.submodules[f"mult{n}"] = mult
-            m.d.comb += [mult.a.eq(chunk), mult.b.eq(Const(self.lr, signed(LR_BITS))),
-                         mult.en.eq(advance)]
-            product = product + (mult.p << (n * CHUNK_BITS))
+        # Lane (a, c) of a chunk takes word jn*cw + c of bank pn*cb + a: its sum and old
+        # weight are selected by the chunk number, and gsum * lr formed by three multipliers
+        # (LATENCY enabled cycles).
+        def select(a, c, term, width):
+            candidates = [term(p * cb + a, j * cw + c) if p * cb + a < self.banks and j * cw + c < words
+                          else Const(0, width) for p in range(bank_chunks) for j in range(word_chunks)]
+            if len(candidates) == 1:
+                return candidates[0]
+            return Cat(*candidates).word_select(chunk, width).as_signed()
+
         side_layout = data.StructLayout({"valid": 1, "index": INDEX_BITS, "extra": self._extra_layout()})
         side = Signal(side_layout)
-        m.d.comb += [side.valid.eq(feeding), side.index.eq(index), side.extra.w.eq(w),
-                     side.extra.addr.eq(g), side.extra.lane.eq(lane),
-                     side.extra.last.eq(last_word)]
+        m.d.comb += [side.valid.eq(feeding), side.index.eq(index), side.extra.addr.eq(g),
+                     side.extra.chunk.eq(chunk), side.extra.last.eq(last_word)]
+        products, offsets = [], []
+        for a in range(cb):
+            for c in range(cw):
+                lane = a * cw + c
+                gsum = select(a, c, lambda p, j: sums[p * words + j], numerics.ACC_BITS)
+                m.d.comb += [
+                    side.extra.w[lane].eq(select(a, c, lambda p, j: self.upd.data[p][j],
+                                                 numerics.WORD_BITS)),
+                    side.extra.mask[lane].eq((pn * cb + a < real_banks) & (jn * cw + c < real_words)),
+                ]
+                parts = [gsum[0:CHUNK_BITS], gsum[CHUNK_BITS:2 * CHUNK_BITS], gsum[2 * CHUNK_BITS:].as_signed()]
+                product = 0
+                for n, part in enumerate(parts):
+                    mult = Multiplier(CHUNK_BITS + 1, LR_BITS, family=self.family)
+                    m.submodules[f"mult{lane}_{n}"] = mult
+                    m.d.comb += [mult.a.eq(part), mult.b.eq(Const(self.lr, signed(LR_BITS))),
+                                 mult.en.eq(advance)]
+                    product = product + (mult.p << (n * CHUNK_BITS))
+                products.append(product)
+                offsets.append(a * self.index_stride + c)
         for _ in range(Multiplier.latency):
             delayed = Signal(side_layout)
             with m.If(advance):
                 m.d.sync += delayed.eq(side)
             side = delayed
-        m.d.comb += [rounder.i.valid.eq(side.valid), rounder.i.payload.acc[0].eq(product),
-                     rounder.i.payload.index[0].eq(side.index),
-                     rounder.i.payload.sample.eq(batch), rounder.i.payload.extra.eq(side.extra)]
+        m.d.comb += [rounder.i.valid.eq(side.valid), rounder.i.payload.sample.eq(batch),
+                     rounder.i.payload.extra.eq(side.extra)]
+        for lane, (product, offset) in enumerate(zip(products, offsets)):
+            m.d.comb += [rounder.i.payload.acc[lane].eq(product),
+                         rounder.i.payload.index[lane].eq(side.index + offset)]
 
-        # The rounded step leaves into the ParamRam, except while the update reads it.
+        # The rounded steps leave into the ParamRam, each lane into its word of the chunk
+        # (``shared``: not in a cycle the update reads).
         out = rounder.o.payload
-        reading = self.upd.read
+        blocked = reading if self.shared else Const(0)
+        new_words = [saturate(out.extra.w[lane] - out.value[lane], numerics.WORD_BITS)[:numerics.WORD_BITS]
+                     for lane in range(self.lanes)]  # sliced to the word: Cat packs them
+        value, mask = [], []
+        for p in range(self.banks):
+            for j in range(words):
+                lane = (p % cb) * cw + j % cw
+                value.append(new_words[lane])
+                mask.append(out.extra.mask[lane] & (out.extra.chunk == (p // cb) * word_chunks + j // cw))
         m.d.comb += [
-            rounder.o.ready.eq(~reading),
-            self.upd.write.eq(rounder.o.valid & ~reading),
-            self.upd.addr.eq(Mux(reading, g, out.extra.addr)),
-            self.upd.lane.eq(out.extra.lane),
-            self.upd.value.eq(saturate(out.extra.w - out.value[0], numerics.WORD_BITS)),
+            rounder.o.ready.eq(~blocked),
+            self.upd.read.eq(reading),
+            self.upd.read_addr.eq(read_addr),
+            self.upd.write.eq(rounder.o.valid & ~blocked),
+            self.upd.write_addr.eq(out.extra.addr),
+            self.upd.mask.eq(Cat(*mask)),
+            self.upd.value.eq(Cat(*value)),
             self.done.eq(self.upd.write & out.extra.last),
         ]
         return m

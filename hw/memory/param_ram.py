@@ -21,15 +21,18 @@ Ports
   another sample, so it has its own port: ``a`` and ``b`` are the two ports of a
   true dual-port block RAM.
 - ``upd``: the weight update (:class:`hw.memory.grad_buffer.GradientBuffer`) reads rows
-  and writes single words through port B. Word-granular writes let the one-lane
-  update write each new word as it leaves the rounder, with no row-sized staging
-  register; the price is that every word takes a full 18-bit column of the block RAM
-  (its two 9-bit byte enables), i.e. ``P*words*ceil(rows/1024)`` DP16KD on ECP5
-  instead of ``ceil(P*words*16/18)*ceil(rows/1024)`` for whole-row writes. On ECP5
-  both read registers, their hold and the word writes are the DP16KD's own (no
-  fabric logic but the port-B address mux and the write-enable decoder); on xc7 a
-  port has a single enable for reading and writing, so Yosys emulates port B's hold
-  through the update's writes with a flip-flop and a LUT per row bit.
+  through port A (the FP port, idle during the update) and writes the words of a chunk
+  (a mask of the row's words) through port B, both in one cycle; a bias RAM
+  (``shared_update``, its port A being the SFU's) reads and writes through port B.
+  Word-granular writes let the update write a chunk's new words as they leave the
+  rounder, with no row-sized staging register; the price is that every word takes a
+  full 18-bit column of the block RAM (its two 9-bit byte enables), i.e.
+  ``P*words*ceil(rows/1024)`` DP16KD on ECP5 instead of
+  ``ceil(P*words*16/18)*ceil(rows/1024)`` for whole-row writes. On ECP5 both read
+  registers, their hold and the word writes are the DP16KD's own (no fabric logic but
+  the address muxes); on xc7 a port has a single enable for reading and writing, so
+  Yosys emulates port B's hold through the update's writes with a flip-flop and a LUT
+  per row bit.
 
 The read ports follow the engine-side convention: synchronous read, data valid the
 cycle after ``weight_en``, held while ``weight_en`` is low.
@@ -41,11 +44,12 @@ hosted groups.
 ``family``: the device family (``ram_style`` by ``mapping.resources.ram_style``); None
 simulates.
 
-Port B serves EB or the update, never both in one cycle: the update runs at a
-mini-batch boundary while EB is idle (hw.memory.update_gate guarantees it), and it relies on
-the row it read being held, which an EB read would replace. A read on port A of the
-row being written in that cycle is a block-RAM collision with undefined data. Both
-misuses are Amaranth ``Assert``s, so they fail any simulation.
+Port A serves FP or the update's reads, port B EB or the update's writes (``shared``:
+and reads), never both in one cycle: the update runs at a mini-batch boundary while FP
+and EB are idle (hw.memory.update_gate guarantees it), and it relies on the row it read
+being held, which an FP read would replace. A read on port A of the row being written in
+that cycle is a block-RAM collision with undefined data. These misuses are Amaranth
+``Assert``s, so they fail any simulation.
 
 Host access
 -----------
@@ -221,12 +225,13 @@ class ParamRam(wiring.Component):
 
     ``init``: the slice's initial weight words, (out_channels, S, K, K) or
     (out_channels, words), out_channels <= banks * rows; default all zero.
+    ``shared_update``: the update reads through port B too (a bias RAM; module docstring).
 
     Attribute ``layout``: the slice's :class:`WeightLayout` when built by ``from_slice``
     (testbenches read the weights back through ``layout.unfold``), else None.
     """
 
-    def __init__(self, *, banks, rows, words, init=None, family=None):
+    def __init__(self, *, banks, rows, words, init=None, family=None, shared_update=False):
         positive(self, "param ram", banks=banks, rows=rows, words=words)
         self.banks, self.rows, self.words = banks, rows, words
         self.family = family
@@ -238,7 +243,7 @@ class ParamRam(wiring.Component):
         super().__init__({
             "a": In(WeightPortSignature(rows, banks, words)),
             "b": In(WeightPortSignature(rows, banks, words)),
-            "upd": In(UpdatePortSignature(rows, banks, words)),
+            "upd": In(UpdatePortSignature(rows, banks, words, shared=shared_update)),
             "host": In(HostPortSignature(rows, banks, words)),
         })
 
@@ -266,41 +271,45 @@ class ParamRam(wiring.Component):
             shape=data.ArrayLayout(signed(WORD_BITS), lanes), depth=self.rows, init=self.init,
             attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
         upd, host = self.upd, self.host
+        shared = self.upd.signature.shared
 
-        # Port B: EB reads, or the update reads / writes one word, or the host writes one.
-        updating = upd.read | upd.write
+        # Port B: EB reads, the update writes (and, ``shared``, reads), or the host writes a word.
+        b_update = (upd.read | upd.write) if shared else upd.write
         addr_b = Signal(range(self.rows))
-        m.d.comb += addr_b.eq(Mux(updating, upd.addr, Mux(host.write, host.addr, self.b.addr)))
-        data_b = read_register(m, mem, addr_b, self.b.en | upd.read)
+        m.d.comb += addr_b.eq(Mux(upd.write, upd.write_addr,
+                                  Mux(b_update, upd.read_addr, Mux(host.write, host.addr, self.b.addr))))
+        data_b = read_register(m, mem, addr_b, self.b.en | (upd.read if shared else 0))
         write = mem.write_port(granularity=1)
         m.d.comb += [
             write.addr.eq(addr_b),
-            write.en.eq(Mux(upd.write, Const(1, lanes) << upd.lane,
-                            Mux(host.write, Const(1, lanes) << host.lane, 0))),
-            write.data.eq(Mux(upd.write, upd.value, host.value).replicate(lanes)),
+            write.en.eq(Mux(upd.write, upd.mask, Mux(host.write, Const(1, lanes) << host.lane, 0))),
+            write.data.eq(Mux(upd.write, upd.value, host.value.replicate(lanes))),
             self.b.data.eq(data_b),
-            upd.data.eq(data_b),
         ]
         # Checked at clock edges (sync), where a misuse takes effect.
         m.d.sync += [
-            Assert(~(self.b.en & updating), "param ram: EB read and weight update on port B "
-                                                   "in the same cycle"),
-            Assert(~(upd.read & upd.write), "param ram: update reads and writes in the same cycle"),
+            Assert(~(self.b.en & b_update), "param ram: EB read and weight update on port B "
+                                            "in the same cycle"),
+            Assert(~(upd.read & upd.write) | ~shared, "param ram: update reads and writes in the same cycle"),
         ]
 
-        # Port A: the FP engine (or a BPRAM's FP row streamer).
+        # Port A: the FP engine (or a BPRAM's FP row streamer), the host's reads and, unless
+        # ``shared``, the update's.
+        a_update = 0 if shared else upd.read
         addr_a, en_a = Signal(range(self.rows)), Signal()
-        m.d.comb += [addr_a.eq(Mux(host.read, host.addr, self.a.addr)), en_a.eq(self.a.en | host.read)]
+        m.d.comb += [addr_a.eq(Mux(host.read, host.addr, Mux(a_update, upd.read_addr, self.a.addr))),
+                     en_a.eq(self.a.en | host.read | a_update)]
         data_a = read_register(m, mem, addr_a, en_a)
         host_lane = Signal.like(host.lane)
         with m.If(host.read):
             m.d.sync += host_lane.eq(host.lane)
-        m.d.comb += [self.a.data.eq(data_a),
+        m.d.comb += [self.a.data.eq(data_a), upd.data.eq(data_b if shared else data_a),
                      host.data.eq(data_a.as_value().word_select(host_lane, WORD_BITS))]
         m.d.sync += [
-            Assert(~(host.read & self.a.en), "param ram: host read while port A is in use"),
-            Assert(~(host.write & (updating | self.b.en)), "param ram: host write while port B is in use"),
+            Assert(~(host.read & (self.a.en | a_update)), "param ram: host read while port A is in use"),
+            Assert(~(self.a.en & a_update), "param ram: FP read and weight update on port A in the same cycle"),
+            Assert(~(host.write & (b_update | self.b.en)), "param ram: host write while port B is in use"),
         ]
-        m.d.sync += Assert(~(en_a & upd.write & (addr_a == upd.addr)),
+        m.d.sync += Assert(~(en_a & upd.write & (addr_a == upd.write_addr)),
                            "param ram: port A reads the row the update writes in the same cycle")
         return m

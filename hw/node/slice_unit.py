@@ -138,7 +138,8 @@ class SliceUnit(wiring.Component):
                       if local is not None else None)
         self.owns_bias = s.owns_biases
         self.bias_ram = (ParamRam(banks=s.fp.ces, rows=-(-s.out_channels // s.fp.ces), words=1,
-                                  init=bias.reshape(-1, 1), family=family) if self.owns_bias else None)
+                                  init=bias.reshape(-1, 1), family=family, shared_update=True)
+                         if self.owns_bias else None)
         up, down = slice_ports(s)
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "up": In(ChainLink(up)), "down": Out(ChainLink(down))}
