@@ -29,7 +29,7 @@ class ChainTop(wiring.Component):
         self.nodes = [Node(cfg, params=params) for cfg in mapping.nodes]
         self.domains = links.node_domains(len(self.nodes)) if links else ["sync"] * len(self.nodes)
         # The link cores are built here, so the simulator's lane processes exist before it runs.
-        self.link_cores = Module()
+        self.link_cores = Module() if links else None
         self.lanes = links.join(self.link_cores, self.nodes) if links else None
         act = self.nodes[0].signature.members["up"].signature.members["act"].signature
         count = len(self.nodes)

@@ -44,8 +44,8 @@ def test_tiny_engines_cycles_and_idle_are_exact(tiny4):
             # padding row (80 cycles, mapping.line_walk); conv2 needs 64 (below), fc 10 x 8 passes
             assert s.cycles_per_sample == (64 if s.layer == "conv2" else 80)
             assert s.fp_stale >= 1
-        # engines plus the weight (and bias) update's multipliers, as hw/memory/grad_buffer.py builds them
-        assert node.estimate.dsp == sum(s.multipliers + update_multipliers(s.owns_biases)
+        # engines plus the weight update's lanes and the bias update, as hw/memory/grad_buffer.py has them
+        assert node.estimate.dsp == sum(s.multipliers + update_multipliers(s.owns_biases, s.update_lanes)
                                         for s in node.slices)
     conv2 = tiny4.nodes[2].slices[0]  # 2 input channels, all 8 outputs
     assert (conv2.fp.ces, conv2.fp.tiles) == (2, 2) and (conv2.eb.ces, conv2.eb.tiles) == (2, 2)
@@ -153,9 +153,10 @@ def test_weight_balancing_moves_rows_and_accounts_traffic():
         assert block.words == (block.out_range[1] - block.out_range[0]) * (
             sl.in_range[1] - sl.in_range[0]) * sl.kernel ** 2
         assert sl.out_range[0] <= block.out_range[0] < block.out_range[1] <= sl.out_range[1]
-        # the host learns the rows' engines, geometry and weight versions from its own config
+        # the host learns the rows' engines, geometry and weight versions from its own config;
+        # its BGB walks them in one lane, whatever lanes the owner's LGB got
         cut = block.owner_slice
-        assert cut == replace(sl, out_range=block.out_range, remote_weights=())
+        assert cut == replace(sl, out_range=block.out_range, remote_weights=(), update_lanes=1)
         assert cut.weight_words == block.words
     assert Mapping.from_json(m.to_json()) == m
     for n in m.nodes:
