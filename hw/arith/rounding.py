@@ -16,8 +16,9 @@ With R = ``len(numerics.MIX_ROUNDS)`` (4):
 
 ====================  =====================================================
 stage 1..R            key rounds (sample)           | index delayed; stage 1 splits
-                                                    | acc into clamp(acc >> shift) and its
-                                                    | low ``shift`` bits, both delayed
+                                                    | acc into acc >> shift and its low
+                                                    | ``shift`` bits, stage 2 clamps the
+                                                    | first to 17 bits; both delayed
 stage R+1..2R         noise rounds (key ^ index)    | the split acc delayed
 stage 2R+1            high + carry(low + r) (r: low ``shift`` bits of the noise)
 stage 2R+2            saturate to 16 bits
@@ -114,12 +115,14 @@ class StochasticRounder(wiring.Component):
             # (acc + r) >> shift = (acc >> shift) + carry of (low bits + r), as 0 <= r < 2**shift;
             # clamping acc >> shift to [-2**15 - 1, 2**15 - 1] first changes no saturated result,
             # so the noise rounds delay 17 + shift bits per lane, not the whole accumulator.
+            # The clamp waits one stage: its wide comparisons straight off a multiplier's output
+            # register (the gradient buffers' update lanes) were a node's worst path on ECP5.
             acc = acc_layout(payload.acc.as_value())
             top = (1 << (numerics.WORD_BITS - 1)) - 1
-            high = [stage(clamp(acc[lane] >> self.shift, -top - 2, top), signed(numerics.WORD_BITS + 1))
+            high = [stage(clamp(stage(acc[lane] >> self.shift), -top - 2, top), signed(numerics.WORD_BITS + 1))
                     for lane in range(self.lanes)]
             low = [stage(acc[lane][:self.shift]) for lane in range(self.lanes)]
-            high = [delay(h, 2 * len(numerics.MIX_ROUNDS) - 1) for h in high]
+            high = [delay(h, 2 * len(numerics.MIX_ROUNDS) - 2) for h in high]
             low = [delay(b, 2 * len(numerics.MIX_ROUNDS) - 1) for b in low]
             sums = [stage(h + (b + mix_final(n)[:self.shift])[self.shift])
                     for h, b, n in zip(high, low, noise)]
