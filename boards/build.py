@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 from hw.build import heartbeat, load_mapping
 from hw.synth import CriticalPath, SynthResult, cache_file, run_tool, synthesize_rtlil, yosys_names
-from mapping.cli import DefaultsShown, Parser, output_folder
+from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, output_folder, positive_number
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
 
@@ -50,7 +50,9 @@ def parse_args(argv):
     parser.add_argument("--network", help=f"zoo name or file (default {DEFAULT_NETWORK})")
     parser.add_argument("--cluster", help=f"cluster spec (default: {DEFAULT_NODES} of the board's device)")
     parser.add_argument("--mapping", help="a mapping JSON of python -m mapping --for-hardware")
-    parser.add_argument("--clock", type=float, help="node clock in MHz (default: the device's in mapping/devices.py)")
+    add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
+    parser.add_argument("--clock", type=positive_number,
+                        help="node clock in MHz (default: the device's in mapping/devices.py)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
@@ -63,7 +65,7 @@ def board_mapping(args, board):
     cluster = args.cluster if args.cluster or args.mapping else f"{board.device}:{DEFAULT_NODES}"
     return load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
                                         cluster=cluster, mapping=args.mapping, bram_fraction=None,
-                                        batch=None, lr=None))
+                                        batch=None, lr=None, loss=args.loss))
 
 
 def held_nodes(args, mapping, board):

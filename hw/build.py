@@ -14,7 +14,8 @@ import sys
 import threading
 import time
 
-from mapping.cli import DefaultsShown, Parser, fraction, output_folder, positive_int, positive_number
+from mapping.cli import (LOSS_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder,
+                         positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
 
@@ -41,6 +42,7 @@ def parse_args(argv):
                         f"(without --mapping: {BATCH})")
     parser.add_argument("--lr", type=positive_number, help="learning rate the node is built for "
                         f"(without --mapping: {LEARNING_RATE})")
+    add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     return parser.parse_args(argv)
@@ -52,7 +54,7 @@ def load_mapping(args):
     from mapping.nodeconfig import Mapping
 
     options = {key: value for key, value in (("bram_fraction", args.bram_fraction), ("batch", args.batch),
-                                             ("lr", args.lr)) if value is not None}
+                                             ("lr", args.lr), ("loss", args.loss)) if value is not None}
     if args.mapping:
         where = f"mapping file {args.mapping}"
         if options:
@@ -73,8 +75,9 @@ def load_mapping(args):
     from mapping.mapper import GENERATOR_OPTIONS, map_network
     from mapping.zoo import get
 
+    loss = options.pop("loss", None)
     return map_network(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
-                       **options, **GENERATOR_OPTIONS)
+                       formats=formats_of(loss), **options, **GENERATOR_OPTIONS)
 
 
 def _same(given, recorded):

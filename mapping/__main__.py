@@ -6,7 +6,8 @@
 
 import json
 
-from .cli import DefaultsShown, Parser, fraction, output_folder, positive_int, positive_number
+from .cli import (DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder, positive_int,
+                  positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
 from .mapper import BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, map_network
@@ -43,6 +44,7 @@ def parse_args(argv):
     parser.add_argument("--bram-fraction", type=fraction, default=BRAM_FRACTION,
                         help="share of each device's block RAM the mapping may use; less makes weight "
                              "balancing keep rows on other nodes")
+    add_loss_option(parser)
     parser.add_argument("--for-hardware", action="store_true",
                         help="map as hw/ generates: every weight on chip, balanced only as "
                              "fully connected rows kept on another node")
@@ -57,7 +59,7 @@ def main(argv=None):
     if args.link_gbps is not None:
         cluster = Cluster(cluster.devices, (args.link_gbps,) * (len(cluster) - 1),
                           f"{cluster.spec}@{args.link_gbps:g}")
-    options = dict(batch=args.batch, lr=args.lr, max_multipliers=args.max_multipliers,
+    options = dict(batch=args.batch, lr=args.lr, formats=formats_of(args.loss), max_multipliers=args.max_multipliers,
                    bram_fraction=args.bram_fraction,
                    **(GENERATOR_OPTIONS if args.for_hardware else {}))
     with output_folder(args.out) as out:

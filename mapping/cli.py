@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from .errors import SpecError
+from .numerics import LOSSES, Formats
 
 
 class Parser(argparse.ArgumentParser):
@@ -57,6 +58,19 @@ def fraction(text):
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got '{text}'")
     return value
+
+
+LOSS_HELP = "the last node's loss: mse on the raw scores, or ce (softmax cross-entropy)"
+
+
+def add_loss_option(parser, default="mse", help=LOSS_HELP):
+    """``--loss``, the one formats option the command-line tools expose."""
+    parser.add_argument("--loss", choices=LOSSES, default=default, help=help)
+
+
+def formats_of(loss):
+    """The number formats a mapping made with ``--loss`` carries (None: the mapper's default)."""
+    return None if loss is None else Formats(loss=loss)
 
 
 @contextmanager

@@ -14,7 +14,6 @@ Unless ``--no-reference``, float aligned SGD runs too, from the same initial wei
 the same sample order, and both curves go to ``curves.csv`` and ``fig16.png``.
 """
 
-import argparse
 import csv
 import sys
 import time
@@ -25,9 +24,10 @@ import numpy as np
 
 from . import golden, stability
 from .cluster import parse_cluster
+from .cli import (LOSS_HELP, DefaultsShown, Parser, add_loss_option, formats_of, output_folder, positive_int,
+                  positive_number)
 from .errors import SpecError, run_cli
 from .mapper import GENERATOR_OPTIONS, map_network
-from .numerics import LOSSES, Formats
 from .zoo import get
 
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
@@ -141,7 +141,6 @@ def train(network, runs, data, *, epochs, batch, lr, formats, seed, log=print):
 
 
 def write_curves(runs, out):
-    out.mkdir(parents=True, exist_ok=True)
     with open(out / "curves.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["run", "epoch", "train_loss", "test_accuracy"])
@@ -154,21 +153,21 @@ def write_curves(runs, out):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m mapping.train", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m mapping.train", description=__doc__.split("\n\n")[0], formatter_class=DefaultsShown)
     p.add_argument("--network", default="lenet-digits", help="zoo name or network spec file")
     p.add_argument("--data", default="digits", help="'digits' (scikit-learn's) or an .npz with images, labels")
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=positive_int, default=5, help="passes over the training split")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster the staleness is mapped on")
-    p.add_argument("--mode", choices=golden.MODES, default="fixed")
-    p.add_argument("--update", choices=("pipelined", "aligned"), default="pipelined")
-    p.add_argument("--loss", choices=LOSSES, default="mse", help="mse on the raw scores, or softmax "
-                   "cross-entropy (docs/numerics.md)")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH)
-    p.add_argument("--lr", type=float, default=DEFAULT_LR)
-    p.add_argument("--init-scale", type=float, default=golden.INIT_SCALE,
+    p.add_argument("--mode", choices=golden.MODES, default="fixed", help="the hardware's fixed point, or float")
+    p.add_argument("--update", choices=("pipelined", "aligned"), default="pipelined",
+                   help="the chain's stale weight versions, or plain mini-batch SGD")
+    add_loss_option(p, help=f"{LOSS_HELP}; docs/numerics.md")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
+    p.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
+    p.add_argument("--init-scale", type=positive_number, default=golden.INIT_SCALE,
                    help="He-normal initial weights times this (docs/numerics.md)")
     p.add_argument("--seed", type=int, default=0, help="initial weights, split and sample order")
-    p.add_argument("--limit", type=int, help="use only the first N samples of the data")
+    p.add_argument("--limit", type=positive_int, help="use only the first N samples of the data")
     p.add_argument("--no-reference", action="store_true", help="skip the float aligned SGD reference run")
     p.add_argument("--out", type=Path, required=True, help="directory for curves.csv and fig16.png")
     return p.parse_args(argv)
@@ -176,10 +175,13 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.epochs < 1:
-        raise SpecError(f"--epochs must be at least 1, got {args.epochs}")
+    with output_folder(args.out) as out:  # a path that cannot hold the curves is refused first
+        _train_and_plot(args, out)
+
+
+def _train_and_plot(args, out):
     network = get(args.network)
-    formats = Formats(loss=args.loss)
+    formats = formats_of(args.loss)
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                           formats=formats, **GENERATOR_OPTIONS)
     stale = mapping.fp_stale() if args.update == "pipelined" else {}
@@ -208,8 +210,8 @@ def main(argv=None):
         train(network, runs, data, epochs=args.epochs, batch=args.batch, lr=args.lr, formats=formats,
               seed=args.seed)
     finally:
-        write_curves(runs, args.out)
-        print(f"wrote {args.out / 'curves.csv'} and {args.out / 'fig16.png'}")
+        write_curves(runs, out)
+        print(f"wrote {out / 'curves.csv'} and {out / 'fig16.png'}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from mapping import data, golden, zoo
-from mapping.cli import DefaultsShown, Parser, positive_int, positive_number
+from mapping.cli import DefaultsShown, Parser, add_loss_option, formats_of, positive_int, positive_number
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
 from mapping.mapper import GENERATOR_OPTIONS, map_network
@@ -44,6 +44,7 @@ def parse_args(argv):
     # weights (batch 8, lr 0.01: no better than the initial weights after 496 digits)
     parser.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
     parser.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
+    add_loss_option(parser)
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
     return parser.parse_args(argv)
 
@@ -82,7 +83,8 @@ class ProgressBar:
 def main(argv=None):
     args = parse_args(argv)
     network = zoo.get(args.network)
-    mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr, **GENERATOR_OPTIONS)
+    mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
+                          formats=formats_of(args.loss), **GENERATOR_OPTIONS)
     formats = mapping.nodes[0].formats
     dataset = data.load(args.data, network.input_shape, network.num_classes, seed=args.seed)
     per_epoch = len(dataset.train_x) if args.samples is None else min(args.samples, len(dataset.train_x))

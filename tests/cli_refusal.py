@@ -23,6 +23,7 @@ BAD_OPTIONS = [
     (["--lr", "nan"], "argument --lr: must be a positive finite number, got 'nan'"),
     (["--lr", "inf"], "argument --lr: must be a positive finite number, got 'inf'"),
     (["--lr", "-0.1"], "argument --lr: must be a positive finite number, got '-0.1'"),
+    (["--loss", "softmax"], "argument --loss: invalid choice: 'softmax' (choose from 'mse', 'ce')"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ]
 

@@ -3,7 +3,8 @@
 import pytest
 
 from boards import protocol as p
-from boards.boards import BOARDS, board_list
+from boards.boards import BOARDS, board_list, get_board
+from boards.build import board_mapping, held_nodes, parse_args
 from boards.build import main as build_main
 from mapping.devices import get_device
 from tests.cli_refusal import refusal
@@ -50,6 +51,8 @@ def test_status_unpacks_every_field():
     (["--board", "versa-ecp5-5g", "--node", "0", "--cluster", "ecp5-85:4"],
      "node 0 of the mapping is for lfe5um5g-85f, board versa-ecp5-5g carries lfe5um5g-45f"),
     (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),
+    (["--board", "versa-ecp5-5g", "--node", "0", "--clock", "nan"],
+     "argument --clock: must be a positive finite number, got 'nan' (see python -m boards.build --help)"),
 ])
 def test_build_refuses_in_one_line(argv, message, capsys):
     assert refusal(build_main, argv, capsys) == f"error: {message}"
@@ -57,11 +60,7 @@ def test_build_refuses_in_one_line(argv, message, capsys):
 
 def test_a_chain_of_smaller_devices_fits_one_85f():
     # tiny on two 45F nodes: 99 multipliers and about 50k LUT4 by the estimate, within the 85F's 156
-    from types import SimpleNamespace
-
-    from boards.boards import get_board
-    from boards.build import board_mapping, held_nodes
-    args = SimpleNamespace(network="tiny", cluster="lfe5um5g-45f:2", mapping=None, chain=True, node=None)
+    args = parse_args(["--board", "ulx3s-85f", "--chain", "--network", "tiny", "--cluster", "lfe5um5g-45f:2"])
     board = get_board("ulx3s-85f")
     assert list(held_nodes(args, board_mapping(args, board), board)) == [0, 1]
 

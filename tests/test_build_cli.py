@@ -12,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 import pytest
 
-from hw.build import build, heartbeat, main, parse_args, yosys_compiled
+from hw.build import build, heartbeat, load_mapping, main, parse_args, yosys_compiled
 from mapping.__main__ import main as map_main
 
 from .cli_refusal import BAD_OPTIONS, OVERLAPPING_POOL_REFUSAL, bad_network_files, refusal
@@ -157,9 +157,15 @@ def test_a_mapping_is_checked_against_the_options_given_with_it(mapped, capsys):
         f"error: mapping file {path} maps 'tiny', not 'lenet-digits' (--network)")
     assert mapping_refusal(mapped, capsys, path, "--cluster", "ecp5-85:4") == (
         f"error: mapping file {path} maps 'ecp5-85:2+ecp5-45:2', not 'ecp5-85:4' (--cluster)")
-    assert mapping_refusal(mapped, capsys, path, "--bram-fraction", "0.5", "--lr", "0.1") == (
-        f"error: --bram-fraction, --lr set how a network is mapped, but mapping file {path} is mapped already "
-        f"(map it again with python -m mapping --for-hardware --bram-fraction, --lr ...)")
+    assert mapping_refusal(mapped, capsys, path, "--bram-fraction", "0.5", "--lr", "0.1", "--loss", "ce") == (
+        f"error: --bram-fraction, --lr, --loss set how a network is mapped, but mapping file {path} is mapped "
+        f"already (map it again with python -m mapping --for-hardware --bram-fraction, --lr, --loss ...)")
+
+
+@pytest.mark.parametrize("argv, loss", [([], "mse"), (["--loss", "ce"], "ce")])
+def test_the_loss_option_sets_every_nodes_loss(argv, loss):
+    mapping = load_mapping(parse_args(["--node", "3", *argv]))
+    assert {node.formats.loss for node in mapping.nodes} == {loss}
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -43,3 +43,5 @@ def test_bad_npz_files_are_refused_in_one_line(tmp_path, arrays, message):
 def test_sim_train_refuses_data_it_cannot_read(capsys):
     assert refusal(main, ["--data", "images.csv"], capsys) == "error: data 'images.csv': give 'digits' or a .npz file"
     assert refusal(main, ["--backend", "icarus"], capsys).startswith("error: argument --backend: invalid choice")
+    assert refusal(main, ["--loss", "hinge"], capsys) == (
+        "error: argument --loss: invalid choice: 'hinge' (choose from 'mse', 'ce') (see python -m sim.train --help)")

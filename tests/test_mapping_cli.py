@@ -27,6 +27,12 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_maps_with_the_loss_given(tmp_path, capsys):
+    main(["--network", "tiny", "--cluster", "ecp5-85:2", "--loss", "ce", "--for-hardware", "--out", str(tmp_path)])
+    mapping = Mapping.from_json((tmp_path / "mapping.json").read_text())
+    assert {node.formats.loss for node in mapping.nodes} == {"ce"}
+
+
 def test_cli_sweep_reports_the_sizes_it_refused(tmp_path, capsys):
     main(["--network", "vgg16", "--cluster", "vc709:50@150", "--out", str(tmp_path), "--sizes", "10:50:40"])
     lines = capsys.readouterr().out.splitlines()

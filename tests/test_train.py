@@ -9,6 +9,8 @@ import pytest
 from mapping import golden, stability, train
 from mapping.network import Layer, infer
 
+from .cli_refusal import refusal
+
 
 def test_delay_bound_is_the_delayed_gradient_descent_limit():
     assert stability.delay_bound(0) == pytest.approx(2.0)
@@ -52,3 +54,14 @@ def test_cli_trains_with_softmax_cross_entropy(tmp_path, capsys):
     # The untrained net's cross-entropy is ln 10 to within 0.01 (measured 2.299); then it learns.
     assert abs(float(rows[0]["train_loss"]) - np.log(10)) < 0.01
     assert float(rows[-1]["train_loss"]) < 2.2 and float(rows[-1]["test_accuracy"]) >= 0.4  # measured 2.11, 0.48
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lr", "nan"], "argument --lr: must be a positive finite number, got 'nan'"),
+    (["--epochs", "0"], "argument --epochs: must be a positive integer, got '0'"),
+    (["--loss", "softmax"], "argument --loss: invalid choice: 'softmax' (choose from 'mse', 'ce')"),
+])
+def test_cli_refuses_bad_options_in_one_line(tmp_path, capsys, argv, message):
+    assert refusal(train.main, [*argv, "--out", str(tmp_path / "out")], capsys) == (
+        f"error: {message} (see python -m mapping.train --help)")
+    assert not (tmp_path / "out").exists()
