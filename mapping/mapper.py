@@ -338,8 +338,9 @@ def _with_update_lanes(node, device, max_multipliers):
         walks = [s.update_cycles(shift) for s in slices]
         k = max(range(len(slices)), key=walks.__getitem__)
         s = slices[k]
-        wider = [replace(s, update_lanes=n) for n in update_lane_counts(s.fp.ces, s.fp.tiles * s.kernel ** 2)
-                 if n > s.update_lanes]
+        # lazily: a large layer has hundreds of lane counts, and the next one usually shortens the walk
+        wider = (replace(s, update_lanes=n) for n in update_lane_counts(s.fp.ces, s.fp.tiles * s.kernel ** 2)
+                 if n > s.update_lanes)
         wider = next((w for w in wider if w.update_cycles(shift) < walks[k]), None)
         if walks[k] <= floor or wider is None:
             break
