@@ -53,6 +53,15 @@ def tiny():
     ])
 
 
+def micro():
+    """One 3x3 conv layer of 2 channels and a classifier on 1x6x6 inputs: the smallest net whose
+    nodes have every engine (FP, PG; EB at the classifier), for the quickest board build."""
+    return infer("micro", (1, 6, 6), [
+        _conv("conv1", 2, 3, pad=1), _relu("relu1"), _pool("pool1"),
+        Layer("flatten", "flatten"), _fc("fc", 4),
+    ])
+
+
 def lenet_digits():
     """A LeNet-size net for 8x8 digit images (as in scikit-learn's digits set), 10 classes."""
     return infer("lenet-digits", (1, 8, 8), [
@@ -176,6 +185,7 @@ def resnet50():
 
 NETWORKS = {
     "tiny": tiny,
+    "micro": micro,
     "lenet-digits": lenet_digits,
     "alexnet": alexnet,
     "alexnet-ungrouped": alexnet_ungrouped,

@@ -42,6 +42,17 @@ def test_one_node_holding_the_whole_network_trains_bit_exact(loss):
     assert mapping.nodes[0].formats.loss == loss
 
 
+def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream():
+    # tests/test_board_build.py places and routes node 0 of this mapping on the Versa
+    network = zoo.micro()
+    mapping = map_network(network, parse_cluster("lfe5um5g-45f:2"), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+    inputs, labels, params = random_data(network, SAMPLES, 2)  # seed 2: no ReLU of the 2 channels dies
+    run = train_chain(network, mapping, inputs, labels, params)
+    assert_bit_exact(run.params, run.golden, params)
+    assert [[(s.layer, s.out_range) for s in node.slices] for node in mapping.nodes] == [
+        [("conv1", (0, 1))], [("conv1", (1, 2)), ("fc", (0, 4))]]
+
+
 def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
     mapping, run = _train(CHAIN, seed=1, samples=15)
     layout = [[(s.layer, s.mode, s.in_range) for s in node.slices] for node in mapping.nodes]
