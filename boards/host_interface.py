@@ -18,9 +18,10 @@ the hardware that executes the host's frames:
 - the sender frames the answer and appends its CRC.
 
 Counters (per node): samples (labels that entered the node), weight updates applied,
-the cycle of the latest update (counted from START), link retries and link CRC errors
-(zero with nodes wired directly on one chip: there is no link core to retry; link cores
-drive them through ``link_counters``), and the loss: the sum, over every sample the last
+the cycle of the latest update (counted from START), link retries (go-back-N replays) and
+link CRC errors, summed over the link cores of the node's links on the board (neighbours on
+one chip are joined by link cores over an on-chip PHY, as two boards are over a lane; a link
+that leaves the board has none yet), and the loss: the sum, over every sample the last
 node scores, of sum_c (y_c - onehot_c << act_frac)^2, exact, with one multiplier that
 squares one class per cycle (a sample takes ``classes`` cycles, far fewer than a node's
 cycles per sample; a sample arriving sooner sets the error flag).
@@ -30,7 +31,9 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, ResetInserter, S
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.node import Node, connect_chain
+from hw.link.chain import link_chain
+from hw.link.onchip_phy import on_chip_phy
+from hw.node import Node
 from hw.node.ports import link_streams
 from hw.node.loss import LABEL_BITS
 from mapping.numerics import WORD_BITS
@@ -125,17 +128,23 @@ def _field_bits(fields):
     return sum(size for _, size in fields) * 8
 
 
+# The one-board chain's links: a 32-bit lane (twice the serial links' 16, for a little more
+# logic) and two registers each way.
+ON_CHIP_LANE_WIDTH, ON_CHIP_LATENCY = 32, 2
+
+
 class Trainer(wiring.Component):
     """The chain of ``mapping``'s nodes ``nodes`` (a range; default all) behind the host interface.
 
-    ``divisor``: clock cycles per UART bit. ``link``: as :func:`hw.node.connect_chain`'s.
-    ``params``: initial weights built into the memories (None: zeros; the host loads them).
-    The host streams images and labels into the first node held. Link streams of a part of
-    the chain that lead off the board end in :class:`OpenLinks` until link cores exist.
+    ``divisor``: clock cycles per UART bit. ``params``: initial weights built into the memories
+    (None: zeros; the host loads them). The host streams images and labels into the first node
+    held. Neighbours are joined by link cores over an :class:`~hw.link.onchip_phy.OnChipPhy` of
+    ``lane_width`` bits. Link streams of a part of the chain that lead off the board end in
+    :class:`OpenLinks` until the board tops have link PHYs.
     """
 
-    def __init__(self, mapping, *, divisor, family=None, params=None, link=None, nodes=None):
-        self.mapping, self.divisor, self.link = mapping, divisor, link
+    def __init__(self, mapping, *, divisor, family=None, params=None, nodes=None, lane_width=ON_CHIP_LANE_WIDTH):
+        self.mapping, self.divisor, self.lane_width = mapping, divisor, lane_width
         held = range(len(mapping.nodes)) if nodes is None else nodes
         self.nodes = [Node(mapping.nodes[n], params=params, family=family) for n in held]
         self.formats = mapping.nodes[0].formats
@@ -148,8 +157,9 @@ class Trainer(wiring.Component):
         chain = Module()
         for n, node in enumerate(nodes):
             chain.submodules[f"node{n}"] = node
-        connect_chain(chain, nodes, link=self.link)
-        m.submodules.chain = ResetInserter(chain_reset)(chain)
+        links = link_chain(chain, nodes, on_chip_phy(self.lane_width, ON_CHIP_LATENCY), lane_width=self.lane_width,
+                           phy_latency=ON_CHIP_LATENCY)
+        m.submodules.chain = ResetInserter(chain_reset)(chain)  # STOP resets the links too: they retrain
         # (produced by the node, stream) for the streams leading off the board
         open_streams = [(not downstream, s) for path, downstream, s in link_streams(nodes[0].up)
                         if path not in (("act",), ("label",))]
@@ -241,7 +251,7 @@ class Trainer(wiring.Component):
         m.d.comb += [self.leds.training.eq(training & ~finished), self.leds.error.eq(error)]
         clear = Signal()  # START: a new run
         node_fields = []
-        for node in nodes:
+        for n, node in enumerate(nodes):
             samples, cycles, last_updates = Signal(32), Signal(32), Signal(32)
             m.d.comb += node.total_samples.eq(total_samples)
             with m.If(node.up.label.valid & node.up.label.ready):
@@ -251,8 +261,10 @@ class Trainer(wiring.Component):
                 m.d.sync += cycles.eq(cycle)
             with m.If(clear):
                 m.d.sync += [samples.eq(0), cycles.eq(0)]
-            # No link core between nodes on one chip: nothing to retry, no CRC to fail.
-            link_retries, link_crc_errors = Const(0, 32), Const(0, 32)
+            ends = [link.upstream for link in links if link.index == n] + [
+                link.downstream for link in links if link.index + 1 == n]
+            link_retries = sum((end.counters.replays for end in ends), Const(0, 32))[:32]
+            link_crc_errors = sum((end.counters.crc_errors for end in ends), Const(0, 32))[:32]
             node_fields.append(Cat(samples, node.updates, cycles, link_retries, link_crc_errors))
 
         loss_squares, loss_samples = Signal(64), Signal(32)

@@ -54,7 +54,8 @@ def test_host_tool_loads_trains_and_reads_back_tiny_bit_exact_through_the_uart()
     writes the initial weights (WRITE), streams the samples (LABEL, IMAGE), waits for the
     last update (STATUS) and reads every weight back (READ): bit-exact with the golden
     model, and the loss the board reports is the golden model's. Two nodes (half the build
-    time of the default four; the frames test above talks to four)."""
+    time of the default four) joined as on a one-board chain: by link cores over the on-chip
+    PHY, which count no replay and no CRC error."""
     network = zoo.tiny()
     inputs, labels, params = golden.random_data(network, SAMPLES, 1)
     mapping, trainer = _trainer(cluster="ecp5-85:2")
@@ -71,5 +72,6 @@ def test_host_tool_loads_trains_and_reads_back_tiny_bit_exact_through_the_uart()
     assert_bit_exact(final, expected, params)
     assert [node["updates"] for node in status.nodes] == [SAMPLES // BATCH] * 2
     assert [node["samples"] for node in status.nodes] == [SAMPLES] * 2
+    assert [(node["link_retries"], node["link_crc_errors"]) for node in status.nodes] == [(0, 0)] * 2
     assert status.loss_samples == SAMPLES
     assert status.loss_squares / 2 ** (2 * formats.act_frac + 1) == pytest.approx(record.loss.sum(), rel=1e-12)
