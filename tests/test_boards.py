@@ -47,7 +47,7 @@ def test_status_unpacks_every_field():
     (["--board", "de10-nano", "--node", "0"],
      "unknown board 'de10-nano' (known: versa-ecp5-5g, ecp5-5g-evn, ulx3s-85f, vc709)"),
     (["--board", "versa-ecp5-5g", "--chain"],
-     "the chain needs 252 dsp (the mapping's estimate), lfe5um5g-45f on versa-ecp5-5g has 72"),
+     "the chain needs 252 dsp (the mapping's estimate, with the on-chip links), lfe5um5g-45f on versa-ecp5-5g has 72"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--cluster", "ecp5-85:4"],
      "node 0 of the mapping is for lfe5um5g-85f, board versa-ecp5-5g carries lfe5um5g-45f"),
     (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),
@@ -62,6 +62,14 @@ def test_a_chain_of_smaller_devices_fits_one_85f():
     # tiny on two 45F nodes: 99 multipliers and about 50k LUT4 by the estimate, within the 85F's 156
     args = parse_args(["--board", "ulx3s-85f", "--chain", "--network", "tiny", "--cluster", "lfe5um5g-45f:2"])
     board = get_board("ulx3s-85f")
+    assert list(held_nodes(args, board_mapping(args, board), board)) == [0, 1]
+
+
+def test_a_chain_of_micro_on_two_25f_nodes_fits_the_versa():
+    # 36 multipliers, about 21k LUT4 and 8.6k more for the on-chip link: the Versa's 45F
+    # holds a chain whose nodes talk through link cores
+    args = parse_args(["--board", "versa-ecp5-5g", "--chain", "--network", "micro", "--cluster", "lfe5um5g-25f:2"])
+    board = get_board("versa-ecp5-5g")
     assert list(held_nodes(args, board_mapping(args, board), board)) == [0, 1]
 
 
