@@ -6,9 +6,9 @@ combination of accelerators that fits the DRAM, where it adds the least
 latency), balance-aware re-mapping (towards sub-operation k on accelerator k)
 and data-locality-aware re-mapping (a sub-operation, or a whole layer's, towards a
 predecessor's or successor's accelerator); a move is kept only where it shortens
-the mini-batch. Algorithm
-1 starts from a ratio proportional to the accelerators' DSPs (its PEs) and moves
-``step`` samples from the least-busy accelerator to another while that helps.
+the mini-batch. Algorithm 1 starts from a ratio proportional to the accelerators'
+DSPs (its PEs) and moves ``step`` samples from the least-busy accelerator to
+another while that helps.
 
 HAP (Zhang et al. 2024) as MTrain evaluates it (sections III-B, VI-C): every
 layer sharded over all accelerators, each with a share, with one sharding ratio;
