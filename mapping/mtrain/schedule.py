@@ -4,10 +4,11 @@ Algorithm 2 maps a workflow in three procedures: DRAM-budget-aware mapping
 (each wave of sub-operations whose predecessors are mapped goes, over every
 combination of accelerators that fits the DRAM, where it adds the least
 latency), balance-aware re-mapping (towards sub-operation k on accelerator k)
-and data-locality-aware re-mapping (towards a predecessor's or successor's
-accelerator); a move is kept only where it shortens the mini-batch. Algorithm
-1 starts from a ratio proportional to the accelerators' DSPs (its PEs) and moves
-``step`` samples from the least-busy accelerator to another while that helps.
+and data-locality-aware re-mapping (a sub-operation, or a whole layer's, towards a
+predecessor's or successor's accelerator); a move is kept only where it shortens
+the mini-batch. Algorithm 1 starts from a ratio proportional to the accelerators'
+DSPs (its PEs) and moves ``step`` samples from the least-busy accelerator to
+another while that helps.
 
 HAP (Zhang et al. 2024) as MTrain evaluates it (sections III-B, VI-C): every
 layer sharded over all accelerators, each with a share, with one sharding ratio;
@@ -85,51 +86,77 @@ def _dram_aware(flow, accelerators, bw):
     return {op.key: device for op, device in zip(flow.ops, device_of)}
 
 
-def _improve(flow, mapping, accelerators, bw, candidates):
-    """Try each op on ``candidates(op, mapping)``; keep every move that shortens the mini-batch."""
+def _improve(flow, mapping, accelerators, bw, groups, candidates):
+    """Try each group of op indices on every device of ``candidates(group, mapping)``, moved
+    together; keep every move that shortens the mini-batch and fits the DRAM."""
     simulation = Simulation(flow, mapping, accelerators, bw)
     mapping = dict(mapping)
     for _ in range(MAX_PASSES):
         improved = False
-        for index, op in enumerate(flow.ops):
-            for device in candidates(op, mapping):
-                if device == mapping[op.key] or \
-                        simulation.end_if(index, device) >= simulation.end * (1 - 1e-9):
+        for group in groups:
+            for device in candidates(group, mapping):
+                if all(mapping[flow.ops[i].key] == device for i in group) or \
+                        simulation.end_if(group, device) >= simulation.end * (1 - 1e-9):
                     continue
                 trial = dict(mapping)
-                trial[op.key] = device
+                trial.update((flow.ops[i].key, device) for i in group)
                 if fits(flow, trial, accelerators):
                     mapping = trial
-                    simulation.move(index, device)
+                    simulation.move(group, device)
                     improved = True
         if not improved:
             break
     return mapping, simulation.end
 
 
-def mtrain_mapping(flow, accelerators, bw):
-    """Algorithm 2; returns the mapping and the latency after each of its three procedures."""
+def _balance_aware(flow, mapping, accelerators, bw):
+    """Move each op towards its balanced accelerator: sub-operation k to accelerator k, a batch
+    norm to the fastest."""
     fastest = max(range(len(accelerators)), key=lambda d: accelerators[d].flops)
+
+    def balanced(group, mapping):
+        op = flow.ops[group[0]]
+        return [fastest if op.key[2] is None else op.key[2]]
+
+    return _improve(flow, mapping, accelerators, bw, [(i,) for i in range(len(flow.ops))], balanced)
+
+
+def _data_locality_aware(flow, mapping, accelerators, bw):
+    """Move ops towards their predecessors' and successors' accelerators, counting "all the data
+    transfer relationships mentioned in Sec. V-B" (section V-D): a WU's gradients make the
+    layer's FP sub-operations its successors. The procedure runs until "no more layers can be
+    re-mapped" (section V-D): besides each sub-operation alone, a layer's sub-operations (every
+    phase and branch) move together, since a layer split over two accelerators keeps a gradient
+    crossing after any single move."""
     successors = {}
     for op in flow.ops:
         for key, _ in op.inputs:
             successors.setdefault(key, []).append(op.key)
-    for _, wu_keys, fp_keys in flow.gradients:   # a WU's gradients go to the layer's FP accelerators
+    for _, wu_keys, fp_keys in flow.gradients:
         for key in wu_keys:
             successors.setdefault(key, []).extend(fp_keys)
+    layers = {}
+    for i, op in enumerate(flow.ops):
+        layers.setdefault(op.stage.name, []).append(i)
 
-    def balanced(op, mapping):
-        return [fastest if op.key[2] is None else op.key[2]]
-
-    def neighbours(op, mapping):
-        near = {mapping[k] for k, _ in op.inputs} | {mapping[k] for k in successors.get(op.key, ())}
+    def neighbours(group, mapping):
+        near = set()
+        for i in group:
+            op = flow.ops[i]
+            near |= {mapping[k] for k, _ in op.inputs} | {mapping[k] for k in successors.get(op.key, ())}
         return sorted(near)
 
+    groups = [(i,) for i in range(len(flow.ops))] + [tuple(g) for g in layers.values()]
+    return _improve(flow, mapping, accelerators, bw, groups, neighbours)
+
+
+def mtrain_mapping(flow, accelerators, bw):
+    """Algorithm 2; returns the mapping and the latency after each of its three procedures."""
     mapping = _dram_aware(flow, accelerators, bw)
     steps = [latency(flow, mapping, accelerators, bw)]
-    mapping, lat = _improve(flow, mapping, accelerators, bw, balanced)
+    mapping, lat = _balance_aware(flow, mapping, accelerators, bw)
     steps.append(lat)
-    mapping, lat = _improve(flow, mapping, accelerators, bw, neighbours)
+    mapping, lat = _data_locality_aware(flow, mapping, accelerators, bw)
     steps.append(lat)
     return mapping, steps
 

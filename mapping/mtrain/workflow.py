@@ -199,8 +199,8 @@ def start_and_bytes(op, device, device_of, finish, free, home):
 
 
 class Simulation:
-    """One mapping's timeline, kept so that moving one operation re-times only those after it
-    (earlier operations come first in every accelerator's order and cannot change)."""
+    """One mapping's timeline, kept so that moving operations re-times only those from the first
+    moved on (earlier operations come first in every accelerator's order and cannot change)."""
 
     def __init__(self, flow, mapping, accelerators, p2p_bytes_per_s):
         self.ops = compiled(flow, accelerators)
@@ -221,15 +221,19 @@ class Simulation:
             finish[i] = free[device] = ready + moved / bw + ops[i][1][device]
         return max(free)
 
-    def end_if(self, index, device):
-        """The mini-batch's end were operation ``index`` moved to ``device``."""
+    def end_if(self, indices, device):
+        """The mini-batch's end were operations ``indices`` moved to ``device``."""
         device_of = list(self.device_of)
-        device_of[index] = device
-        return self._run(device_of, index, list(self.finish), list(self.free_before[index]))
+        for i in indices:
+            device_of[i] = device
+        start = min(indices)
+        return self._run(device_of, start, list(self.finish), list(self.free_before[start]))
 
-    def move(self, index, device):
-        self.device_of[index] = device
-        self.end = self._run(self.device_of, index, self.finish, list(self.free_before[index]),
+    def move(self, indices, device):
+        for i in indices:
+            self.device_of[i] = device
+        start = min(indices)
+        self.end = self._run(self.device_of, start, self.finish, list(self.free_before[start]),
                              self.free_before)
 
     def traffic(self, n_devices):
