@@ -37,7 +37,8 @@ def _digits(samples):
 
 @pytest.mark.parametrize("cluster, layout", [
     ("ecp5-85:1", [["conv1", "conv2", "fc1", "fc2"]]),
-    ("ecp5-85:3", [["conv1", "conv2"], ["conv2"], ["conv2", "fc1", "fc2"]]),
+    # CI: 1 and 5 nodes; 3 has no node 5 lacks (first, middle and last), so it runs with -m bench
+    pytest.param("ecp5-85:3", [["conv1", "conv2"], ["conv2"], ["conv2", "fc1", "fc2"]], marks=pytest.mark.bench),
     ("ecp5-85:5", [["conv1", "conv2"], ["conv2"], ["conv2"], ["conv2"], ["conv2", "fc1", "fc2"]]),
 ])
 def test_lenet_digits_trains_bit_exact_on_real_digits(cluster, layout):
