@@ -104,8 +104,13 @@ class LinkLayer(wiring.Component):
         payload_flits = [cfg.payload_flits(c) for c in range(N)]
         max_flits = cfg.max_payload_flits
 
-        def increment(counter):
-            m.d.sync += counter.eq(counter + 1)
+        # The counters count a cycle late, from registered events, so their adders stay off the
+        # paths that decide (an ACK's window check on into ``replays`` was a one-board chain's
+        # worst path on an ECP5 of speed grade 6: 5 ns of logic, 9.7 ns of routing).
+        events = {name: Signal(name=f"{name}_event") for name in COUNTER_NAMES}
+
+        def increment(name):
+            m.d.comb += events[name].eq(1)
 
         # ---- training -------------------------------------------------------------------------
         state = Signal(TrainState)
@@ -143,7 +148,7 @@ class LinkLayer(wiring.Component):
             with m.Case(TrainState.UP):
                 with m.If(~locked | rx_ts1):
                     m.d.sync += [state.eq(TrainState.TRAIN), heard.eq(0)]
-                    increment(self.counters.retrains)
+                    increment("retrains")
 
         # ---- receive buffers and credits ---------------------------------------------------
         # The sender may send a channel's word while its cumulative count of words sent differs
@@ -210,13 +215,13 @@ class LinkLayer(wiring.Component):
             with m.If(ahead == 0):
                 m.d.comb += commit.eq(1)
                 m.d.sync += [expected.eq(expected + 1), ack_pending.eq(1), nak_sent.eq(0)]
-                increment(self.counters.frames_received)
+                increment("frames_received")
             with m.Elif(ahead < cfg.seq_window):  # a frame before it was lost
                 request_nak()
             with m.Else():                        # a replayed duplicate: our ACK was lost
                 m.d.sync += ack_pending.eq(1)
         with m.Elif(frame_end & ~ctrl_ok):
-            increment(self.counters.crc_errors)
+            increment("crc_errors")
             request_nak()
         for c, (_, width) in enumerate(cfg.channels):
             start = (max_flits - payload_flits[c]) * W
@@ -313,7 +318,7 @@ class LinkLayer(wiring.Component):
         with m.Elif(~idle_due & replaying):
             start_frame(TxMode.REPLAY)
             m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1)]
-            increment(self.counters.frames_replayed)
+            increment("frames_replayed")
         with m.Elif(~idle_due & any_eligible):
             start_frame(TxMode.DATA)
             m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
@@ -325,7 +330,7 @@ class LinkLayer(wiring.Component):
                         m.d.comb += tx_ports[c].ready.eq(1)
                         m.d.sync += [word.eq(tx_ports[c].payload), frame_payload.eq(payload_flits[c]),
                                      words_sent[c].eq(words_sent[c] + 1)]
-            increment(self.counters.frames_sent)
+            increment("frames_sent")
         with m.Else():
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_IDLE)]
 
@@ -352,7 +357,7 @@ class LinkLayer(wiring.Component):
                 _saturating_increment(m, replay_timer, cfg.replay_timeout)
             with m.If(replay_timer == cfg.replay_timeout):
                 m.d.sync += [send_seq.eq(oldest), replay_timer.eq(0)]
-                increment(self.counters.replays)
+                increment("replays")
         with m.If(ctrl_ok):
             for c in range(N):
                 limit = body[ctrl_payload_start + c * K:ctrl_payload_start + (c + 1) * K]
@@ -364,12 +369,16 @@ class LinkLayer(wiring.Component):
                     m.d.sync += replay_timer.eq(0)
                 with m.If(nak):
                     m.d.sync += [send_seq.eq(ack_seq + 1), replay_timer.eq(0)]
-                    increment(self.counters.replays)
+                    increment("replays")
                 with m.Elif((send_seq - oldest)[:S] < newly_acked):  # replaying what is now acked
                     m.d.sync += send_seq.eq(ack_seq + 1)
         with m.If(entering_up):
             # Re-trained: replay whatever was unacknowledged and tell the partner where we are.
             m.d.sync += [send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1),
                          replay_timer.eq(0)]
+
+        for name, event in events.items():
+            counter, counted = getattr(self.counters, name), Signal(name=f"{name}_counted")
+            m.d.sync += [counted.eq(event), counter.eq(counter + counted)]
         return m
 
