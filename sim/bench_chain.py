@@ -7,8 +7,9 @@ interval between samples entering each node over the second half of the run
 (``sim.chain.cycles_per_sample``): enough samples for the buffers in front of the slowest
 node to fill, so every node shows the rate the chain really runs at.
 
-The default chain is also run at mini-batches of 1, 4 and 16 (and 64: one update, at the
-end), against the model's rate with the weight update's walk.
+The default chain is also run for 128 samples at mini-batches of 1, 4, 16 and 128 (one
+update, at the end), against the model's rate with the weight update's walk, with the
+intervals between samples entering node 0 over one mini-batch.
 """
 
 import pytest
@@ -42,14 +43,14 @@ def test_chain_cycles_per_sample(cluster, bram_fraction):
           f"{SAMPLES} samples in one mini-batch: {run.cycles} cycles\n{report(mapping, run)}")
 
 
-UPDATE_SAMPLES = 64
+UPDATE_SAMPLES = 128
 
 
 @pytest.mark.bench
 @pytest.mark.parametrize("batch", [1, 4, 16, UPDATE_SAMPLES])
 def test_chain_cycles_per_sample_with_weight_updates(batch):
-    """The default chain over 64 samples at mini-batch ``batch`` (64: a single update at the end,
-    the rate with no update in the way), on Verilator: the mean rate over the second half,
+    """The default chain over 128 samples at mini-batch ``batch`` (128: a single update at the
+    end, the rate with no update in the way), on Verilator: the mean rate over the second half,
     updates included, against the model's rate with the update walks
     (``NodeConfig.cycles_per_sample_with_updates`` of the slowest node)."""
     network = zoo.tiny()
@@ -61,7 +62,11 @@ def test_chain_cycles_per_sample_with_weight_updates(batch):
     assert_bit_exact(run.params, run.golden, params)
     model = max(cfg.cycles_per_sample_with_updates for cfg in mapping.nodes)
     measured = mean_cycles_per_sample(run, 0, batch)
-    print(f"\nbatch {batch}: {run.cycles} cycles for {UPDATE_SAMPLES} samples; second half "
+    middle = UPDATE_SAMPLES // 2 // batch * batch  # where a mini-batch starts
+    starts = run.sample_starts[0][middle:middle + min(batch, 16) + 1]
+    print(f"\nintervals between samples entering node 0 from sample {middle}: "
+          f"{[b - a for a, b in zip(starts, starts[1:])]}")
+    print(f"batch {batch}: {run.cycles} cycles for {UPDATE_SAMPLES} samples; second half "
           f"{measured:.1f} cycles/sample measured, {model:.1f} predicted with the update walks "
           f"({measured / model - 1:+.1%}); engines alone {max(cfg.cycles_per_sample for cfg in mapping.nodes)}"
           f"\n{report(mapping, run)}")
