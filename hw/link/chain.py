@@ -62,16 +62,13 @@ def attach_endpoint(m, port, endpoint, upstream, *, tx_buffers=None):
         name = channel_name(path)
         if downstream == upstream:
             channel = getattr(endpoint.tx, name)
-            if tx_buffers is None:
-                m.d.comb += [channel.payload.eq(stream.payload), channel.valid.eq(stream.valid),
-                             stream.ready.eq(channel.ready)]
-                continue
-            buffer = m.submodules[f"{tx_buffers}_{name}"] = SyncFIFOBuffered(
-                width=Shape.cast(stream.payload.shape()).width, depth=TX_BUFFER_DEPTH)
-            m.d.comb += [buffer.w_data.eq(stream.payload), buffer.w_en.eq(stream.valid),
-                         stream.ready.eq(buffer.w_rdy),
-                         channel.payload.eq(buffer.r_data), channel.valid.eq(buffer.r_rdy),
-                         buffer.r_en.eq(channel.ready)]
+            if tx_buffers is not None:
+                buffer = m.submodules[f"{tx_buffers}_{name}"] = SyncFIFOBuffered(
+                    width=Shape.cast(stream.payload.shape()).width, depth=TX_BUFFER_DEPTH)
+                connect(m, buffer.r_stream, channel)
+                channel = buffer.w_stream
+            m.d.comb += [channel.payload.eq(stream.payload), channel.valid.eq(stream.valid),
+                         stream.ready.eq(channel.ready)]
         else:
             channel = getattr(endpoint.rx, name)
             m.d.comb += [stream.payload.eq(channel.payload), stream.valid.eq(channel.valid),
