@@ -123,11 +123,12 @@ _DEVICES = [
         name="lfe5u-85f", part="LFE5U-85F-6BG381C", board="ULX3S-85F", family="ecp5",
         dsp=156, bram_blocks=208, uram_blocks=0, lut=83_640, ff=83_640,
         transceivers=0, transceiver_gbps=0.0,
-        # Speed grade 6, measured: a one-board chain of micro (two nodes joined by link cores)
-        # reaches 67.4 MHz in context, its worst path the link sender's replay read into its
-        # CRC (at speed 8 the nodes alone reach 110-132 MHz); 62.5 MHz is what its PLL makes
-        # from the 25 MHz oscillator below that.
-        clock_mhz=62.5,
+        # Speed grade 6, measured in context (nextpnr-ecp5 0.11, seed 1): a one-board chain of
+        # micro (two nodes joined by link cores) reached 67.4 MHz with one placement and 62.4
+        # with another (aiming at 62.5), and 60.5 aiming at 60, its worst path the link
+        # sender's replay block RAM into its CRC (at speed 8 the nodes alone reach 110-132
+        # MHz). 60 MHz is what its PLL makes from the 25 MHz oscillator (VCO 600 MHz) below.
+        clock_mhz=60.0,
         # no SERDES: a neighbour is reached over header pins; 8 LVDS pairs at 125 Mb/s each
         # way is a planning figure, not a measured link.
         link_gbps=1.0, dram_gb=0.032, dram_gbps=16 * 0.166,  # 32 MB SDRAM, x16 at 166 MHz
