@@ -2,14 +2,16 @@
 
 Images are real values in [0, 1) with shape (N, C, H, W); labels are class numbers.
 A .npz holds ``x`` ((N, C, H, W) or (N, H, W) for one channel) and ``y`` (N,), and
-optionally its own test split ``x_test`` and ``y_test``; without one, the last
-``test_fraction`` of a seeded shuffle is held out.
+optionally its own test split ``x_test`` and ``y_test``; without one, a seeded
+``test_fraction`` is held out, stratified by class where every class has two samples.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
 
 from .errors import SpecError
 
@@ -26,8 +28,6 @@ class Dataset:
 
 
 def _digits():
-    from sklearn.datasets import load_digits
-
     digits = load_digits()
     # 4-bit pixels 0..16, scaled into [0, 1]
     return digits.images[:, None, :, :] / 16.0, digits.target.astype(np.int64)
@@ -56,9 +56,9 @@ def _checked(name, x, y, input_shape, classes, what):
     return x.astype(np.float64), y.astype(np.int64)
 
 
-def load(source, input_shape, classes, *, test_fraction=0.2, seed=0):
+def load(source, input_shape, classes, *, test_fraction=0.2, seed=0, limit=None):
     """``source``: "digits" or the path of a .npz. Checked against the network's input shape
-    and number of classes."""
+    and number of classes. ``limit``: use only the first that many samples (before the split)."""
     if source == DIGITS:
         x, y = _digits()
         arrays = {"x": x, "y": y}
@@ -66,13 +66,14 @@ def load(source, input_shape, classes, *, test_fraction=0.2, seed=0):
         arrays = _npz(source)
     else:
         raise SpecError(f"data '{source}': give '{DIGITS}' or a .npz file")
-    x, y = _checked(source, arrays["x"], arrays["y"], input_shape, classes, "training")
+    x, y = _checked(source, arrays["x"][:limit], arrays["y"][:limit], input_shape, classes, "training")
     if "x_test" in arrays and "y_test" in arrays:
         test_x, test_y = _checked(source, arrays["x_test"], arrays["y_test"], input_shape, classes, "test")
         return Dataset(str(source), x, y, test_x, test_y)
-    order = np.random.default_rng(seed).permutation(len(x))
-    held = int(round(len(x) * test_fraction))
+    held = int(np.ceil(len(x) * test_fraction))
     if held < 1 or held >= len(x):
         raise SpecError(f"{source}: {len(x)} samples cannot be split into training and a {test_fraction:.0%} test set")
-    train, test = order[:-held], order[-held:]
-    return Dataset(str(source), x[train], y[train], x[test], y[test])
+    # stratifying needs two samples of every class present (a class of one cannot be in both)
+    stratify = y if np.unique(y, return_counts=True)[1].min() >= 2 and min(held, len(x) - held) >= len(np.unique(y)) else None
+    train_x, test_x, train_y, test_y = train_test_split(x, y, test_size=held, stratify=stratify, random_state=seed)
+    return Dataset(str(source), train_x, train_y, test_x, test_y)

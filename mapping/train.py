@@ -6,8 +6,8 @@ Each weighted layer's ``fp_stale`` comes from mapping the network onto ``--clust
 exactly as ``hw.build`` does, so ``--update pipelined`` (the default) is the weight
 version schedule the chain runs (docs/weight_versions.md) and ``--update aligned`` is
 plain mini-batch SGD. Data: scikit-learn's bundled 8x8 digits (``digits``) or an .npz
-with ``images`` (N, H, W) or (N, C, H, W) real values and ``labels`` (N,); a stratified
-share is held out for testing. The sample count and so the rounding noise and the
+as mapping/data.py reads it (``x``, ``y`` and optionally ``x_test``, ``y_test``); without a
+test split of its own, a stratified 20% is held out. The sample count and so the rounding noise and the
 stale weight versions continue across epochs (``golden.train(resume=...)``).
 
 Unless ``--no-reference``, float aligned SGD runs too, from the same initial weights on
@@ -26,6 +26,7 @@ from . import golden, stability
 from .cluster import parse_cluster
 from .cli import (LOSS_HELP, DefaultsShown, Parser, add_loss_option, formats_of, output_folder, positive_int,
                   positive_number)
+from .data import load
 from .errors import SpecError, run_cli
 from .mapper import GENERATOR_OPTIONS, map_network
 from .zoo import get
@@ -34,40 +35,10 @@ DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
 # Inside the stale-gradient stability bound for the default chain's staleness, and the best
 # measured of 0.02-0.03 (docs/numerics.md); sim.train uses them too.
 DEFAULT_BATCH, DEFAULT_LR = 1, 0.02
-TEST_SHARE = 0.2
 CHUNK = 240  # samples between progress lines
 # A fixed-point run cannot overflow to NaN: an epoch whose mean loss is this many times
 # the untrained net's has diverged.
 DIVERGED_LOSS_RATIO = 4.0
-
-
-def load_data(source):
-    """(images (N, C, H, W) float64, labels (N,) int64) of ``digits`` or an .npz file."""
-    if source == "digits":
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        return digits.images[:, None] / 16.0, digits.target.astype(np.int64)
-    path = Path(source)
-    try:
-        with np.load(path) as data:
-            images, labels = np.asarray(data["images"], dtype=np.float64), np.asarray(data["labels"])
-    except OSError as error:
-        raise SpecError(f"data file {path}: {error.strerror or error}") from None
-    except (KeyError, ValueError) as error:
-        raise SpecError(f"data file {path}: needs arrays 'images' and 'labels' ({error})") from None
-    if images.ndim == 3:
-        images = images[:, None]
-    if images.ndim != 4 or labels.shape != (len(images),) or labels.dtype.kind not in "iu":
-        raise SpecError(f"data file {path}: images {images.shape} and labels {labels.shape} "
-                        f"must be (N, [C,] H, W) and N integers")
-    return images, labels.astype(np.int64)
-
-
-def split(images, labels, seed):
-    from sklearn.model_selection import train_test_split
-
-    return train_test_split(images, labels, test_size=TEST_SHARE, stratify=labels, random_state=seed)
 
 
 @dataclass
@@ -107,8 +78,9 @@ def epoch(network, run, images, labels, *, batch, lr, formats, progress):
 
 
 def train(network, runs, data, *, epochs, batch, lr, formats, seed, log=print):
-    """Train every run for ``epochs``; each epoch shuffles the training split the same way for all."""
-    train_x, test_x, train_y, test_y = data
+    """Train every run for ``epochs`` on ``data`` (a mapping.data.Dataset); each epoch shuffles
+    the training split the same way for all."""
+    train_x, test_x, train_y, test_y = data.train_x, data.test_x, data.train_y, data.test_y
     usable = len(train_x) - len(train_x) % batch
     if usable == 0:
         raise SpecError(f"{len(train_x)} training samples make no mini-batch of {batch}")
@@ -155,7 +127,7 @@ def write_curves(runs, out):
 def parse_args(argv):
     p = Parser(prog="python -m mapping.train", description=__doc__.split("\n\n")[0], formatter_class=DefaultsShown)
     p.add_argument("--network", default="lenet-digits", help="zoo name or network spec file")
-    p.add_argument("--data", default="digits", help="'digits' (scikit-learn's) or an .npz with images, labels")
+    p.add_argument("--data", default="digits", help="'digits' (scikit-learn's) or an .npz with x, y [, x_test, y_test]")
     p.add_argument("--epochs", type=positive_int, default=5, help="passes over the training split")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster the staleness is mapped on")
     p.add_argument("--mode", choices=golden.MODES, default="fixed", help="the hardware's fixed point, or float")
@@ -187,15 +159,9 @@ def _train_and_plot(args, out):
     stale = mapping.fp_stale() if args.update == "pipelined" else {}
     print(f"{args.network} on {args.cluster}: fp_stale per layer "
           f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}")
-    images, labels = load_data(args.data)
-    if args.limit:
-        images, labels = images[:args.limit], labels[:args.limit]
-    if images.shape[1:] != network.input_shape or labels.min() < 0 or labels.max() >= network.num_classes:
-        raise SpecError(f"data: images {images.shape[1:]} and labels {labels.min()}..{labels.max()} do not "
-                        f"fit {args.network}: {network.input_shape}, 0..{network.num_classes - 1}")
-    data = split(images, labels, args.seed)
+    data = load(args.data, network.input_shape, network.num_classes, seed=args.seed, limit=args.limit)
     real = golden.init_params(network, np.random.default_rng(args.seed), scale=args.init_scale)
-    check = stability.margin(network, real, data[0][:8], data[2][:8], lr=args.lr, fp_stale=stale,
+    check = stability.margin(network, real, data.train_x[:8], data.train_y[:8], lr=args.lr, fp_stale=stale,
                              batch=args.batch, rng=np.random.default_rng(args.seed), loss=args.loss)
     print(check)
     if check.margin < 1:
@@ -204,7 +170,7 @@ def _train_and_plot(args, out):
     runs = [Run(f"{args.mode} {args.update}", args.mode, stale, params)]
     if not args.no_reference and (args.mode, args.update) != ("float", "aligned"):
         runs.append(Run("float aligned", "float", {}, real))
-    print(f"{len(data[0])} training, {len(data[1])} test samples; batch {args.batch}, lr {args.lr:g}, "
+    print(f"{len(data.train_x)} training, {len(data.test_x)} test samples; batch {args.batch}, lr {args.lr:g}, "
           f"loss {args.loss}")
     try:
         train(network, runs, data, epochs=args.epochs, batch=args.batch, lr=args.lr, formats=formats,

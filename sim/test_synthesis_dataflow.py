@@ -6,7 +6,7 @@ import pytest
 from hw.memory.line_buffer import LineBuffer
 from hw.memory.pab import PartialActivationBuffer
 from hw.node.sfu import SFU
-from hw.synth import SYNTH_COMMANDS, synthesize
+from hw.synth import synthesize
 from mapping.nodeconfig import Pool
 
 # A 3x3 line buffer over 32 channels x 65 pixels: K-1 = 2 row memories, each 65 deep (past
@@ -18,12 +18,7 @@ BLOCKS_PER_ROW = -(-32 * 16 // 36)
 
 
 def synth(design, family, workdir):
-    """Yosys 0.70's ABC9 step fails an assertion ("count_id(wire->name) == 0") on wires named
-    like ``i__payload[0]``, Amaranth's names for the elements of array payloads, because it
-    names its own per-bit wires that way. Hiding those names first avoids it; until
-    hw/synth.py does so, the command is spliced into its script through ``extra``."""
-    extra = f"-run :begin; rename -hide w:*[*; {SYNTH_COMMANDS[family]} -run begin:"
-    return synthesize(design, family, workdir=workdir, extra=extra)
+    return synthesize(design, family, workdir=workdir, inference_only=True)
 
 
 def test_line_buffer_rows_map_to_dp16kd_on_ecp5(tmp_path):
@@ -31,7 +26,7 @@ def test_line_buffer_rows_map_to_dp16kd_on_ecp5(tmp_path):
     assert result.cells.get("DP16KD") == result.bram == 2 * BLOCKS_PER_ROW
 
 
-@pytest.mark.slow  # synth_xilinx takes about 25 s here
+@pytest.mark.slow  # synth_xilinx reads its cell library for about 5 s
 def test_line_buffer_rows_map_to_ramb_on_xc7(tmp_path):
     result = synth(LineBuffer(**LB, family="xc7"), "xc7", tmp_path)
     assert result.cells.get("RAMB18E1") == result.bram == 2 * BLOCKS_PER_ROW  # RAMB18 units

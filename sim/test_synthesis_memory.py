@@ -12,11 +12,9 @@ RAMB36); only simple dual-port memories (one read, one write port) may use 36 (7
 """
 
 import math
-import re
 from dataclasses import replace
 
 import pytest
-from amaranth.back import rtlil
 
 from hw.balance.blocks import hosted_blocks, relayed_blocks
 from hw.balance.hosted_rows import HostedRows
@@ -25,7 +23,7 @@ from hw.memory.act_ram import ActRam
 from hw.memory.fifo import Fifo
 from hw.memory.grad_buffer import GradientBuffer
 from hw.memory.param_ram import ParamRam
-from hw.synth import synthesize_rtlil
+from hw.synth import synthesize
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import Training
@@ -51,17 +49,10 @@ def predicted_blocks(family, width, depth, true_dual_port):
                for w, d, units, sdp_only in SHAPES[family] if not (sdp_only and true_dual_port))
 
 
-def synthesize(dut, family, tmp_path):
-    """hw.synth on ``dut``, with Amaranth's per-element wire names made bracket-free.
-
-    Amaranth names the elements of array-shaped signals ``x[0]``, ``x[1]``...; Yosys's
-    ABC9 re-integration names bits the same way and stops on the clash
-    (YosysHQ/yosys#4349). Renaming the debug aliases changes nothing else.
-    """
-    text = rtlil.convert(dut, name="top")
-    text = re.sub(r"\\\S+", lambda name: name.group(0).replace("[", "(").replace("]", ")"), text)
-    (tmp_path / "top.il").write_text(text)
-    return synthesize_rtlil(tmp_path / "top.il", family, tmp_path)
+def synth(dut, family, tmp_path, inference_only=True):
+    """Block RAM, distributed RAM and multiplier counts (hw.synth's inference-only flow); the
+    whole flow where a test counts flip-flops."""
+    return synthesize(dut, family, workdir=tmp_path, inference_only=inference_only)
 
 
 def bram_cells(result):
@@ -70,7 +61,7 @@ def bram_cells(result):
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])
 def test_act_ram_16_channels_1024_deep(family, tmp_path):
-    result = synthesize(ActRam(channels=16, depth=1024, family=family), family, tmp_path)
+    result = synth(ActRam(channels=16, depth=1024, family=family), family, tmp_path, inference_only=False)
     # 256 bits x 1024: fifteen 1K x 18 blocks (sixteen 512 x 36 ones would cost more).
     assert result.bram == predicted_blocks(family, 16 * 16, 1024, False) == 15
     assert bram_cells(result) == ({"DP16KD": 15} if family == "ecp5" else {"RAMB18E1": 15})
@@ -79,14 +70,15 @@ def test_act_ram_16_channels_1024_deep(family, tmp_path):
 
 
 def test_act_ram_odd_width_and_depth(tmp_path):
-    result = synthesize(ActRam(channels=3, depth=700, family="ecp5"), "ecp5", tmp_path)
+    result = synth(ActRam(channels=3, depth=700, family="ecp5"), "ecp5", tmp_path)
     assert result.bram == predicted_blocks("ecp5", 3 * 16, 700, False) == 3
 
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])
 def test_lpram_true_dual_port(family, tmp_path):
     # P = 2 banks of 3x3 kernels for one input channel: 18 words per address, 512 addresses.
-    result = synthesize(ParamRam(banks=2, rows=512, words=9, family=family), family, tmp_path)
+    result = synth(ParamRam(banks=2, rows=512, words=9, family=family), family, tmp_path,
+                   inference_only=family != "ecp5")
     assert result.bram == predicted_blocks(family, 2 * 9 * 18, 512, True) == 18
     assert bram_cells(result) == ({"DP16KD": 18} if family == "ecp5" else {"RAMB36E1": 9})
     if family == "ecp5":
@@ -99,7 +91,7 @@ def test_lpram_true_dual_port(family, tmp_path):
 
 def test_lpram_wide_rows(tmp_path):
     # 4 input channels x 3x3: 36 words per row, one DP16KD column per word.
-    result = synthesize(ParamRam(banks=1, rows=100, words=36, family="ecp5"), "ecp5", tmp_path)
+    result = synth(ParamRam(banks=1, rows=100, words=36, family="ecp5"), "ecp5", tmp_path)
     assert result.bram == predicted_blocks("ecp5", 36 * 18, 100, True) == 36
 
 
@@ -127,7 +119,7 @@ def test_hosted_rows_in_lut_ram(tmp_path):
     assert memories(hosted) == {"bpram.mem": (4 * 16, 16, "distributed"),
                                 "bgb.mem": (4 * 48, 16, "distributed")}
     assert bram_blocks(4 * 16, 16, "ecp5", dual_read=True) == bram_blocks(4 * 48, 16, "ecp5") == 0
-    result = synthesize(hosted, "ecp5", tmp_path)
+    result = synth(hosted, "ecp5", tmp_path)
     assert bram_cells(result) == {}
     # TRELLIS_DPR16X4: 16 x 4 bits, one read port each. The BPRAM's two read ports (the FP
     # and EB row streamers) take a copy each, 2 x 64 / 4 = 32; the BGB's one read port
@@ -142,7 +134,7 @@ def test_hosted_rows_in_block_ram(tmp_path):
     block, config = hosted_fc_block()
     hosted = HostedRows(block, config.formats, config.training, family="ecp5")
     assert memories(hosted) == {"bpram.mem": (4 * 16, 64, "block"), "bgb.mem": (4 * 48, 64, "block")}
-    result = synthesize(hosted, "ecp5", tmp_path)
+    result = synth(hosted, "ecp5", tmp_path)
     # BPRAM: 4 words of 18 bits (word writes), read by both streamers: 1024 x 18 true dual
     # port, 4 blocks. BGB: 192 bits, one read and one write port: 512 x 36, 6 blocks.
     assert result.bram == (predicted_blocks("ecp5", 4 * 18, 64, True)
@@ -158,7 +150,7 @@ def test_hosted_rows_in_block_ram(tmp_path):
 def test_gradient_buffer_accumulator_and_update_multipliers(family, out_channels, tmp_path):
     gb = GradientBuffer(out_channels=out_channels, in_channels=1, kernel=3, banks=2, shift=24, lr=3000,
                         seed=1, tensor=2, family=family)
-    result = synthesize(gb, family, tmp_path)
+    result = synth(gb, family, tmp_path)
     # Sums: one address per group of P = 2 channels, 2 x 9 x 48 = 864 bits, one read and
     # one write port: 512 x 36 (x72) shapes; deeper than LUT RAM (32 > 16, 256 > 64).
     assert result.bram == predicted_blocks(family, 2 * 9 * 48, out_channels // 2, False) == 24
@@ -176,7 +168,7 @@ FOLDED = layer_slice(in_channels=(0, 5), out_channels=(0, 64), kernel=3, ces=2, 
 def test_folded_lpram(tmp_path):
     lpram = ParamRam.from_slice(FOLDED, family="ecp5")
     assert (lpram.rows, lpram.words) == (32 * 3, 2 * 9)
-    result = synthesize(lpram, "ecp5", tmp_path)
+    result = synth(lpram, "ecp5", tmp_path)
     # 36 words of 18 bits: 36 DP16KD (unfolded, 2 x 45 words 32 deep: 90).
     assert result.bram == predicted_blocks("ecp5", 2 * 18 * 18, 96, True) == 36
     assert bram_cells(result) == {"DP16KD": 36}
@@ -185,7 +177,7 @@ def test_folded_lpram(tmp_path):
 def test_folded_gradient_buffer(tmp_path):
     training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=900)
     lgb = GradientBuffer.from_slice(FOLDED, Formats(), training, family="ecp5")
-    result = synthesize(lgb, "ecp5", tmp_path)
+    result = synth(lgb, "ecp5", tmp_path)
     # 36 sums of 48 bits, one read and one write port: 512 x 36 shapes (unfolded: 120 blocks).
     assert result.bram == predicted_blocks("ecp5", 2 * 18 * 48, 96, False) == 48
     assert bram_cells(result) == {"DP16KD": 48}
@@ -199,7 +191,7 @@ def test_folded_gradient_buffer(tmp_path):
     ("xc7", 65, {"RAMB18E1": 1}),
 ])
 def test_fifo_memory_style_switches_at_the_lutram_depth(family, depth, cells, tmp_path):
-    result = synthesize(Fifo(36, depth, family=family), family, tmp_path)
+    result = synth(Fifo(36, depth, family=family), family, tmp_path)
     rams = {cell: n for cell, n in result.cells.items()
             if cell.startswith(("DP16KD", "RAMB", "TRELLIS_DPR", "RAM32", "RAM64", "RAM128", "RAM256"))}
     assert rams == cells
@@ -218,7 +210,7 @@ def test_relayed_streams_in_lut_ram(tmp_path):
     # (6 groups x 8 passes: 6 bits) and 4 exact 32-bit products
     assert memories(relay) == {"fp.mem": (64, 3, "distributed"), "eb.mem": (64, 3, "distributed"),
                                "grad.mem": (6 + 4 * 32, 3, "distributed")}
-    result = synthesize(relay, "ecp5", tmp_path)
+    result = synth(relay, "ecp5", tmp_path)
     assert bram_cells(result) == {} and result.dsp == 0
     # TRELLIS_DPR16X4: 16 x 4 bits per cell, one read port each
     assert result.cells.get("TRELLIS_DPR16X4") == 64 // 4 + 64 // 4 + math.ceil(134 / 4) == 66

@@ -12,7 +12,7 @@ from .cli_refusal import refusal
 
 def test_digits_are_split_into_a_seeded_held_out_set():
     dataset = data.load(data.DIGITS, (1, 8, 8), 10, seed=0)
-    assert (len(dataset.train_x), len(dataset.test_x)) == (1438, 359)  # scikit-learn's 1797, 20% held out
+    assert (len(dataset.train_x), len(dataset.test_x)) == (1437, 360)  # scikit-learn's 1797, 20% (rounded up) held out, stratified
     assert dataset.train_x.shape[1:] == (1, 8, 8) and dataset.train_x.max() == 1.0 and dataset.train_x.min() == 0
     again = data.load(data.DIGITS, (1, 8, 8), 10, seed=0)
     np.testing.assert_array_equal(again.test_y, dataset.test_y)
@@ -24,6 +24,18 @@ def test_npz_with_its_own_test_split(tmp_path):
     np.savez(path, x=rng.random((6, 4, 4)), y=np.arange(6) % 3, x_test=rng.random((2, 4, 4)), y_test=[0, 2])
     dataset = data.load(str(path), (1, 4, 4), 3)
     assert dataset.train_x.shape == (6, 1, 4, 4) and list(dataset.test_y) == [0, 2]
+
+
+def test_npz_split_is_stratified_where_every_class_has_two_samples(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "d.npz"
+    np.savez(path, x=rng.random((10, 4, 4)), y=[0] * 5 + [1] * 5)
+    dataset = data.load(str(path), (1, 4, 4), 3)
+    assert sorted(dataset.test_y) == [0, 1]  # 20% of 10, one of each class
+    np.savez(path, x=rng.random((10, 4, 4)), y=[0] * 9 + [2])  # class 2 once: split unstratified
+    dataset = data.load(str(path), (1, 4, 4), 3)
+    assert (len(dataset.train_y), len(dataset.test_y)) == (8, 2)
+    assert sorted([*dataset.train_y, *dataset.test_y]) == [0] * 9 + [2]
 
 
 @pytest.mark.parametrize("arrays, message", [
