@@ -23,7 +23,7 @@ from hw.memory.act_ram import ActRam
 from hw.memory.fifo import Fifo
 from hw.memory.grad_buffer import GradientBuffer
 from hw.memory.param_ram import ParamRam
-from hw.synth import synthesize
+from hw.synth import SynthResult, synthesize
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import Training
@@ -53,6 +53,16 @@ def synth(dut, family, tmp_path, inference_only=True):
     """Block RAM, distributed RAM and multiplier counts (hw.synth's inference-only flow); the
     whole flow where a test counts flip-flops."""
     return synthesize(dut, family, workdir=tmp_path, inference_only=inference_only)
+
+
+def test_an_inference_only_result_refuses_logic_counts():
+    result = SynthResult("ecp5", {"DP16KD": 2, "LUT4": 7, "TRELLIS_FF": 3}, inference_only=True)
+    assert (result.bram, result.dsp) == (2, 0)
+    for count, what in (("lut", "LUT"), ("ff", "flip-flop")):
+        with pytest.raises(ValueError) as error:
+            getattr(result, count)
+        assert str(error.value) == f"no {what} count: synthesis stopped once memories and multipliers were mapped"
+    assert SynthResult("ecp5", {"LUT4": 7, "TRELLIS_FF": 3}).lut == 7
 
 
 def bram_cells(result):
