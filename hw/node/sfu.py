@@ -232,12 +232,17 @@ class SFU(wiring.Component):
         # Pool stage: running window maxima and their positions.
         entry = data.ArrayLayout(
             data.StructLayout({"value": signed(WORD), "code": unsigned(self.code_bits)}), oc)
+        # The window position's two selects are registered with the pixel: decoded from kx and ky
+        # in this stage, they sat in front of every channel's comparator, and that path (kx ->
+        # select -> compare -> mask FIFO data) was node 2's worst at 95.6 MHz.
         p2 = Signal(data.StructLayout({"valid": 1, "pixel": pixel_layout(oc), "kx": range(k),
                                        "ky": range(k), "px": pos.px.shape(), "code": pos.code.shape(),
-                                       "inside": 1}))
+                                       "inside": 1, "fresh": 1, "from_band": 1}))
         with m.If(advance2):
             m.d.sync += [p2.valid.eq(complete), p2.kx.eq(pos.kx), p2.ky.eq(pos.ky), p2.px.eq(pos.px),
-                         p2.code.eq(pos.code), p2.inside.eq(pos.inside)]
+                         p2.code.eq(pos.code), p2.inside.eq(pos.inside),
+                         p2.fresh.eq((pos.kx == 0) & (pos.ky == 0)),
+                         p2.from_band.eq((pos.kx == 0) & (pos.ky != 0))]
             for c in range(oc):
                 m.d.sync += p2.pixel[c].eq(Mux(words[c] > 0, words[c], 0) if self.relu else words[c])
 
@@ -250,11 +255,10 @@ class SFU(wiring.Component):
             wr = band.write_port()
             rd = band.read_port(transparent_for=(wr,))  # a one-window-wide map reads what it writes
             m.d.comb += [rd.addr.eq(pos.px), rd.en.eq(advance2), wr.addr.eq(p2.px)]
-            base = entry(Mux((p2.kx == 0) & (p2.ky != 0), rd.data, running))
-        fresh = (p2.kx == 0) & (p2.ky == 0)
+            base = entry(Mux(p2.from_band, rd.data, running))
         best = Signal(entry)
         for c in range(oc):
-            take = fresh | (p2.pixel[c] > base[c].value)
+            take = p2.fresh | (p2.pixel[c] > base[c].value)
             m.d.comb += best[c].eq(Mux(take, Cat(p2.pixel[c], p2.code), base[c]))
         emit = p2.valid & p2.inside & (p2.kx == k - 1) & (p2.ky == k - 1)
         with m.If(advance2 & p2.valid & p2.inside):
