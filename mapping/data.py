@@ -16,6 +16,7 @@ from sklearn.model_selection import train_test_split
 from .errors import SpecError
 
 DIGITS = "digits"
+SOURCE_HELP = f"'{DIGITS}' (scikit-learn's 8x8 digits) or an .npz with arrays x, y [, x_test, y_test]"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from . import golden, stability
 from .cluster import parse_cluster
 from .cli import (LOSS_HELP, DefaultsShown, Parser, add_loss_option, formats_of, output_folder, positive_int,
                   positive_number)
-from .data import load
+from .data import DIGITS, SOURCE_HELP, load
 from .errors import SpecError, run_cli
 from .mapper import GENERATOR_OPTIONS, map_network
 from .zoo import get
@@ -127,7 +127,7 @@ def write_curves(runs, out):
 def parse_args(argv):
     p = Parser(prog="python -m mapping.train", description=__doc__.split("\n\n")[0], formatter_class=DefaultsShown)
     p.add_argument("--network", default="lenet-digits", help="zoo name or network spec file")
-    p.add_argument("--data", default="digits", help="'digits' (scikit-learn's) or an .npz with x, y [, x_test, y_test]")
+    p.add_argument("--data", default=DIGITS, help=SOURCE_HELP)
     p.add_argument("--epochs", type=positive_int, default=5, help="passes over the training split")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster the staleness is mapped on")
     p.add_argument("--mode", choices=golden.MODES, default="fixed", help="the hardware's fixed point, or float")

@@ -35,7 +35,7 @@ def parse_args(argv):
     parser = Parser(prog="python -m sim.train", description=__doc__.splitlines()[0], formatter_class=DefaultsShown)
     parser.add_argument("--network", default="lenet-digits", help="a network of the zoo or a spec file")
     parser.add_argument("--cluster", default="ecp5-85:3", help="e.g. ecp5-85:3 or ecp5-85:2+ecp5-45:2")
-    parser.add_argument("--data", default=data.DIGITS, help=f"'{data.DIGITS}' (scikit-learn's) or a .npz file")
+    parser.add_argument("--data", default=data.DIGITS, help=data.SOURCE_HELP)
     parser.add_argument("--epochs", type=positive_int, default=1)
     parser.add_argument("--samples", type=positive_int,
                         help="train on this many samples per epoch (default: the whole training split)")
