@@ -74,7 +74,9 @@ def load(source, input_shape, classes, *, test_fraction=0.2, seed=0, limit=None)
     held = int(np.ceil(len(x) * test_fraction))
     if held < 1 or held >= len(x):
         raise SpecError(f"{source}: {len(x)} samples cannot be split into training and a {test_fraction:.0%} test set")
-    # stratifying needs two samples of every class present (a class of one cannot be in both)
-    stratify = y if np.unique(y, return_counts=True)[1].min() >= 2 and min(held, len(x) - held) >= len(np.unique(y)) else None
+    # Stratifying puts every class in both splits: it needs two samples of each, and room for
+    # every class in each split.
+    counts = np.unique(y, return_counts=True)[1]
+    stratify = y if counts.min() >= 2 and min(held, len(x) - held) >= len(counts) else None
     train_x, test_x, train_y, test_y = train_test_split(x, y, test_size=held, stratify=stratify, random_state=seed)
     return Dataset(str(source), train_x, train_y, test_x, test_y)

@@ -7,8 +7,8 @@ exactly as ``hw.build`` does, so ``--update pipelined`` (the default) is the wei
 version schedule the chain runs (docs/weight_versions.md) and ``--update aligned`` is
 plain mini-batch SGD. Data: scikit-learn's bundled 8x8 digits (``digits``) or an .npz
 as mapping/data.py reads it (``x``, ``y`` and optionally ``x_test``, ``y_test``); without a
-test split of its own, a stratified 20% is held out. The sample count and so the rounding noise and the
-stale weight versions continue across epochs (``golden.train(resume=...)``).
+test split of its own, a stratified 20% is held out. The sample count and so the rounding
+noise and the stale weight versions continue across epochs (``golden.train(resume=...)``).
 
 Unless ``--no-reference``, float aligned SGD runs too, from the same initial weights on
 the same sample order, and both curves go to ``curves.csv`` and ``fig16.png``.

@@ -12,8 +12,8 @@ from hw.node.top import Node, connect_chain
 from mapping import mapper, zoo
 from mapping.cluster import parse_cluster
 from mapping.golden import random_data
-from mapping.network import Layer, infer
 from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.network import Layer, infer
 from mapping.nodeconfig import WeightBlock
 from mapping.numerics import LOSSES, Formats
 from sim.chain import (BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, mean_cycles_per_sample, report,

@@ -12,7 +12,8 @@ from .cli_refusal import refusal
 
 def test_digits_are_split_into_a_seeded_held_out_set():
     dataset = data.load(data.DIGITS, (1, 8, 8), 10, seed=0)
-    assert (len(dataset.train_x), len(dataset.test_x)) == (1437, 360)  # scikit-learn's 1797, 20% (rounded up) held out, stratified
+    # scikit-learn's 1797 digits, 20% (rounded up) held out, stratified by class
+    assert (len(dataset.train_x), len(dataset.test_x)) == (1437, 360)
     assert dataset.train_x.shape[1:] == (1, 8, 8) and dataset.train_x.max() == 1.0 and dataset.train_x.min() == 0
     again = data.load(data.DIGITS, (1, 8, 8), 10, seed=0)
     np.testing.assert_array_equal(again.test_y, dataset.test_y)
