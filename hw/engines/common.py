@@ -13,6 +13,7 @@ from amaranth.hdl import Cat, Const, Mux, Signal
 from mapping.numerics import WORD_BITS
 
 from ..arith.mult import Multiplier
+from ..base.counter import ModuloCounter
 
 
 def multiply(m, name, a, b, advance, family):
@@ -35,26 +36,15 @@ class Issue:
     """
 
     def __init__(self, m, groups, passes, valid, advance, *, group_major):
-        self.group, self.pass_ = Signal(range(groups)), Signal(range(passes))
-        self.first_group, self.last_group = Signal(), Signal()
-        self.first_pass, self.last_pass = Signal(), Signal()
         self.issue, self.accept = Signal(), Signal()
+        inner_count, outer_count = (passes, groups) if group_major else (groups, passes)
+        inner = ModuloCounter(m, inner_count, self.issue)
+        outer = ModuloCounter(m, outer_count, self.issue & inner.last)
+        by_pass, by_group = (inner, outer) if group_major else (outer, inner)
+        self.pass_, self.first_pass, self.last_pass = by_pass.value, by_pass.first, by_pass.last
+        self.group, self.first_group, self.last_group = by_group.value, by_group.first, by_group.last
         last = self.last_group & self.last_pass
-        m.d.comb += [
-            self.first_group.eq(self.group == 0),
-            self.last_group.eq(self.group == groups - 1),
-            self.first_pass.eq(self.pass_ == 0),
-            self.last_pass.eq(self.pass_ == passes - 1),
-            self.issue.eq(valid & advance),
-            self.accept.eq(advance & last),
-        ]
-        inner, inner_last, outer, outer_last = (
-            (self.pass_, self.last_pass, self.group, self.last_group) if group_major else
-            (self.group, self.last_group, self.pass_, self.last_pass))
-        with m.If(self.issue):
-            m.d.sync += inner.eq(Mux(inner_last, 0, inner + 1))
-            with m.If(inner_last):
-                m.d.sync += outer.eq(Mux(outer_last, 0, outer + 1))
+        m.d.comb += [self.issue.eq(valid & advance), self.accept.eq(advance & last)]
         if passes == 1:
             self.addr = self.group  # one pass: the address is the group
             return

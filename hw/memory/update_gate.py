@@ -22,11 +22,12 @@ Engines raise ``*_start`` for one cycle when they begin a sample (only while
 ``*_allow`` is high) and ``*_done`` when they finish one.
 """
 
-from amaranth.hdl import Assert, Const, Module, Mux, Signal
+from amaranth.hdl import Assert, Const, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..base.checks import refuse
+from ..base.counter import ModuloCounter
 
 COUNT_BITS = 32
 
@@ -124,12 +125,11 @@ class SampleGate(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        beat = Signal(range(self.beats))
-        open_ = (beat != 0) | self.allow  # mid-sample beats are never held
+        beat = ModuloCounter(m, self.beats, self.o.valid & self.o.ready)
+        open_ = ~beat.first | self.allow  # mid-sample beats are never held
         m.d.comb += [self.o.payload.eq(self.i.payload),
                      self.o.valid.eq(self.i.valid & open_),
                      self.i.ready.eq(self.o.ready & open_)]
         with m.If(self.o.valid & self.o.ready):
-            m.d.comb += [self.start.eq(beat == 0), self.done.eq(beat == self.beats - 1)]
-            m.d.sync += beat.eq(Mux(beat == self.beats - 1, 0, beat + 1))
+            m.d.comb += [self.start.eq(beat.first), self.done.eq(beat.last)]
         return m

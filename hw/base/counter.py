@@ -1,0 +1,23 @@
+"""A modulo counter whose first and last flags are registers.
+
+Engines and sample gates decide their ready from "is this the first / last step", and
+that decision sits on paths through several blocks (an engine's window ready, a FIFO's
+clock enable behind it); comparing the count there adds a level of logic, so the flags
+are registered with the count instead.
+"""
+
+from amaranth.hdl import Mux, Signal
+
+
+class ModuloCounter:
+    """``value`` counts 0 .. ``count``-1 and wraps, one step in each cycle ``step`` is high;
+    ``first`` is high while ``value == 0``, ``last`` while ``value == count - 1``."""
+
+    def __init__(self, m, count, step):
+        self.value = Signal(range(count))
+        self.first, self.last = Signal(init=1), Signal(init=count == 1)
+        if count == 1:
+            return  # always 0, first and last
+        with m.If(step):
+            m.d.sync += [self.value.eq(Mux(self.last, 0, self.value + 1)), self.first.eq(self.last),
+                         self.last.eq(~self.last & (self.value == count - 2))]
