@@ -211,8 +211,10 @@ class GradientBuffer(WeightWalk, wiring.Component):
 
         # Update state: address a = g*v + i (``g`` holds a), pass i, and the chunk at the
         # address: bank chunk pn (banks pn*cb ..) and word chunk jn (words jn*cw ..), flat
-        # number ``chunk``. ``index`` is the noise index of the chunk's first word, ``bank_base``
-        # of word 0 of its first bank, ``pass_base`` of word 0 of bank 0 at the address.
+        # number ``chunk`` (= pn * word_chunks + jn, kept in a register of its own: it selects
+        # every lane's operands for the update multipliers). ``index`` is the noise index of the
+        # chunk's first word, ``bank_base`` of word 0 of its first bank, ``pass_base`` of word 0
+        # of bank 0 at the address.
         cb, cw = self.chunk_banks, self.chunk_words
         bank_chunks, word_chunks = -(-self.banks // cb), -(-words // cw)
         g, i = Signal(range(self.rows)), Signal(range(self.passes))
@@ -222,7 +224,6 @@ class GradientBuffer(WeightWalk, wiring.Component):
         batch = Signal(SAMPLE_BITS)
         loading, feeding, clearing, reading = Signal(), Signal(), Signal(), Signal()
         advance = rounder.i.ready  # the whole update pipeline moves together
-        m.d.comb += chunk.eq(pn * word_chunks + jn)
 
         # The walk's position: chunks of padding only (past S in the last pass, past O in the
         # last group) are skipped, padded words within a chunk masked.
@@ -270,7 +271,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.update):
-                    m.d.sync += [batch.eq(self.batch), g.eq(0), i.eq(0), pn.eq(0), jn.eq(0),
+                    m.d.sync += [batch.eq(self.batch), g.eq(0), i.eq(0), pn.eq(0), jn.eq(0), chunk.eq(0),
                                  index.eq(self.index_base), bank_base.eq(self.index_base),
                                  pass_base.eq(self.index_base)]
                     m.next = "LOAD"
@@ -284,15 +285,16 @@ class GradientBuffer(WeightWalk, wiring.Component):
                         m.next = "FLUSH"
                     with m.Elif(address_end):
                         next_base = pass_base + Mux(last_pass, self.group_step, words)
-                        m.d.sync += [g.eq(g + 1), i.eq(Mux(last_pass, 0, i + 1)), pn.eq(0), jn.eq(0),
+                        m.d.sync += [g.eq(g + 1), i.eq(Mux(last_pass, 0, i + 1)), pn.eq(0), jn.eq(0), chunk.eq(0),
                                      index.eq(next_base), bank_base.eq(next_base), pass_base.eq(next_base)]
                         if self.shared:
                             m.next = "LOAD"
                     with m.Elif(row_end):
                         next_bank = bank_base + cb * self.index_stride
-                        m.d.sync += [pn.eq(pn + 1), jn.eq(0), index.eq(next_bank), bank_base.eq(next_bank)]
+                        m.d.sync += [pn.eq(pn + 1), jn.eq(0), chunk.eq(chunk - jn + word_chunks),
+                                     index.eq(next_bank), bank_base.eq(next_bank)]
                     with m.Else():
-                        m.d.sync += [jn.eq(jn + 1), index.eq(index + cw)]
+                        m.d.sync += [jn.eq(jn + 1), chunk.eq(chunk + 1), index.eq(index + cw)]
             with m.State("FLUSH"):
                 with m.If(self.done):
                     m.next = "IDLE"
