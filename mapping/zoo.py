@@ -17,7 +17,8 @@ from .errors import SpecError
 from .network import Layer, infer, load
 
 
-def _conv(name, out, k, stride=1, pad=0, groups=1, bias=True):
+def conv(name, out, k, stride=1, pad=0, groups=1, bias=True):
+    """A conv2d layer (biased, ungrouped unless told): the zoo's networks and tests build with it."""
     return Layer("conv2d", name, out_channels=out, kernel=k, stride=stride, padding=pad,
                  groups=groups, bias=bias)
 
@@ -37,8 +38,8 @@ def _fc(name, out):
 def lenet5():
     """LeNet-5 (LeCun et al. 1998) on 28x28 MNIST digits, padded to 32x32 by conv1."""
     return infer("lenet5", (1, 28, 28), [
-        _conv("conv1", 6, 5, pad=2), _relu("relu1"), _pool("pool1"),
-        _conv("conv2", 16, 5), _relu("relu2"), _pool("pool2"),
+        conv("conv1", 6, 5, pad=2), _relu("relu1"), _pool("pool1"),
+        conv("conv2", 16, 5), _relu("relu2"), _pool("pool2"),
         Layer("flatten", "flatten"), _fc("fc1", 120), _relu("relu3"), _fc("fc2", 84), _relu("relu4"),
         _fc("fc3", 10),
     ])
@@ -47,8 +48,8 @@ def lenet5():
 def tiny():
     """Two 3x3 conv layers and a classifier on 1x8x8 inputs: the cycle-level test net."""
     return infer("tiny", (1, 8, 8), [
-        _conv("conv1", 4, 3, pad=1), _relu("relu1"), _pool("pool1"),
-        _conv("conv2", 8, 3, pad=1), _relu("relu2"), _pool("pool2"),
+        conv("conv1", 4, 3, pad=1), _relu("relu1"), _pool("pool1"),
+        conv("conv2", 8, 3, pad=1), _relu("relu2"), _pool("pool2"),
         Layer("flatten", "flatten"), _fc("fc", 10),
     ])
 
@@ -57,7 +58,7 @@ def micro():
     """One 3x3 conv layer of 2 channels and a classifier on 1x6x6 inputs: the smallest net whose
     nodes have every engine (FP, PG; EB at the classifier), for the quickest board build."""
     return infer("micro", (1, 6, 6), [
-        _conv("conv1", 2, 3, pad=1), _relu("relu1"), _pool("pool1"),
+        conv("conv1", 2, 3, pad=1), _relu("relu1"), _pool("pool1"),
         Layer("flatten", "flatten"), _fc("fc", 4),
     ])
 
@@ -65,19 +66,19 @@ def micro():
 def lenet_digits():
     """A LeNet-size net for 8x8 digit images (as in scikit-learn's digits set), 10 classes."""
     return infer("lenet-digits", (1, 8, 8), [
-        _conv("conv1", 6, 3, pad=1), _relu("relu1"), _pool("pool1"),
-        _conv("conv2", 16, 3, pad=1), _relu("relu2"), _pool("pool2"),
+        conv("conv1", 6, 3, pad=1), _relu("relu1"), _pool("pool1"),
+        conv("conv2", 16, 3, pad=1), _relu("relu2"), _pool("pool2"),
         Layer("flatten", "flatten"), _fc("fc1", 32), _relu("relu3"), _fc("fc2", 10),
     ])
 
 
 def _alexnet(name, groups):
     return infer(name, (3, 227, 227), [
-        _conv("conv1", 96, 11, stride=4), _relu("relu1"), _pool("pool1", 3, 2),
-        _conv("conv2", 256, 5, pad=2, groups=groups), _relu("relu2"), _pool("pool2", 3, 2),
-        _conv("conv3", 384, 3, pad=1), _relu("relu3"),
-        _conv("conv4", 384, 3, pad=1, groups=groups), _relu("relu4"),
-        _conv("conv5", 256, 3, pad=1, groups=groups), _relu("relu5"), _pool("pool5", 3, 2),
+        conv("conv1", 96, 11, stride=4), _relu("relu1"), _pool("pool1", 3, 2),
+        conv("conv2", 256, 5, pad=2, groups=groups), _relu("relu2"), _pool("pool2", 3, 2),
+        conv("conv3", 384, 3, pad=1), _relu("relu3"),
+        conv("conv4", 384, 3, pad=1, groups=groups), _relu("relu4"),
+        conv("conv5", 256, 3, pad=1, groups=groups), _relu("relu5"), _pool("pool5", 3, 2),
         Layer("flatten", "flatten"),
         _fc("fc6", 4096), _relu("relu6"), _fc("fc7", 4096), _relu("relu7"), _fc("fc8", 1000),
     ])
@@ -98,7 +99,7 @@ def _vgg(name, stages, batchnorm=False):
     layers = []
     for stage, (channels, convs) in enumerate(stages, start=1):
         for i in range(1, convs + 1):
-            layers.append(_conv(f"conv{stage}_{i}", channels, 3, pad=1))
+            layers.append(conv(f"conv{stage}_{i}", channels, 3, pad=1))
             if batchnorm:
                 layers.append(Layer("batchnorm", f"bn{stage}_{i}"))
             layers.append(_relu(f"relu{stage}_{i}"))
@@ -132,24 +133,24 @@ def vgg19():
 def _basic_block(p, channels, stride, previous):
     """Two 3x3 convolutions (He et al. Fig. 2 left); returns the block's layers and its last name."""
     return [
-        _conv(f"{p}.conv1", channels, 3, stride=stride, pad=1, bias=False),
+        conv(f"{p}.conv1", channels, 3, stride=stride, pad=1, bias=False),
         Layer("batchnorm", f"{p}.bn1"), _relu(f"{p}.relu1"),
-        _conv(f"{p}.conv2", channels, 3, pad=1, bias=False), Layer("batchnorm", f"{p}.bn2"),
+        conv(f"{p}.conv2", channels, 3, pad=1, bias=False), Layer("batchnorm", f"{p}.bn2"),
     ], f"{p}.bn2"
 
 
 def _bottleneck(p, channels, stride, previous):
     """1x1 reduce, 3x3 (carrying the stride, as torchvision's v1.5), 1x1 expand by 4 (He et al. Fig. 5 right)."""
     return [
-        _conv(f"{p}.conv1", channels, 1, bias=False), Layer("batchnorm", f"{p}.bn1"), _relu(f"{p}.relu1"),
-        _conv(f"{p}.conv2", channels, 3, stride=stride, pad=1, bias=False),
+        conv(f"{p}.conv1", channels, 1, bias=False), Layer("batchnorm", f"{p}.bn1"), _relu(f"{p}.relu1"),
+        conv(f"{p}.conv2", channels, 3, stride=stride, pad=1, bias=False),
         Layer("batchnorm", f"{p}.bn2"), _relu(f"{p}.relu2"),
-        _conv(f"{p}.conv3", 4 * channels, 1, bias=False), Layer("batchnorm", f"{p}.bn3"),
+        conv(f"{p}.conv3", 4 * channels, 1, bias=False), Layer("batchnorm", f"{p}.bn3"),
     ], f"{p}.bn3"
 
 
 def _resnet(name, block, blocks_per_stage, expansion):
-    layers = [_conv("conv1", 64, 7, stride=2, pad=3, bias=False), Layer("batchnorm", "bn1"),
+    layers = [conv("conv1", 64, 7, stride=2, pad=3, bias=False), Layer("batchnorm", "bn1"),
               _relu("relu1"), _pool("pool1", 3, 2, 1)]
     previous, channels_in = "pool1", 64
     for stage, (channels, count) in enumerate(zip((64, 128, 256, 512), blocks_per_stage), start=1):

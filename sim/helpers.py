@@ -9,7 +9,6 @@ from amaranth.hdl import Fragment
 
 from hw.engines.fp_engine import FPEngine
 from mapping import numerics, tensor_ops
-from mapping.network import Layer
 from mapping.nodeconfig import Engine, LayerSlice, Pool
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
@@ -246,9 +245,3 @@ def accumulators(rng, count, shift, acc_width):
          rng.choice([-top, top - 1, -1, 0, 1], count)],               # extremes
         rng.integers(-scale, scale + 1, count))                       # around zero
     return np.clip(values, -top, top - 1).astype(np.int64)
-
-
-def conv_layer(name, out, kernel, stride=1, padding=0):
-    """A biased, ungrouped conv2d layer for the networks tests build with mapping.network.infer."""
-    return Layer("conv2d", name, out_channels=out, kernel=kernel, stride=stride, padding=padding, groups=1,
-                 bias=True)

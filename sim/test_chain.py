@@ -18,7 +18,6 @@ from mapping.nodeconfig import WeightBlock
 from mapping.numerics import LOSSES, Formats
 from sim.chain import (BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, mean_cycles_per_sample, report,
                        train_chain)
-from sim.helpers import conv_layer
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
@@ -217,7 +216,7 @@ def test_ocp_layer_split_over_two_nodes_reduces_its_errors_across_the_link():
     # of all conv2 input channels backwards, node 0 adds its own and rounds (EB reduction);
     # every link stalls 20% of the cycles (3,323 cycles)
     network = infer("ocp-split", (1, 8, 8), [
-        conv_layer("conv1", 2, 3, padding=1), Layer("relu", "relu1"), conv_layer("conv2", 16, 3, padding=1),
+        zoo.conv("conv1", 2, 3, pad=1), Layer("relu", "relu1"), zoo.conv("conv2", 16, 3, pad=1),
         Layer("relu", "relu2"), Layer("maxpool", "pool2", kernel=2, stride=2, padding=0),
         Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
     inputs, labels, params = random_data(network, 4, 21)

@@ -13,7 +13,6 @@ from mapping.cluster import parse_cluster
 from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
-from sim.helpers import conv_layer
 from sim.chain import assert_bit_exact, cycles_per_sample, report, train_chain
 
 pytestmark = pytest.mark.slow  # each compiles a chain (half a minute or more)
@@ -57,8 +56,8 @@ def test_stride_two_convolutions_train_bit_exact_and_both_backends_agree_cycle_f
     # Amaranth's simulator (the reference) and Verilator count the same cycles, see each
     # sample enter each node in the same cycle and train the same words.
     network = infer("stride2", (1, 8, 8), [
-        conv_layer("conv1", 4, 3, stride=2, padding=1), Layer("relu", "relu1"),
-        conv_layer("conv2", 8, 3, stride=2, padding=1), Layer("relu", "relu2"),
+        zoo.conv("conv1", 4, 3, stride=2, pad=1), Layer("relu", "relu1"),
+        zoo.conv("conv2", 8, 3, stride=2, pad=1), Layer("relu", "relu2"),
         Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
     inputs, labels, params = random_data(network, 4, 22)
     mapping, fast = _chain(network, "ecp5-85:2", inputs, labels, params, batch=2)
