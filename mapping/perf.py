@@ -28,9 +28,11 @@ Assumptions
   layer waits for its whole input anyway and uses streamed rows as they arrive).
   ``D`` = time from the FP of a sample on a slice to the start of its PG;
   ``fp_stale = floor(D / period) + 1`` samples are in flight there, capped at the
-  next layer's ``fp_stale + B`` (beyond it the two layers' update gates would wait for
-  each other); it fixes the weight version each FP uses and, with the previous layer's,
-  sizes the Act-RAM (docs/weight_versions.md).
+  next layer's ``fp_stale + 1`` where that layer is a convolution and ``+ B`` where it
+  is fully connected (docs/weight_versions.md: beyond the first the updates run in
+  sequence down the chain, beyond the second the two layers' update gates would wait
+  for each other); it fixes the weight version each FP uses and, with the previous
+  layer's, sizes the Act-RAM.
 
 FC dataflow (fully connected layers with weights in DRAM)
 ---------------------------------------------------------
@@ -190,11 +192,15 @@ def fp_stale(plans, slices, node_budgets, tau, batch):
         stale = min(math.floor(d) + 1, cap)
         for sl in layers[l]:
             result[id(sl)] = stale
-        # The next layer's update gate lets its FP (which takes this layer's FP output)
-        # run at most B + its fp_stale samples past the samples whose errors this layer's
-        # PG has taken: a larger fp_stale here would make this layer's update wait for an
-        # FP that waits for it (docs/weight_versions.md, "No circular wait").
-        cap = stale + batch
+        # This layer's update waits for its FP to run fp_stale samples past the mini-batch,
+        # and that FP feeds the next layer's, which its own gate holds at that layer's
+        # fp_stale until its update. A convolution takes its input through a line buffer of
+        # a few rows, so this FP gets about one sample past that hold (more, and this
+        # update waits for the next one's, its PG's input backs up, and the backlog costs
+        # every later mini-batch: docs/weight_versions.md, "Updates in sequence"); a fully
+        # connected layer's Act-RAM takes whole samples, and up to B more (beyond that the
+        # two gates would wait for each other: "No circular wait").
+        cap = stale + (1 if plans[l].kind == "conv" else batch)
     return result
 
 

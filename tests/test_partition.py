@@ -62,7 +62,7 @@ def test_fp_stale_falls_along_the_chain_by_at_most_the_mini_batch(tiny4):
     stale = {s.layer: s.fp_stale for n in tiny4.nodes for s in n.slices}
     batch = tiny4.nodes[0].training.batch
     assert stale["fc"] + batch >= stale["conv2"] >= stale["fc"] >= 1
-    assert stale["conv2"] + batch >= stale["conv1"] >= stale["conv2"]
+    assert stale["conv2"] + 1 >= stale["conv1"] >= stale["conv2"]
     # each Act-RAM holds its own fp_stale samples, or the previous layer's if more
     held = {"conv1": stale["conv1"], "conv2": max(stale["conv1"], stale["conv2"]),
             "fc": max(stale["conv2"], stale["fc"])}
@@ -70,6 +70,17 @@ def test_fp_stale_falls_along_the_chain_by_at_most_the_mini_batch(tiny4):
         for s in node.slices:
             assert s.samples_held == held[s.layer]
             assert s.act_ram_words == held[s.layer] * s.in_channels * s.in_shape[1] * s.in_shape[2]
+
+
+@pytest.mark.parametrize("batch, expected", [(1, (4, 3, 2)), (4, (7, 6, 2)), (16, (9, 8, 2))])
+def test_fp_stale_before_a_convolution_is_at_most_one_more_than_its(batch, expected):
+    # The timing model's round trips give conv1 14, conv2 8 and fc 2 on the default chain.
+    # Before fc (whose Act-RAM takes whole samples) conv2 may be up to B more; conv1, whose
+    # FP feeds conv2's line buffer, only 1 more: with 14 at B = 16 its update waited for
+    # conv2's every mini-batch, 19% of the chain's rate (docs/weight_versions.md).
+    mapping = map_network(zoo.tiny(), parse_cluster("ecp5-85:2+ecp5-45:2"), batch=batch, **GENERATOR_OPTIONS)
+    stale = {s.layer: s.fp_stale for n in mapping.nodes for s in n.slices}
+    assert (stale["conv1"], stale["conv2"], stale["fc"]) == expected
 
 
 def test_json_round_trip(tiny4):
