@@ -162,10 +162,16 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     nodes = _node_configs(plans, slices, blocks, memory.buffers, stale, node_budgets, estimates, summary,
                           formats, training)
     nodes = [_with_update_lanes(node, budget.device, max_multipliers) for node, budget in zip(nodes, node_budgets)]
+    result = _summary_dict(summary, part, node_budgets)
     if buildable_balance:
         _check_inventory(nodes, describe)
         _check_generated(nodes, describe)
-    return Mapping(name, cluster.spec, tuple(nodes), _summary_dict(summary, part, node_budgets))
+        # The generated nodes stop their engines for the weight update's walk
+        # (docs/node_dataflow.md, "Weight updates"); the samples/s above do not count it.
+        result["samples_per_s_with_updates"] = min(
+            [summary["link_samples_per_s"]] + [budget.clock_hz / node.cycles_per_sample_with_updates
+                                               for node, budget in zip(nodes, node_budgets)])
+    return Mapping(name, cluster.spec, tuple(nodes), result)
 
 
 def _check_pools(plans, describe):

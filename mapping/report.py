@@ -8,8 +8,12 @@ from .mapper import map_network
 def table(mapping):
     """The per-node table the CLI prints."""
     s = mapping.summary
+    walks = ""
+    if "samples_per_s_with_updates" in s:  # hardware mappings: the engines stop for each update's walk
+        walks = (f"; {s['samples_per_s_with_updates']:.1f} with the weight update's walks at mini-batch "
+                 f"{mapping.nodes[0].training.batch}")
     lines = [f"{mapping.network} on {mapping.cluster}: {s['samples_per_s']:.1f} samples/s "
-             f"({s['limited_by']} bound), {s['gops_per_device']:.0f} GOPS per device, "
+             f"({s['limited_by']} bound{walks}), {s['gops_per_device']:.0f} GOPS per device, "
              f"idle stages {100 * s['idle']:.2f}%, busiest link {s['busiest_link_gbps']:.1f} Gb/s of payload, "
              f"{s['busiest_link_line_gbps']:.1f} Gb/s of line with the link cores' framing (at the compute-bound "
              f"rate); {100 * s['link_utilisation']:.0f}% of the busiest link used",
