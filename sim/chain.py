@@ -21,6 +21,10 @@ from sim.verilated import VerilatedModel
 
 
 CHAIN = "ecp5-85:2+ecp5-45:2"  # the default chain of python -m hw.build
+# micro on two 45F with at most 24 multipliers per node: node 0 (conv1's two output channels,
+# its update in one lane) is the bitstream CI builds (tests/test_board_build.py), and
+# sim/test_chain.py trains the chain.
+CI_BITSTREAM = {"cluster": "lfe5um5g-45f:2", "max_multipliers": 24}
 # Of the block RAM: node 3 of CHAIN keeps fc rows 2..5 on node 0, 6..7 on node 1 and 8..9 on
 # node 2 (nodes 1 and 2 relay node 0's streams, node 2 node 1's) and the chain still runs at
 # the unbalanced chain's 80 cycles per sample.

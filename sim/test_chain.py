@@ -16,8 +16,8 @@ from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
 from mapping.nodeconfig import WeightBlock
 from mapping.numerics import LOSSES, Formats
-from sim.chain import (BALANCED_BRAM, CHAIN, assert_bit_exact, cycles_per_sample, mean_cycles_per_sample, report,
-                       train_chain)
+from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, assert_bit_exact, cycles_per_sample,
+                       mean_cycles_per_sample, report, train_chain)
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
@@ -46,16 +46,17 @@ def test_one_node_holding_the_whole_network_trains_bit_exact():
 # golden model's are pinned in sim/test_loss_flatten.py): a third of the time of tiny on one node.
 @pytest.mark.parametrize("loss", LOSSES)
 def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
-    # tests/test_board_build.py places and routes node 0 of this mapping on the Versa
+    # tests/test_board_build.py places and routes node 0 of this mapping (at batch 1) on the Versa
     network = zoo.micro()
-    mapping = map_network(network, parse_cluster("lfe5um5g-45f:2"), batch=BATCH, lr=LR, formats=Formats(loss=loss),
+    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=BATCH, lr=LR,
+                          formats=Formats(loss=loss), max_multipliers=CI_BITSTREAM["max_multipliers"],
                           **GENERATOR_OPTIONS)
     assert mapping.nodes[-1].formats.loss == loss
     inputs, labels, params = random_data(network, SAMPLES, 2)  # seed 2: no ReLU of the 2 channels dies
     run = train_chain(network, mapping, inputs, labels, params)
     assert_bit_exact(run.params, run.golden, params)
-    assert [[(s.layer, s.out_range) for s in node.slices] for node in mapping.nodes] == [
-        [("conv1", (0, 1))], [("conv1", (1, 2)), ("fc", (0, 4))]]
+    assert [[(s.layer, s.out_range, s.update_lanes) for s in node.slices] for node in mapping.nodes] == [
+        [("conv1", (0, 2), 1)], [("fc", (0, 4), 1)]]
 
 
 def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
