@@ -9,7 +9,7 @@ ports the same way, cycle by cycle: Amaranth's simulator (the reference) and Ver
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,6 +41,9 @@ class ChainRun:
     seconds: float = 0.0    # wall-clock time of the simulation alone (build and golden model excluded)
     cpu_seconds: float = 0.0  # the process's CPU time in it (what a busy shared machine does not skew)
     link_counters: list = ()  # over links: per link, (upstream, downstream) endpoint counters
+    # with trace_updates: (node, layer) -> the cycles each of the slice's updates started and
+    # ended (its update gate's update_start and update_done)
+    update_windows: dict = field(default_factory=dict)
 
     @property
     def cycles_per_second(self):
@@ -135,13 +138,17 @@ class _Feed:
     deadline: int
 
 
-def _run_pysim(top, feed, final):
+def _run_pysim(top, feed, final, trace_updates):
     """Amaranth's simulator: one testbench drives the feeds cycle by cycle, exactly as the
     Verilator harness does, and reads the memories (and link counters) at the end. Input
-    beats are counted on ``sync``, node 0's clock, also for nodes on clocks of their own."""
+    beats are counted on ``sync``, node 0's clock, also for nodes on clocks of their own.
+    ``trace_updates``: also note the cycles every slice's update starts and ends."""
     count = len(top.nodes)
     events = [[] for _ in range(count)]
     state = {}
+    gates = {(n, unit.slice.layer): unit.gate for n, node in enumerate(top.nodes) for unit in node.units
+             } if trace_updates else {}
+    starts, ends = {key: [] for key in gates}, {key: [] for key in gates}
 
     async def bench(ctx):
         state["started"] = time.monotonic(), time.process_time()  # elaboration is over
@@ -160,6 +167,11 @@ def _run_pysim(top, feed, final):
             for n in range(count):
                 if ctx.get(top.entered[n]):
                     events[n].append(cycle)
+            for key, gate in gates.items():
+                if ctx.get(gate.update_start):
+                    starts[key].append(cycle)
+                if ctx.get(gate.update_done):
+                    ends[key].append(cycle)
             took = [ctx.get(port.valid) and ctx.get(port.ready) for port, _ in streams]
             await ctx.tick()
             taken = [t + bool(go) for t, go in zip(taken, took)]
@@ -176,7 +188,8 @@ def _run_pysim(top, feed, final):
     simulate(top, bench, deadline=feed.deadline, processes=lanes.processes() if lanes else (),
              clocks=lanes.clocks if lanes else None)
     (wall, cpu), (wall_end, cpu_end) = state["started"], state["ended"]
-    return state["cycles"], events, wall_end - wall, cpu_end - cpu, state.get("links", ())
+    windows = {key: list(zip(starts[key], ends[key])) for key in gates}
+    return state["cycles"], events, wall_end - wall, cpu_end - cpu, state.get("links", ()), windows
 
 
 # Cycles per call into the Verilator harness: between calls, the progress bar moves.
@@ -222,7 +235,7 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
 
 
 def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline=200_000, backend="pysim",
-                progress=None, profile="fast", threads=1, links=None):
+                progress=None, profile="fast", threads=1, links=None, trace_updates=False):
     """Train on the simulated chain and run the golden model on the same data.
 
     ``stall``: probability that a link, or the image and label feed, idles on a cycle.
@@ -231,6 +244,8 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     ``profile``: its build, "fast" or "quick", and ``threads`` the model's (``sim.verilated``).
     ``links``: a ``sim.chain_links.LinkedChain``: neighbours joined through link cores over the
     simulation PHY (``stall`` then applies to the feeds only; Amaranth's simulator only).
+    ``trace_updates``: note when each slice's weight update starts and ends
+    (``ChainRun.update_windows``; Amaranth's simulator only).
     """
     config = mapping.nodes[0]
     batch, lr, formats = config.training.batch, config.training.lr, config.formats
@@ -240,12 +255,14 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
               for y in range(words.shape[2]) for x in range(words.shape[3])]
     feed = _Feed(pixels, list(map(int, labels)), samples, samples // batch, deadline)
     final = {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
-    counters = ()
+    counters, windows = (), {}
     if links is not None and backend != "pysim":
         raise ValueError("chains over link cores run on the pysim backend only")
+    if trace_updates and backend != "pysim":
+        raise ValueError("update traces come from the pysim backend only")
     if backend == "pysim":
-        cycles, events, seconds, cpu, counters = _run_pysim(ChainTop(mapping, params, stall, links), feed,
-                                                            final)
+        cycles, events, seconds, cpu, counters, windows = _run_pysim(ChainTop(mapping, params, stall, links), feed,
+                                                                     final, trace_updates)
     elif backend == "verilator":
         cycles, events, seconds, cpu = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress,
                                                  profile, threads)
@@ -255,7 +272,7 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))
-    return ChainRun(final, cycles, starts, expected, record, seconds, cpu, counters)
+    return ChainRun(final, cycles, starts, expected, record, seconds, cpu, counters, windows)
 
 
 def cycles_per_sample(run, node):

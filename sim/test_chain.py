@@ -22,7 +22,7 @@ from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, assert_bit_exact, cyc
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
 
-def _train(cluster, seed, stall=0.0, derive=None, samples=SAMPLES, **options):
+def _train(cluster, seed, stall=0.0, derive=None, samples=SAMPLES, trace_updates=False, **options):
     """Map tiny onto ``cluster`` (then ``derive(mapping)``, if given), train ``samples``, compare
     bit for bit."""
     network = zoo.tiny()
@@ -30,7 +30,7 @@ def _train(cluster, seed, stall=0.0, derive=None, samples=SAMPLES, **options):
     if derive is not None:
         mapping = derive(mapping)
     inputs, labels, params = random_data(network, samples, seed)
-    run = train_chain(network, mapping, inputs, labels, params, stall=stall)
+    run = train_chain(network, mapping, inputs, labels, params, stall=stall, trace_updates=trace_updates)
     print(f"\n{cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for {samples} samples "
           f"({samples // BATCH} mini-batches)\n{report(mapping, run)}")
     assert_bit_exact(run.params, run.golden, params)
@@ -60,7 +60,7 @@ def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
 
 
 def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
-    mapping, run = _train(CHAIN, seed=1, samples=15)
+    mapping, run = _train(CHAIN, seed=1, samples=15, trace_updates=True)
     layout = [[(s.layer, s.mode, s.in_range) for s in node.slices] for node in mapping.nodes]
     # conv1 by OCP; node 0 holds conv1 and the start of conv2, split by ICP over three
     # nodes (so conv2's input is bypassed across two links); fc on node 3 folds its 32
@@ -88,6 +88,11 @@ def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
     # fp_stale could exceed conv2's by B: its update then waited for conv2's, docs/node_dataflow.md,
     # "Weight updates").
     assert mean_cycles_per_sample(run, 3, BATCH) == pytest.approx(113.3, rel=0.02)
+    # Each mini-batch's conv1 update starts while conv2's runs on the same node, 22 to 26 cycles
+    # into it: it no longer waits for conv2's FP to move past conv2's update.
+    conv1, conv2 = run.update_windows[(0, "conv1")], run.update_windows[(0, "conv2")]
+    assert len(conv1) == len(conv2) == 5
+    assert all(c2_start < c1_start < c2_end for (c1_start, _), (c2_start, c2_end) in zip(conv1, conv2))
 
 
 def test_folded_conv_and_fc_engines_train_bit_exact():

@@ -133,7 +133,9 @@ class SliceUnit(wiring.Component):
         self.remote = RemoteRows(s)
         local = self.remote.local
         _, bias = slice_weights(s, params)
-        # Built here rather than in elaborate() so a testbench can read the weights back.
+        # Built here rather than in elaborate() so a testbench can read the weights back and
+        # watch the updates (sim.chain.train_chain, trace_updates).
+        self.gate = UpdateGate(batch=training.batch, fp_stale=s.fp_stale, needs_eb=s.needs_eb)
         self.lpram = (ParamRam.from_slice(local, init=slice_weights(local, params)[0], family=family)
                       if local is not None else None)
         self.owns_bias = s.owns_biases
@@ -170,8 +172,7 @@ class SliceUnit(wiring.Component):
         another node are updated there (hw/balance); this gate updates the local rows and
         the biases. Returns (gate, LGB or None, bias LGB or None)."""
         s, f = self.slice, self.formats
-        gate = m.submodules.gate = UpdateGate(batch=self.training.batch, fp_stale=s.fp_stale,
-                                              needs_eb=s.needs_eb)
+        gate = m.submodules.gate = self.gate
         m.d.comb += [gate.total_samples.eq(self.total_samples), self.updates.eq(gate.batch_index)]
         lpram, lgb, bias_lgb = self.lpram, None, None
         updated = []  # the done pulses of every buffer the update runs through
