@@ -245,7 +245,7 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     ``links``: a ``sim.chain_links.LinkedChain``: neighbours joined through link cores over the
     simulation PHY (``stall`` then applies to the feeds only; Amaranth's simulator only).
     ``trace_updates``: note when each slice's weight update starts and ends
-    (``ChainRun.update_windows``; Amaranth's simulator only).
+    (``ChainRun.update_windows``; Amaranth's simulator without ``links`` only).
     """
     config = mapping.nodes[0]
     batch, lr, formats = config.training.batch, config.training.lr, config.formats
@@ -258,8 +258,9 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     counters, windows = (), {}
     if links is not None and backend != "pysim":
         raise ValueError("chains over link cores run on the pysim backend only")
-    if trace_updates and backend != "pysim":
-        raise ValueError("update traces come from the pysim backend only")
+    if trace_updates and (backend != "pysim" or links is not None):
+        # a node on a clock of its own pulses its gate between node 0's clock edges
+        raise ValueError("update traces come from the pysim backend, without link cores, only")
     if backend == "pysim":
         cycles, events, seconds, cpu, counters, windows = _run_pysim(ChainTop(mapping, params, stall, links), feed,
                                                                      final, trace_updates)

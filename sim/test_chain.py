@@ -59,6 +59,15 @@ def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
         [("conv1", (0, 2), 1)], [("fc", (0, 4), 1)]]
 
 
+def test_update_traces_are_refused_where_they_would_miscount():
+    network = zoo.micro()
+    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), **GENERATOR_OPTIONS)
+    inputs, labels, params = random_data(network, 1, 2)
+    with pytest.raises(ValueError) as error:
+        train_chain(network, mapping, inputs, labels, params, backend="verilator", trace_updates=True)
+    assert str(error.value) == "update traces come from the pysim backend, without link cores, only"
+
+
 def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
     mapping, run = _train(CHAIN, seed=1, samples=15, trace_updates=True)
     layout = [[(s.layer, s.mode, s.in_range) for s in node.slices] for node in mapping.nodes]
