@@ -16,13 +16,12 @@ from sim.chain import CI_BITSTREAM
 
 @pytest.mark.slow
 def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
-    # Written as `python -m mapping --network micro --cluster lfe5um5g-45f:2 --max-multipliers 24
-    # --for-hardware` writes it, built as `--mapping` builds it, at the 100 MHz of
-    # mapping/devices.py. nextpnr-ecp5 0.11, seed 1, router2 with timing-driven rip-up (router1's
-    # routing time on a version of this node went from 95 s to 682 s between versions): 103.3 MHz,
-    # 126 s in all here; the first CI node, with the update in 5 lanes (36 multipliers), took 167 s.
     # The smallest real node (sim.chain.CI_BITSTREAM): conv1's two output channels (FP and PG,
-    # 9 multipliers each; a first layer has no EB), its weight update in one lane: 24 in all.
+    # 9 multipliers each; a first layer has no EB), its weight update in one lane, 24 in all. The
+    # mapping as `python -m mapping --network micro --cluster lfe5um5g-45f:2 --max-multipliers 24
+    # --for-hardware` writes it, built through `--mapping` at the 100 MHz of mapping/devices.py.
+    # nextpnr-ecp5 0.11, seed 1, router2 with timing-driven rip-up (router1's routing time on an
+    # earlier CI node went from 95 s to 682 s between versions): 103.3 MHz in 126 s in all.
     mapping = map_network(zoo.micro(), parse_cluster(CI_BITSTREAM["cluster"]),
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
