@@ -197,6 +197,38 @@ def _fifo(name, width, depth):
     return [Memory(name, width, depth)]
 
 
+# The engines' pipelines (hw/engines): multipliers registered in and out, then an adder tree
+# of one register per level. The FP and EB engines never stall; what their consumer does not
+# take waits in a buffer of latency + 1 beats (hw.arith.pipeline.CreditedOutput).
+MULTIPLIER_LATENCY = 2
+
+
+def tree_levels(terms):
+    """Register levels of an adder tree over ``terms`` values (at least one)."""
+    return max(1, (terms - 1).bit_length())
+
+
+def fp_latency(taps, passes):
+    """The FP engine's cycles from issuing a group's last pass to its partial sums: the weight
+    read, the multipliers, the tree over ``taps`` = b*K*K products, the accumulator if folded."""
+    return 1 + MULTIPLIER_LATENCY + tree_levels(taps) + (passes > 1)
+
+
+def eb_latency(taps):
+    """The EB engine's cycles from a window's last step to its errors: the weight read, the
+    multipliers, the tree over ``taps`` = P*K*K products, the accumulator."""
+    return 2 + MULTIPLIER_LATENCY + tree_levels(taps)
+
+
+def _engine_buffers(s):
+    """The FP and EB engines' output buffers (CreditedOutput)."""
+    kk = s.kernel * s.kernel
+    mems = [Memory("fp.output_buffer", s.fp.ces * ACC_BITS, fp_latency(s.fp.tiles * kk, passes(s)) + 1)]
+    if s.needs_eb:
+        mems.append(Memory("eb.output_buffer", s.in_channels * ACC_BITS, eb_latency(s.fp.ces * kk) + 1))
+    return mems
+
+
 def slice_memories(s):
     """Memories of one LayerSlice."""
     kernel, own_in, own_out, ces = s.kernel, s.in_channels, s.out_channels, s.fp.ces
@@ -205,7 +237,7 @@ def slice_memories(s):
     oc, oh, ow = s.out_shape
     words = own_in * kernel * kernel
     arriving = c_in - s.in_range[0] if s.mode == "icp" else c_in
-    mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s))
+    mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s)) + _engine_buffers(s)
     mems += _fifo("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in)
     for role in ("fp", "pg"):
         mems += _fifo(f"{role}_windows", words * WORD_BITS, window_slack(s, role))

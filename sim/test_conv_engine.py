@@ -7,6 +7,7 @@ import pytest
 from hw.engines.fp_engine import FPEngine
 from mapping.nodeconfig import Engine
 from sim.helpers import eb_slice, mults, run_engine
+from sim.testbench import EngineWithWeights, simulate
 
 
 
@@ -56,6 +57,33 @@ def test_g_times_v_cycles_per_window_with_continuous_input(channels, kernel, til
     assert (run.engine.passes, run.engine.latency) == (passes, latency)
     beats = 2 * 16 * 3  # samples x pixels x groups
     assert run.transfers == [latency + passes * n for n in range(1, beats + 1)]
+
+
+def test_a_stopped_consumer_holds_the_engine_after_latency_plus_one_results():
+    """The pipeline never stalls: with the consumer stopped, windows enter until every place of
+    the output buffer (latency + 1) is promised, then none; the results then leave in order."""
+    engine = FPEngine(channels=1, kernel=1, ces=1, out_channels=1)  # a result per window
+    dut = EngineWithWeights(engine, [[[1]]])  # weight 1: each result is its window's word
+    capacity = engine.latency + 1
+    results = []
+
+    async def bench(ctx):
+        ctx.set(dut.windows.valid, 1)
+        accepted = 0
+        for _ in range(4 * capacity):
+            ctx.set(dut.windows.payload, [accepted + 1])
+            _, _, ready = await ctx.tick().sample(dut.windows.ready)
+            accepted += ready
+        assert accepted == capacity
+        ctx.set(dut.windows.valid, 0)
+        ctx.set(dut.psums.ready, 1)
+        for _ in range(2 * capacity):
+            _, _, valid, payload = await ctx.tick().sample(dut.psums.valid, dut.psums.payload)
+            if valid:
+                results.append(int(payload.values[0]))
+
+    simulate(dut, bench)
+    assert results == list(range(1, capacity + 1))
 
 
 def fp_slice(**changes):

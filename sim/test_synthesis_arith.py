@@ -44,6 +44,11 @@ def test_conv_engine_uses_one_dsp_per_multiplier(family):
     # The adder tree is carry chains (about 1,200 LUT4 sites on ECP5, carry cells counted
     # as two); a LUT multiplier would need hundreds of LUTs per product.
     assert result.lut < 1500
+    # The output buffer (8 beats of two 48-bit sums) is distributed RAM: on ECP5 24 DPR16X4
+    # of 4 bits x 16 words.
+    assert result.bram == 0
+    if family == "ecp5":
+        assert result.cells["TRELLIS_DPR16X4"] == 2 * 48 // 4
 
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])

@@ -19,9 +19,11 @@ from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from mapping.memories import MULTIPLIER_LATENCY
+
 from ..base.checks import check_family, refuse
 
-LATENCY = 2
+LATENCY = MULTIPLIER_LATENCY
 ECP5_WIDTH = 18  # MULT18X18D operand width
 
 

@@ -137,7 +137,7 @@ class StochasticRounder(wiring.Component):
                 lanes = [a << -self.shift for a in lanes]
             values = [stage(saturate(a, numerics.WORD_BITS), signed(numerics.WORD_BITS)) for a in lanes]
 
-        valid = delay(self.i.valid, self.latency)
+        valid = delay(self.i.valid, self.latency, reset=True)
         m.d.comb += [self.o.valid.eq(valid), self.o.payload.value.eq(Cat(*values))]
         if self.extra is not None:
             m.d.comb += self.o.payload.extra.eq(delay(payload.extra.as_value(), self.latency))

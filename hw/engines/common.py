@@ -1,11 +1,13 @@
-"""Pieces shared by the FP, EB and PG engines: the stalling pipeline, the adder tree,
-the accumulators, the step counter and the operand selection of a channel group or pass.
+"""Pieces shared by the FP, EB and PG engines: the multipliers, the step counter and the
+operand selection of a channel group or pass.
 
 All three engines walk the output channels in ``G = ceil(O / P)`` groups of P and the
 S input channels in ``v = ceil(S / b)`` passes of b (b tiles per CE; b = S, one pass,
 unless the mapping folds), one step (group, pass) per cycle reading LPRAM address
-``g*v + i``, and hold their whole datapath on one enable, ``advance``, so a stall at
-the output freezes every register and no skid buffer is needed.
+``g*v + i``, through a pipeline of ``hw.arith.pipeline`` (registers, adder tree,
+accumulators). FP and EB never stall (their credited output buffers what the consumer
+does not take); PG, whose beats are every product of the engine (a buffer of them would
+cost more LUT RAM than the engine has logic), holds every register on one enable.
 """
 
 from amaranth.hdl import Cat, Const, Mux, Signal
@@ -16,10 +18,11 @@ from ..arith.mult import Multiplier
 from ..base.counter import ModuloCounter
 
 
-def multiply(m, name, a, b, advance, family):
-    """A ``hw.arith.mult.Multiplier`` of two words on the pipeline's enable; its registered product."""
+def multiply(m, name, a, b, family, enable=1):
+    """A ``hw.arith.mult.Multiplier`` of two words under ``enable`` (a stalling pipeline's; by
+    default every cycle); its registered product."""
     mult = m.submodules[name] = Multiplier(WORD_BITS, WORD_BITS, family)
-    m.d.comb += [mult.a.eq(a), mult.b.eq(b), mult.en.eq(advance)]
+    m.d.comb += [mult.a.eq(a), mult.b.eq(b), mult.en.eq(enable)]
     return mult.p
 
 
@@ -30,9 +33,9 @@ class Issue:
     pass-minor LPRAM layout). ``group_major`` walks the v passes of a group consecutively
     (FP, PG: a CE's accumulator sums consecutive passes), otherwise the G groups of a pass
     (EB: its accumulator sums consecutive groups). ``issue`` is high in each cycle a step
-    enters the pipeline (input valid and the pipeline advancing); ``accept`` (= input
-    ready) in the cycle the last step does, so the input beat is taken once its G*v steps
-    are issued and the next beat's first step can follow in the next cycle.
+    enters the pipeline (input valid and ``advance``: the pipeline's output has room);
+    ``accept`` (= input ready) in the cycle the last step does, so the input beat is taken
+    once its G*v steps are issued and the next beat's first step can follow in the next cycle.
     """
 
     def __init__(self, m, groups, passes, valid, advance, *, group_major):
@@ -67,4 +70,5 @@ def select_words(payload, index, count, words):
     width = words * WORD_BITS
     padded = Cat(value, Const(0, count * width - len(value)))
     return padded.word_select(index, width)
+
 

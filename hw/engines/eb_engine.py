@@ -33,19 +33,21 @@ issue                 ``weights.en``, ``weights.addr = g*v + i``; group g's P*K*
 ====================  ===============================================================
 
 One window is accepted per G*v cycles and, with continuous input and a ready output,
-every multiplier is busy every cycle. Flow control as in hw.engines.fp_engine: one enable,
-``advance = ~errors.valid | errors.ready``, holds every register (the accumulators and
-held lanes included) and the weight memory holds its output while ``weights.en`` is low.
+every multiplier is busy every cycle. Flow control as in hw.engines.fp_engine: the pipeline
+never stalls, a window's errors wait in a buffer of ``latency + 1`` beats when the consumer
+does not take them, and a window's last step is issued only while that buffer has a place
+for every window in flight (``hw.arith.pipeline.CreditedOutput``).
 """
 
 from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from mapping.memories import eb_latency, tree_levels
 from mapping.numerics import ACC_BITS, WORD_BITS
 
 from ..arith.mult import LATENCY
-from ..arith.pipeline import Pipeline, tree_levels
+from ..arith.pipeline import CreditedOutput, Pipeline
 from ..base.checks import positive
 from ..base.layouts import psum_layout, window_layout
 from ..base.signatures import WeightPortSignature
@@ -73,7 +75,7 @@ class EBEngine(WeightWalk, wiring.Component):
                    banks=ces, tiles=tiles)
         self.taps = ces * kernel * kernel  # products per CE and step
         self.levels = tree_levels(self.taps)
-        self.latency = 2 + LATENCY + self.levels
+        self.latency = eb_latency(self.taps)
         super().__init__({
             "windows": In(stream.Signature(window_layout(out_channels, kernel))),
             "weights": Out(WeightPortSignature(self.rows, ces, self.tiles * kernel * kernel)),
@@ -106,18 +108,16 @@ class EBEngine(WeightWalk, wiring.Component):
         pipe = Pipeline()
         k, kk, b = self.kernel, self.kernel * self.kernel, self.tiles
 
-        advance = Signal()
-        m.d.comb += advance.eq(~self.errors.valid | self.errors.ready)
-
-        issue = Issue(m, self.groups, self.passes, self.windows.valid, advance, group_major=False)
+        credit = CreditedOutput(self.latency + 1, self.family)
+        issue = Issue(m, self.groups, self.passes, self.windows.valid, credit.room, group_major=False)
         m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
 
         # Group g's error taps, (p, ky, kx) row-major, zero for channels past O.
         taps = data.ArrayLayout(signed(WORD_BITS), self.taps)(
             pipe.stage(select_words(self.windows.payload, issue.group, self.groups, self.taps)))
-        flags = (self.windows.valid, issue.first_group, issue.last_group, issue.pass_)
-        valid, first, last, pass_ = (pipe.stage(flag) for flag in flags)
+        valid = pipe.stage(issue.issue, reset=True)
+        first, last, pass_ = (pipe.stage(flag) for flag in (issue.first_group, issue.last_group, issue.pass_))
 
         # CE c: tap (p, ky, kx) meets word (c, K-1-ky, K-1-kx) of bank p (transposed, flipped).
         sums = []
@@ -128,22 +128,23 @@ class EBEngine(WeightWalk, wiring.Component):
                     for kx in range(k):
                         weight = self.weights.data[p][c * kk + (k - 1 - ky) * k + (k - 1 - kx)]
                         products.append(multiply(m, f"mult_{c}_{p}_{ky}_{kx}", taps[(p * k + ky) * k + kx],
-                                                 weight, advance, self.family))
+                                                 weight, self.family))
             sums.append(products)
         sums = [pipe.adder_tree(products) for products in sums]
-        valid, first, last, pass_ = (pipe.delay(flag, LATENCY + self.levels) for flag in (valid, first, last, pass_))
+        valid = pipe.delay(valid, LATENCY + self.levels, reset=True)
+        first, last, pass_ = (pipe.delay(flag, LATENCY + self.levels) for flag in (first, last, pass_))
 
         # Accumulate over the groups; after a pass's last group the accumulators hold its sums.
         accs = pipe.accumulate(sums, first, valid, signed(ACC_BITS))
-        done, done_pass = pipe.stage(valid & last), pipe.stage(pass_)
+        done, done_pass = pipe.stage(valid & last, reset=True), pipe.stage(pass_)
         held = []
         for i in range(self.passes - 1):
-            lanes = [Signal(signed(ACC_BITS), name=f"held_{i}_{c}") for c in range(b)]
+            lanes = [Signal(signed(ACC_BITS), name=f"held_{i}_{c}", reset_less=True) for c in range(b)]
             with pipe.module.If(done & (done_pass == i)):
                 pipe.module.d.sync += [lane.eq(acc) for lane, acc in zip(lanes, accs)]
             held += lanes
         live = self.in_channels - (self.passes - 1) * b  # lanes of the last pass within S
-        m.d.comb += [self.errors.valid.eq(done & (done_pass == self.passes - 1)),
-                     self.errors.payload.values.eq(Cat(*held, *accs[:live]))]
-        pipe.attach(m, advance)
+        credit.attach(m, produced=issue.issue & issue.last_group & issue.last_pass,
+                      valid=done & (done_pass == self.passes - 1), payload=Cat(*held, *accs[:live]), out=self.errors)
+        pipe.attach(m)
         return m

@@ -31,23 +31,25 @@ The pass select sits in front of the operand register the engine has anyway (the
 window must wait a cycle for the weight read), so it costs no cycle and registers
 b*K*K words instead of S*K*K.
 
-Flow control: every register of the pipeline (multipliers included) advances on one
-enable, ``advance = ~psums.valid | psums.ready``; a stall holds the whole pipeline,
-and the weight memory holds its output while ``weights.en`` is low, so nothing is lost
-or duplicated and no skid buffer is needed. Sums are exact: the adder tree grows one
-bit per level and the mapping guarantees the full sum fits ACC_BITS. The pipeline,
-adder tree, accumulators and step counter are ``hw.engines.common``'s, shared with the
-EB and PG engines.
+Flow control: the pipeline never stalls (``hw.arith.pipeline.CreditedOutput``): every
+register and multiplier loads every cycle, a partial sum the consumer does not take waits
+in a buffer of ``latency + 1`` beats, and a group's last pass is issued only while that
+buffer has a place for every partial sum in flight. With a ready consumer a beat leaves
+in the cycle it is computed. Sums are exact: the adder tree grows one bit per level and
+the mapping guarantees the full sum fits ACC_BITS. The pipeline, adder tree,
+accumulators and step counter are ``hw.engines.common``'s, shared with the EB and PG
+engines.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from mapping.memories import fp_latency, tree_levels
 from mapping.numerics import ACC_BITS
 
 from ..arith.mult import LATENCY
-from ..arith.pipeline import Pipeline, tree_levels
+from ..arith.pipeline import CreditedOutput, Pipeline
 from ..base.checks import positive
 from ..base.layouts import psum_layout, window_layout
 from ..base.signatures import WeightPortSignature
@@ -73,7 +75,7 @@ class FPEngine(WeightWalk, wiring.Component):
                    banks=ces, tiles=tiles)
         self.taps = self.words
         self.levels = tree_levels(self.taps)
-        self.latency = 1 + LATENCY + self.levels + (self.passes > 1)
+        self.latency = fp_latency(self.taps, self.passes)
         super().__init__({
             "windows": In(stream.Signature(window_layout(channels, kernel))),
             "weights": Out(WeightPortSignature(self.rows, ces, self.tiles * kernel * kernel)),
@@ -99,19 +101,18 @@ class FPEngine(WeightWalk, wiring.Component):
     def elaborate(self, platform):
         m = Module()
         pipe = Pipeline()
-        advance = Signal()
-        m.d.comb += advance.eq(~self.psums.valid | self.psums.ready)
+        credit = CreditedOutput(self.latency + 1, self.family)
 
         # Issue: one weight row (group of P output channels, pass of b input channels) per cycle.
-        issue = Issue(m, self.groups, self.passes, self.windows.valid, advance, group_major=True)
+        issue = Issue(m, self.groups, self.passes, self.windows.valid, credit.room, group_major=True)
         m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
 
         window = window_layout(self.tiles, self.kernel)(
             pipe.stage(select_words(self.windows.payload, issue.pass_, self.passes, self.taps)))
-        valid, first, last_pass, last_group = (
-            pipe.stage(flag) for flag in (self.windows.valid, issue.first_pass, issue.last_pass, issue.last_group))
-        products = [[multiply(m, f"mult_{p}_{j}", window[j], self.weights.data[p][j], advance, self.family)
+        valid = pipe.stage(issue.issue, reset=True)
+        first, last_pass, last_group = (pipe.stage(flag) for flag in (issue.first_pass, issue.last_pass, issue.last_group))
+        products = [[multiply(m, f"mult_{p}_{j}", window[j], self.weights.data[p][j], self.family)
                      for j in range(self.taps)] for p in range(self.ces)]
 
         # Lanes past OC exist only in the last group; their weight rows are not read as zero,
@@ -121,11 +122,12 @@ class FPEngine(WeightWalk, wiring.Component):
         sums = [pipe.adder_tree(products[p], signed(ACC_BITS),
                                 (lambda total: Mux(last_group, 0, total)) if p >= live_in_last else None)
                 for p in range(self.ces)]
-        valid, first, last_pass = (pipe.delay(flag, LATENCY + self.levels) for flag in (valid, first, last_pass))
+        valid = pipe.delay(valid, LATENCY + self.levels, reset=True)
+        first, last_pass = (pipe.delay(flag, LATENCY + self.levels) for flag in (first, last_pass))
         if self.passes > 1:
             sums = pipe.accumulate(sums, first, valid, signed(ACC_BITS))
-            valid = pipe.stage(valid & last_pass)
+            valid = pipe.stage(valid & last_pass, reset=True)
 
-        m.d.comb += [self.psums.valid.eq(valid), self.psums.payload.values.eq(Cat(*sums))]
-        pipe.attach(m, advance)
+        credit.attach(m, produced=issue.issue & issue.last_pass, valid=valid, payload=Cat(*sums), out=self.psums)
+        pipe.attach(m)
         return m

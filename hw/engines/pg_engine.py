@@ -130,9 +130,9 @@ class PGEngine(WeightWalk, wiring.Component):
         errors = pixel_layout(self.ces)(select_words(self.errors.payload, issue.group, self.groups, self.ces))
         for p in range(self.ces):
             for j in range(self.words):
-                product = multiply(m, f"mult_{p}_{j}", errors[p], window[j], advance, self.family)
+                product = multiply(m, f"mult_{p}_{j}", errors[p], window[j], self.family, advance)
                 m.d.comb += self.grads.payload.values[p][j].eq(product)
-        m.d.comb += [valid.eq(pipe.delay(both, LATENCY)),
+        m.d.comb += [valid.eq(pipe.delay(both, LATENCY, reset=True)),
                      self.grads.payload.row.eq(pipe.delay(issue.addr, LATENCY))]
         if self.bias:
             # Each error once per pixel: on pass 0's beat, zeros on the later passes'.
