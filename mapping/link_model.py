@@ -15,6 +15,7 @@ already after 8b/10b, so it counts flit bits.
 from math import ceil
 
 FRAME_OVERHEAD_FLITS = 3  # SOF, header, CRC
+PHY_TX_PIPELINE = 1       # the sender's register between a flit and the one that takes the CRC into it
 PHY_RX_PIPELINE = 7       # cycles from a flit leaving the PHY to the receiver acting on it
 
 # The link core the mapping plans with: the ECP5 SERDES PHY's 16-bit flits and LinkConfig's
@@ -50,7 +51,7 @@ def round_trip_cycles(frame, longest, control_frame, phy_latency, ack_interval):
     """Worst link cycles from committing to a ``frame``-flit frame to the credit (or ACK) it frees
     reaching the sender again: the frame, the PHY and receiver pipeline both ways, the far end's
     ``longest`` frame in progress, its wait for an update (``ack_interval``) and its control frame."""
-    return frame + 1 + 2 * (phy_latency + PHY_RX_PIPELINE) + longest + ack_interval + control_frame + 2
+    return frame + 1 + 2 * (phy_latency + PHY_TX_PIPELINE + PHY_RX_PIPELINE) + longest + ack_interval + control_frame + 2
 
 
 def receive_depth(frame, round_trip):

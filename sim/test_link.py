@@ -49,10 +49,10 @@ def test_sizing_formulas_by_hand():
     assert [config.frame_flits(c) for c in range(3)] == [7, 9, 5]
     assert config.frame_flits(None) == 5
     assert config.seq_bits == 12 and config.credit_bits == 6
-    # psum alone, PHY latency 8: 9 + 1 + 2 * (8 + 7) + 9 + 64 + 5 + 2 = 120 cycles
-    assert round_trip_cycles(config, 8, 1) == 120
-    assert receive_depth(config, 8, 1) == 15          # ceil(120 / 9) + 1
-    assert replay_frames(config, 8) == 32             # ceil(120 / 5) + 1 = 25, next power of two
+    # psum alone, PHY latency 8: 9 + 1 + 2 * (8 + 1 + 7) + 9 + 64 + 5 + 2 = 122 cycles
+    assert round_trip_cycles(config, 8, 1) == 122
+    assert receive_depth(config, 8, 1) == 15          # ceil(122 / 9) + 1
+    assert replay_frames(config, 8) == 32             # ceil(122 / 5) + 1 = 26, next power of two
     assert frame_efficiency(config, 1) == pytest.approx(96 / 144)
 
 

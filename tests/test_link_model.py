@@ -25,8 +25,9 @@ def test_the_link_cores_sizing_is_the_models():
                         replay_frames=64)
     frames = [6, 9, 4]
     assert [config.frame_flits(c) for c in range(3)] == frames
-    # frame + 1 + 2 (latency + 7 receive pipeline) + longest + ack_interval + control frame + 2
-    assert round_trip_cycles(config, 16, 1) == 9 + 1 + 2 * (16 + 7) + 9 + 64 + 5 + 2
+    # frame + 1 + 2 (latency + 1 transmit register + 7 receive pipeline) + longest + ack_interval
+    # + control frame + 2
+    assert round_trip_cycles(config, 16, 1) == 9 + 1 + 2 * (16 + 1 + 7) + 9 + 64 + 5 + 2
     assert receive_depth(config, 16, 2) == -(-round_trip_cycles(config, 16, 2) // 4) + 1
     assert replay_frames(config, 16) == 64
 
