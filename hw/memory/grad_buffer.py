@@ -77,7 +77,7 @@ The ParamRam's ``upd`` port belongs to the update while ``busy``: FP (and EB, wh
 ``shared``) must be idle, as hw.memory.update_gate arranges (asserted inside ParamRam).
 """
 
-from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Assert, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -96,6 +96,11 @@ from .param_ram import WeightWalk
 STEP_BITS = 64  # lr * gsum: |gsum| < 2**47 and lr < 2**16: the product fits a signed 64-bit value
 LR_BITS = numerics.WORD_BITS + 1  # the unsigned 16-bit constant as a signed operand
 CHUNK_BITS = 17  # gsum is split so every multiplier operand fits 18 signed bits
+
+
+def _chunks_below(limit, size):
+    """The chunk counts n with n * size < ``limit``: those below ceil(limit / size), at least 0."""
+    return max(0, -(-limit // size))
 
 
 class GradientBuffer(WeightWalk, wiring.Component):
@@ -228,8 +233,6 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # The walk's position: chunks of padding only (past S in the last pass, past O in the
         # last group) are skipped, padded words within a chunk masked.
         last_pass, last_group = i == self.passes - 1, g >= self.rows - self.passes
-        real_words = Mux(last_pass, self.last_words, words)
-        real_banks = Mux(last_group, self.last_banks, self.banks)
         row_end = jn == Mux(last_pass, -(-self.last_words // cw), word_chunks) - 1
         address_end = row_end & (pn == Mux(last_group, -(-self.last_banks // cb), bank_chunks) - 1)
         last_word = address_end & (g == self.rows - 1)
@@ -309,7 +312,9 @@ class GradientBuffer(WeightWalk, wiring.Component):
                           else Const(0, width) for p in range(bank_chunks) for j in range(word_chunks)]
             if len(candidates) == 1:
                 return candidates[0]
-            return Cat(*candidates).word_select(chunk, width).as_signed()
+            # A mux on the chunk number: word_select would scale it by a width of 48 bits, a
+            # multiply Yosys gave one of the ECP5's multipliers on node 0 of the default chain.
+            return Array(candidates)[chunk].as_signed()
 
         side_layout = data.StructLayout({"valid": 1, "index": INDEX_BITS, "extra": self._extra_layout()})
         side = Signal(side_layout)
@@ -323,7 +328,11 @@ class GradientBuffer(WeightWalk, wiring.Component):
                 m.d.comb += [
                     side.extra.w[lane].eq(select(a, c, lambda p, j: self.upd.data[p][j],
                                                  numerics.WORD_BITS)),
-                    side.extra.mask[lane].eq((pn * cb + a < real_banks) & (jn * cw + c < real_words)),
+                    # pn*cb + a < real_banks and jn*cw + c < real_words, as bounds on the chunk
+                    # counts: no multiply.
+                    side.extra.mask[lane].eq(
+                        (pn < Mux(last_group, _chunks_below(self.last_banks - a, cb), _chunks_below(self.banks - a, cb)))
+                        & (jn < Mux(last_pass, _chunks_below(self.last_words - c, cw), _chunks_below(words - c, cw)))),
                 ]
                 parts = [gsum[0:CHUNK_BITS], gsum[CHUNK_BITS:2 * CHUNK_BITS], gsum[2 * CHUNK_BITS:].as_signed()]
                 product = 0
