@@ -21,7 +21,7 @@ def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
     # mapping as `python -m mapping --network micro --cluster lfe5um5g-45f:2 --max-multipliers 24
     # --for-hardware` writes it, built through `--mapping` at the 100 MHz of mapping/devices.py.
     # nextpnr-ecp5 0.11, seed 1, router2 with timing-driven rip-up (router1's routing time on an
-    # earlier CI node went from 95 s to 682 s between versions): 103.3 MHz in 126 s in all.
+    # earlier CI node went from 95 s to 682 s between versions): 109.9 MHz in 135 s in all.
     mapping = map_network(zoo.micro(), parse_cluster(CI_BITSTREAM["cluster"]),
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
