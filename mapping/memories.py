@@ -221,10 +221,10 @@ def eb_latency(taps):
 
 
 def _engine_buffers(s):
-    """The FP and EB engines' output buffers (CreditedOutput)."""
+    """The FP and EB engines' output buffers (CreditedOutput); a folded EB stalls instead."""
     kk = s.kernel * s.kernel
     mems = [Memory("fp.output_buffer", s.fp.ces * ACC_BITS, fp_latency(s.fp.tiles * kk, passes(s)) + 1)]
-    if s.needs_eb:
+    if s.needs_eb and passes(s) == 1:
         mems.append(Memory("eb.output_buffer", s.in_channels * ACC_BITS, eb_latency(s.fp.ces * kk) + 1))
     return mems
 

@@ -77,16 +77,26 @@ class CreditedOutput:
     The buffer: ``capacity`` x (width of the payload) of distributed RAM (read asynchronously,
     so its head is on the output the cycle it is written; ``family``: ``ram_style`` as for
     every memory of the generator, None in simulation).
+
+    ``stall=True`` builds the plain stalling output instead, for an engine whose result is
+    wide and rare (a folded EB: all S channels once per G*v steps), where a buffer would cost
+    more than the enable it removes: ``room`` is then the consumer's handshake and ``enable``
+    holds the pipeline (the registers under ``Pipeline.attach(m, enable)``, the multipliers'
+    enables); with credits ``enable`` is None (no enable).
     """
 
-    def __init__(self, capacity, family=None):
-        self.capacity, self.family = capacity, family
+    def __init__(self, capacity, family=None, *, stall=False):
+        self.capacity, self.family, self.stall = capacity, family, stall
         self.room = Signal(init=1)
+        self.enable = self.room if stall else None
 
     def attach(self, m, *, produced, valid, payload, out):
         """Count ``produced`` (an issued step that will produce an output) against ``capacity``;
         the pipeline's ``valid`` and ``payload`` reach the stream ``out`` directly or through
         the buffer."""
+        if self.stall:
+            m.d.comb += [out.valid.eq(valid), out.payload.eq(payload), self.room.eq(~out.valid | out.ready)]
+            return
         depth = self.capacity
         buffer = m.submodules.output_buffer = memory.Memory(
             shape=len(payload), depth=depth, init=[], attrs=NO_RW_CHECK | ram_attrs(depth, self.family))

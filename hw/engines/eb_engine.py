@@ -36,7 +36,10 @@ One window is accepted per G*v cycles and, with continuous input and a ready out
 every multiplier is busy every cycle. Flow control as in hw.engines.fp_engine: the pipeline
 never stalls, a window's errors wait in a buffer of ``latency + 1`` beats when the consumer
 does not take them, and a window's last step is issued only while that buffer has a place
-for every window in flight (``hw.arith.pipeline.CreditedOutput``).
+for every window in flight (``hw.arith.pipeline.CreditedOutput``). Folded (v > 1), its
+result (all S channels) is too wide and too rare for a buffer (one per G*v steps; node 3's fc
+EB's would be 1,536 bits wide, 2,231 LUT4): one enable then holds every register (the
+accumulators and held lanes included) while the consumer does not take the errors.
 """
 
 from amaranth.hdl import Cat, Module, Signal, signed
@@ -108,7 +111,7 @@ class EBEngine(WeightWalk, wiring.Component):
         pipe = Pipeline()
         k, kk, b = self.kernel, self.kernel * self.kernel, self.tiles
 
-        credit = CreditedOutput(self.latency + 1, self.family)
+        credit = CreditedOutput(self.latency + 1, self.family, stall=self.passes > 1)
         issue = Issue(m, self.groups, self.passes, self.windows.valid, credit.room, group_major=False)
         m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
@@ -128,7 +131,7 @@ class EBEngine(WeightWalk, wiring.Component):
                     for kx in range(k):
                         weight = self.weights.data[p][c * kk + (k - 1 - ky) * k + (k - 1 - kx)]
                         products.append(multiply(m, f"mult_{c}_{p}_{ky}_{kx}", taps[(p * k + ky) * k + kx],
-                                                 weight, self.family))
+                                                 weight, self.family, 1 if credit.enable is None else credit.enable))
             sums.append(products)
         sums = [pipe.adder_tree(products) for products in sums]
         valid = pipe.delay(valid, LATENCY + self.levels, reset=True)
@@ -146,5 +149,5 @@ class EBEngine(WeightWalk, wiring.Component):
         live = self.in_channels - (self.passes - 1) * b  # lanes of the last pass within S
         credit.attach(m, produced=issue.issue & issue.last_group & issue.last_pass,
                       valid=done & (done_pass == self.passes - 1), payload=Cat(*held, *accs[:live]), out=self.errors)
-        pipe.attach(m)
+        pipe.attach(m, credit.enable)
         return m
