@@ -198,8 +198,8 @@ def _fifo(name, width, depth):
 
 
 # The engines' pipelines (hw/engines): multipliers registered in and out, then an adder tree
-# of one register per level. The FP and EB engines never stall; what their consumer does not
-# take waits in a buffer of latency + 1 beats (hw.arith.pipeline.CreditedOutput).
+# of one register per level. The FP and unfolded EB engines never stall; what their consumer
+# does not take waits in a buffer of latency + 1 beats (hw.arith.pipeline.CreditedOutput).
 MULTIPLIER_LATENCY = 2
 
 

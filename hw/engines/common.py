@@ -18,11 +18,12 @@ from ..arith.mult import Multiplier
 from ..base.counter import ModuloCounter
 
 
-def multiply(m, name, a, b, family, enable=1):
-    """A ``hw.arith.mult.Multiplier`` of two words under ``enable`` (a stalling pipeline's; by
-    default every cycle); its registered product."""
+def multiply(m, name, a, b, family, enable=None):
+    """A ``hw.arith.mult.Multiplier`` of two words under ``enable`` (a stalling pipeline's; None:
+    every cycle, as ``CreditedOutput.enable`` of a pipeline that never stalls); its registered
+    product."""
     mult = m.submodules[name] = Multiplier(WORD_BITS, WORD_BITS, family)
-    m.d.comb += [mult.a.eq(a), mult.b.eq(b), mult.en.eq(enable)]
+    m.d.comb += [mult.a.eq(a), mult.b.eq(b), mult.en.eq(1 if enable is None else enable)]
     return mult.p
 
 

@@ -131,7 +131,7 @@ class EBEngine(WeightWalk, wiring.Component):
                     for kx in range(k):
                         weight = self.weights.data[p][c * kk + (k - 1 - ky) * k + (k - 1 - kx)]
                         products.append(multiply(m, f"mult_{c}_{p}_{ky}_{kx}", taps[(p * k + ky) * k + kx],
-                                                 weight, self.family, 1 if credit.enable is None else credit.enable))
+                                                 weight, self.family, credit.enable))
             sums.append(products)
         sums = [pipe.adder_tree(products) for products in sums]
         valid = pipe.delay(valid, LATENCY + self.levels, reset=True)
