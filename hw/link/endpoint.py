@@ -57,7 +57,9 @@ class LinkEndpoint(wiring.Component):
 
     ``tx``/``rx`` are in ``node_domain``; ``phy.tx`` in ``link_domain``; ``phy.rx`` in
     ``rx_domain``; ``counters`` and ``link_up`` in ``link_domain``. ``fifo_depth``: words of each
-    channel's crossing FIFO (a power of two; the credits cover the link, not these).
+    channel's crossing FIFO (a power of two; the credits cover the link, not these). A node
+    that sends on its own clock (``link_domain == node_domain``: a PHY on I/O pins clocked
+    by the node) needs no crossing: its channels meet the link layer directly.
     """
 
     def __init__(self, config: LinkConfig, node_domain="sync", link_domain="link", rx_domain="link_rx",
@@ -71,18 +73,22 @@ class LinkEndpoint(wiring.Component):
         m = Module()
         layer = LinkLayer(self.config)
         m.submodules.layer = DomainRenamer({"sync": self.link_domain})(layer)
-        for name, width in self.config.channels:
-            outgoing = AsyncFIFO(width=width, depth=self.fifo_depth,
-                                 w_domain=self.node_domain, r_domain=self.link_domain)
-            incoming = AsyncFIFO(width=width, depth=self.fifo_depth,
-                                 w_domain=self.link_domain, r_domain=self.node_domain)
-            m.submodules[f"tx_{name}"], m.submodules[f"rx_{name}"] = outgoing, incoming
-            for fifo, source, sink in ((outgoing, getattr(self.tx, name), getattr(layer.tx, name)),
-                                       (incoming, getattr(layer.rx, name), getattr(self.rx, name))):
-                m.d.comb += [fifo.w_data.eq(source.payload), fifo.w_en.eq(source.valid),
-                             source.ready.eq(fifo.w_rdy),
-                             sink.payload.eq(fifo.r_data), sink.valid.eq(fifo.r_rdy),
-                             fifo.r_en.eq(sink.ready)]
+        if self.link_domain == self.node_domain:
+            wiring.connect(m, wiring.flipped(self.tx), layer.tx)
+            wiring.connect(m, layer.rx, wiring.flipped(self.rx))
+        else:
+            for name, width in self.config.channels:
+                outgoing = AsyncFIFO(width=width, depth=self.fifo_depth,
+                                     w_domain=self.node_domain, r_domain=self.link_domain)
+                incoming = AsyncFIFO(width=width, depth=self.fifo_depth,
+                                     w_domain=self.link_domain, r_domain=self.node_domain)
+                m.submodules[f"tx_{name}"], m.submodules[f"rx_{name}"] = outgoing, incoming
+                for fifo, source, sink in ((outgoing, getattr(self.tx, name), getattr(layer.tx, name)),
+                                           (incoming, getattr(layer.rx, name), getattr(self.rx, name))):
+                    m.d.comb += [fifo.w_data.eq(source.payload), fifo.w_en.eq(source.valid),
+                                 source.ready.eq(fifo.w_rdy),
+                                 sink.payload.eq(fifo.r_data), sink.valid.eq(fifo.r_rdy),
+                                 fifo.r_en.eq(sink.ready)]
         m.submodules.elastic = elastic = ElasticBuffer(self.config.lane_width, w_domain=self.rx_domain,
                                                        r_domain=self.link_domain)
         m.d.comb += [elastic.rx.eq(self.phy.rx), elastic.rx_valid.eq(self.phy.rx_valid),
