@@ -1,6 +1,6 @@
 """The dev kits ``python -m boards.build`` knows: platform, device, oscillator, UART, LEDs."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from amaranth_boards.ecp5_5g_evn import ECP55GEVNPlatform
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
@@ -22,6 +22,10 @@ class Board:
     leds: int           # LEDs the top drives: link up, training, error, then a heartbeat
     notes: str
     loader: tuple = ()  # openFPGALoader's options naming the board (or its cable)
+    # The board-to-board link (boards/link_pins.py): the headers it may use, in order of
+    # preference, and the I/O standard of each of their banks (as the board powers them).
+    link_headers: tuple = ()
+    link_io: dict = field(default_factory=dict)
 
     @property
     def family(self):
@@ -30,11 +34,15 @@ class Board:
 
 BOARDS = {board.name: board for board in (
     Board("versa-ecp5-5g", VersaECP55GPlatform, "lfe5um5g-45f", "clk100", 100.0, 3_000_000, 4,
-          "FT2232H bridge", ("--cable", "ft2232")),
+          "FT2232H bridge; link on the X3/X4 expansion headers", ("--cable", "ft2232"),
+          (("expcon", 2), ("expcon", 1)), {0: "LVCMOS33", 1: "LVCMOS33"}),
+    # VCCIO1 2.5 V and VCCIO6 3.3 V as the board ships (amaranth-boards' defaults).
     Board("ecp5-5g-evn", ECP55GEVNPlatform, "lfe5um5g-85f", "clk12", 12.0, 3_000_000, 4,
-          "FT2232H bridge (UART on channel B: fit the J40 jumpers); SERDES on SMA", ("--board", "ecp5_evn")),
+          "FT2232H bridge (UART on channel B: fit the J40 jumpers); link on headers J39/J40 (SERDES on SMA unused)",
+          ("--board", "ecp5_evn"), (("J", 39), ("J", 40)), {0: "LVCMOS33", 1: "LVCMOS25", 6: "LVCMOS33"}),
     Board("ulx3s-85f", ULX3S_85F_Platform, "lfe5u-85f", "clk25", 25.0, 3_000_000, 4,
-          "FT231X bridge; no SERDES (speed grade 6)", ("--board", "ulx3s")),
+          "FT231X bridge; link on the GPIO header (no SERDES; speed grade 6)", ("--board", "ulx3s"),
+          (("gpio", 0),), {bank: "LVCMOS33" for bank in range(8)}),
     Board("vc709", VC709Platform, "xc7vx690t", "clk200", 200.0, 115_200, 4,
           "CP2103 bridge; Yosys synthesis only (place and route, bitstream: Vivado)"),
 )}

@@ -142,6 +142,11 @@ def build(args, log=print):
     top = BoardTop(board, mapping, nodes, clock_mhz)
     with output_folder(Path(args.out) / f"{board.name}-{'chain' if args.chain else f'node{args.node}'}") as out:
         (out / "mapping.json").write_text(mapping.to_json())
+        if top.links:
+            table = [line for pins in top.links.values() for line in pins.table()]
+            (out / "link_pins.txt").write_text("\n".join(table) + "\n")
+            log(f"links to the neighbouring boards (DDR on header pins, {', '.join(top.links)}): cable board N's "
+                f"down to board N+1's up, tx to rx, pin for pin ({out / 'link_pins.txt'}):\n  " + "\n  ".join(table))
         plan = platform.prepare(top, name="top")
         for name, content in plan.files.items():  # the constraints and Amaranth's own scripts
             if not name.endswith(".il"):

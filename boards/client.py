@@ -2,7 +2,12 @@
 
 A transport has ``write(data)`` and ``read(count)`` (returns ``count`` bytes or raises
 TimeoutError): a serial port (boards/host.py) or a simulated board (boards/simulated.py).
+A chain across boards has one transport per board, in chain order: each board answers for
+the nodes it holds, the first takes the samples, the last scores them.
 """
+
+from dataclasses import replace
+
 
 import numpy as np
 
@@ -16,44 +21,66 @@ class BoardError(Exception):
 
 
 class Client:
-    """Talks to the host interface of a board built for ``mapping`` (its NodeConfigs);
-    ``nodes``: hw.node.Node objects of the same configs (for their memory layouts)."""
+    """Talks to the host interfaces of the boards built for ``mapping`` (its NodeConfigs):
+    ``transports``, one per board in chain order; ``nodes``: hw.node.Node objects of the
+    configs the boards hold, in chain order (for their memory layouts)."""
 
-    def __init__(self, transport, mapping, nodes, progress=None, retries=3):
-        self.transport, self.mapping, self.nodes = transport, mapping, nodes
+    def __init__(self, transports, mapping, nodes, progress=None, retries=3):
+        self.transports, self.mapping, self.nodes = list(transports), mapping, nodes
         self.progress = progress or (lambda text: None)
         self.retries = retries
+        self.held = None  # per board, the range of nodes it holds (from INFO)
 
-    def request(self, command, payload=b""):
-        """Send one frame and return the answer's payload; a frame the board refused for its
-        CRC (a bit flipped on the wire) is sent again."""
+    def request(self, command, payload=b"", board=0):
+        """Send one frame to ``board`` and return the answer's payload; a frame the board
+        refused for its CRC (a bit flipped on the wire) is sent again."""
+        transport = self.transports[board]
         for _ in range(self.retries + 1):
-            self.transport.write(p.frame(command, payload))
-            code, answer = self._receive()
+            transport.write(p.frame(command, payload))
+            code, answer = self._receive(transport)
             if code == p.NAK and answer[:1] == b"\x01":
                 continue
             if code == p.NAK:
                 why = p.NAK_REASONS.get(answer[0], f"reason {answer[0]}") if answer else "no reason"
-                raise BoardError(f"the board refused command 0x{command:02x}: {why}")
+                raise BoardError(f"board {board} refused command 0x{command:02x}: {why}")
             if code != command | p.REPLY:
                 raise BoardError(f"answer 0x{code:02x} to command 0x{command:02x}")
             return answer
         raise BoardError(f"command 0x{command:02x}: {self.retries + 1} CRC errors in a row")
 
-    def _receive(self):
-        data = self.transport.read(p.HEADER_BYTES)
+    @staticmethod
+    def _receive(transport):
+        data = transport.read(p.HEADER_BYTES)
         length = int.from_bytes(data[2:4], "little")
-        data += self.transport.read(length + 2)
+        data += transport.read(length + 2)
         (frame,), _ = p.parse_frames(data)
         return frame
 
     def check(self):
-        """The board's chain has the mapping's nodes and memories, or BoardError."""
-        info = self.request(p.INFO)
-        expected = bytes([len(self.nodes), *(len(node.memories) for node in self.nodes)])
-        if info != expected:
-            raise BoardError(f"the board holds {info[0]} nodes with {list(info[1:])} weight memories, "
-                             f"the mapping {len(self.nodes)} with {list(expected[1:])}: built for another mapping")
+        """The boards hold the mapping's nodes, in order, with their memories, or BoardError."""
+        held, following = [], 0
+        for board in range(len(self.transports)):
+            info = self.request(p.INFO, board=board)
+            first, count, memories = info[0], info[1], list(info[2:])
+            if first != following:
+                raise BoardError(f"board {board} holds nodes {first}..{first + count - 1}, expected node "
+                                 f"{following} next: give the boards' ports in chain order")
+            expected = [len(node.memories) for node in self.nodes[first:first + count]]
+            if memories != expected:
+                raise BoardError(f"board {board} holds nodes {first}..{first + count - 1} with {memories} weight "
+                                 f"memories, the mapping {expected}: built for another mapping")
+            held.append(range(first, first + count))
+            following += count
+        if following != len(self.nodes):
+            raise BoardError(f"the boards hold nodes 0..{following - 1}, the mapping has {len(self.nodes)}")
+        self.held = held
+
+    def _board(self, node):
+        """(board, index on that board) of chain node ``node``."""
+        if self.held is None:
+            self.check()
+        board = next(b for b, nodes in enumerate(self.held) if node in nodes)
+        return board, node - self.held[board].start
 
     def _memories(self):
         return [(n, k, ram) for n, node in enumerate(self.nodes) for k, ram in enumerate(node.memories)]
@@ -65,7 +92,8 @@ class Client:
         for done, (n, k, ram) in enumerate(memories):
             flat = [word for row in self.nodes[n].memory_rows(k, params) for word in row]
             for start in range(0, len(flat), chunk):
-                self.request(p.WRITE, self._where(n, k, ram, start) + p.words(flat[start:start + chunk]))
+                board, local = self._board(n)
+                self.request(p.WRITE, self._where(local, k, ram, start) + p.words(flat[start:start + chunk]), board)
             self.progress(f"loaded memory {done + 1}/{len(memories)} (node {n}, {ram.rows} x "
                           f"{ram.banks * ram.words} words)")
 
@@ -84,12 +112,28 @@ class Client:
             flat = []
             for start in range(0, size, chunk):
                 count = min(chunk, size - start)
-                flat += p.unwords(self.request(p.READ, self._where(n, k, ram, start) + count.to_bytes(2, "little")))
+                board, local = self._board(n)
+                flat += p.unwords(self.request(p.READ, self._where(local, k, ram, start) + count.to_bytes(2, "little"),
+                                               board))
             self.nodes[n].store_memory(k, np.reshape(flat, (ram.rows, -1)), params)
         return params
 
     def status(self):
-        return p.Status.unpack(self.request(p.STATUS), len(self.nodes))
+        """Every board's STATUS as one: the nodes in chain order, the loss of the last board
+        (which scores the samples), flags and frame errors of any board."""
+        if self.held is None:
+            self.check()
+        parts = [p.Status.unpack(self.request(p.STATUS, board=board), len(nodes))
+                 for board, nodes in enumerate(self.held)]
+        last = parts[-1]
+        return replace(last, training=any(part.training for part in parts), error=any(part.error for part in parts),
+                       links_up=[part.links_up for part in parts],
+                       frame_errors=sum(part.frame_errors for part in parts),
+                       nodes=[node for part in parts for node in part.nodes])
+
+    def _every_board(self, command, payload=b""):
+        for board in range(len(self.transports)):
+            self.request(command, payload, board)
 
     def train(self, inputs, labels, report_every=None):
         """Stream ``inputs`` (real values, (samples, C, H, W)) and ``labels`` into node 0 and wait
@@ -98,7 +142,7 @@ class Client:
         config = self.mapping.nodes[0]
         samples, batch = len(inputs), config.training.batch
         updates = samples // batch
-        self.request(p.START, samples.to_bytes(4, "little") + updates.to_bytes(4, "little"))
+        self._every_board(p.START, samples.to_bytes(4, "little") + updates.to_bytes(4, "little"))
         images = numerics.quantize(np.asarray(inputs), config.formats.act_frac)
         channels = images.shape[1]
         chunk = (p.MAX_PAYLOAD // 2) // channels * channels  # whole pixels per frame
@@ -118,4 +162,4 @@ class Client:
                 return status
 
     def stop(self):
-        self.request(p.STOP)
+        self._every_board(p.STOP)

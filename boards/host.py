@@ -1,6 +1,8 @@
 """``python -m boards.host --port /dev/ttyUSB0``: train on a board through its UART.
 
-Checks that the board holds the mapping's nodes, loads the initial weights, streams the
+A chain across boards (each built with ``python -m boards.build --node N``, joined by their
+link cables): one ``--port`` per board, in chain order. Checks that the boards hold the
+mapping's nodes, loads the initial weights, streams the
 samples, waits for the last weight update, reads every weight back, compares with the
 golden model (``--check``) and saves them (``--save``). The mapping is the one the
 bitstream was built from (``--mapping``, as ``python -m boards.build`` writes it, or
@@ -28,7 +30,9 @@ from .client import BoardError, Client
 def parse_args(argv):
     parser = Parser(prog="python -m boards.host", description=__doc__.splitlines()[0].split(": ", 1)[1],
                     formatter_class=DefaultsShown)
-    parser.add_argument("--port", required=True, help="the board's serial port")
+    parser.add_argument("--port", required=True, action="append",
+                        help="the board's serial port; for a chain across boards, one --port per board in "
+                             "chain order (the board with node 0 first)")
     parser.add_argument("--board", required=True, help="the board (its UART rate and device)")
     parser.add_argument("--mapping", help="the mapping JSON the bitstream was built from")
     parser.add_argument("--network", help="network (without --mapping)")
@@ -56,12 +60,14 @@ def main(argv=None):
         except (OSError, KeyError, ValueError) as error:
             raise SpecError(f"--data {args.data}: {error}") from None
     import serial
-    try:
-        port = serial.Serial(args.port, board.uart_baud, timeout=10)
-    except serial.SerialException as error:
-        raise SpecError(f"cannot open {args.port}: {error}") from None
+    ports = []
+    for name in args.port:
+        try:
+            ports.append(serial.Serial(name, board.uart_baud, timeout=10))
+        except serial.SerialException as error:
+            raise SpecError(f"cannot open {name}: {error}") from None
     started = time.monotonic()
-    client = Client(_SerialTransport(port), mapping, [Node(config) for config in mapping.nodes],
+    client = Client([_SerialTransport(port) for port in ports], mapping, [Node(config) for config in mapping.nodes],
                     progress=lambda text: print(f"[{time.monotonic() - started:7.1f} s] {text}", flush=True))
     try:
         client.check()

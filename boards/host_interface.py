@@ -19,23 +19,30 @@ the hardware that executes the host's frames:
 
 Counters (per node): samples (labels that entered the node), weight updates applied,
 the cycle of the latest update (counted from START), link retries (go-back-N replays) and
-link CRC errors, summed over the link cores of the node's links on the board (neighbours on
-one chip are joined by link cores over an on-chip PHY, as two boards are over a lane; a link
-that leaves the board has none yet), and the loss: the sum, over every sample the last
+link CRC errors, summed over the link cores of the node's links (neighbours on one chip are
+joined by link cores over an on-chip PHY, neighbours on two boards by link cores over the
+board's link PHY), and the loss: the sum, over every sample the last
 node scores, of sum_c (y_c - onehot_c << act_frac)^2, exact, with one multiplier that
 squares one class per cycle (a sample takes ``classes`` cycles, far fewer than a node's
 cycles per sample; a sample arriving sooner sets the error flag).
+
+A board that holds part of a longer chain has a link endpoint (``hw.link.endpoint``) on each
+side that leads off the board, its lane a ``{side}_phy`` port for the board's PHY: the
+streams of that side (images and labels too, on a board without node 0) travel over it.
+Only the board holding node 0 takes LABEL and IMAGE.
 """
 
-from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value, signed
 from amaranth.lib import memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Out, connect, flipped
 
-from hw.link.chain import link_chain
+from hw.link.chain import attach_endpoint, chain_link_config, link_chain
+from hw.link.endpoint import LinkEndpoint
+from hw.link.layer import PhySignature
 from hw.link.onchip_phy import on_chip_phy
 from hw.node import Node
-from hw.node.ports import link_streams
 from hw.node.loss import LABEL_BITS
+from mapping import link_model
 from mapping.numerics import WORD_BITS
 
 from . import protocol as p
@@ -93,35 +100,9 @@ class FrameSender(wiring.Component):
         return m
 
 
-class OpenLinks(Elaboratable):
-    """Stand-in for the link cores at the ends of a part of the chain: drives each incoming
-    stream from a free-running LFSR and folds each outgoing one into a kept register, so that
-    synthesis keeps (and times) every path of the nodes as the link cores would. A board
-    built with open links has its nodes' real resources and timing but trains only once
-    link cores replace this. ``streams``: (produced by the node, stream)."""
-
-    def __init__(self, streams):
-        self.streams = streams
-
-    def elaborate(self, platform):
-        m = Module()
-        lfsr = Signal(32, init=1, attrs={"keep": 1})
-        m.d.sync += lfsr.eq(Cat(lfsr[1:], lfsr[0] ^ lfsr[1] ^ lfsr[21] ^ lfsr[31]))
-        for n, (produced, s) in enumerate(self.streams):
-            if produced:
-                folded = Signal(name=f"open_link{n}", attrs={"keep": 1})
-                m.d.comb += s.ready.eq(lfsr[n % 32])
-                m.d.sync += folded.eq(s.valid ^ Value.cast(s.payload).xor())
-            else:
-                bits = len(Value.cast(s.payload))
-                m.d.comb += [s.valid.eq(lfsr[n % 32]),
-                             s.payload.eq(lfsr.replicate(-(-bits // 32))[:bits])]
-        return m
-
-
 class TrainerLeds(wiring.Signature):
     def __init__(self):
-        super().__init__({"training": Out(1), "error": Out(1)})
+        super().__init__({"link_up": Out(1), "training": Out(1), "error": Out(1)})
 
 
 def _field_bits(fields):
@@ -137,18 +118,27 @@ class Trainer(wiring.Component):
     """The chain of ``mapping``'s nodes ``nodes`` (a range; default all) behind the host interface.
 
     ``divisor``: clock cycles per UART bit. ``params``: initial weights built into the memories
-    (None: zeros; the host loads them). The host streams images and labels into the first node
-    held. Neighbours are joined by link cores over an :class:`~hw.link.onchip_phy.OnChipPhy` of
-    ``lane_width`` bits. Link streams of a part of the chain that lead off the board end in
-    :class:`OpenLinks` until the board tops have link PHYs.
+    (None: zeros; the host loads them). The host streams images and labels into node 0 (on the
+    board that holds it). Neighbours on the board are joined by link cores over an
+    :class:`~hw.link.onchip_phy.OnChipPhy` of ``lane_width`` bits; a side that leads off the
+    board ends in a :class:`~hw.link.endpoint.LinkEndpoint` on the node clock whose lane is the
+    port ``{side}_phy`` (``up``, ``down``; ``link_lane_width`` bits, buffers sized for
+    ``link_latency`` cycles each way), received in clock domain ``{side}_link_rx``.
     """
 
-    def __init__(self, mapping, *, divisor, family=None, params=None, nodes=None, lane_width=ON_CHIP_LANE_WIDTH):
+    def __init__(self, mapping, *, divisor, family=None, params=None, nodes=None, lane_width=ON_CHIP_LANE_WIDTH,
+                 link_lane_width=link_model.LANE_WIDTH, link_latency=link_model.PHY_LATENCY):
         self.mapping, self.divisor, self.lane_width = mapping, divisor, lane_width
         held = range(len(mapping.nodes)) if nodes is None else nodes
+        self.first = held[0]
         self.nodes = [Node(mapping.nodes[n], params=params, family=family) for n in held]
         self.formats = mapping.nodes[0].formats
-        super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1), "leds": Out(TrainerLeds())})
+        ends = {"up": self.nodes[0], "down": self.nodes[-1]}
+        self.off_board = {side: chain_link_config(getattr(node, side), link_lane_width, link_latency)
+                          for side, node in ends.items()
+                          if side in node.signature.members and not (side == "up" and self.first == 0)}
+        super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1), "leds": Out(TrainerLeds()),
+                          **{f"{side}_phy": Out(PhySignature(link_lane_width)) for side in self.off_board}})
 
     def elaborate(self, platform):
         m = Module()
@@ -159,14 +149,18 @@ class Trainer(wiring.Component):
             chain.submodules[f"node{n}"] = node
         links = link_chain(chain, nodes, on_chip_phy(self.lane_width, ON_CHIP_LATENCY), lane_width=self.lane_width,
                            phy_latency=ON_CHIP_LATENCY)
+        off_board = {}
+        for side, config in self.off_board.items():
+            # On the node clock, so the node's streams meet the link layer without a crossing;
+            # each stream it sends enters through a buffer, as on a one-board chain's links.
+            endpoint = chain.submodules[f"{side}_link"] = LinkEndpoint(config, "sync", "sync", f"{side}_link_rx")
+            port = nodes[0].up if side == "up" else nodes[-1].down
+            attach_endpoint(chain, port, endpoint, upstream=side == "down", tx_buffers=f"{side}_link_tx")
+            connect(m, endpoint.phy, flipped(getattr(self, f"{side}_phy")))
+            off_board[side] = endpoint
         m.submodules.chain = ResetInserter(chain_reset)(chain)  # STOP resets the links too: they retrain
-        # (produced by the node, stream) for the streams leading off the board
-        open_streams = [(not downstream, s) for path, downstream, s in link_streams(nodes[0].up)
-                        if path not in (("act",), ("label",))]
-        if "down" in nodes[-1].signature.members:
-            open_streams += [(downstream, s) for _, downstream, s in link_streams(nodes[-1].down)]
-        if open_streams:
-            m.submodules.open_links = OpenLinks(open_streams)
+        m.d.comb += self.leds.link_up.eq(Cat(end.link_up for end in off_board.values()).all())
+        feeds = self.first == 0  # the host feeds images and labels into node 0
 
         m.submodules.uart_rx = rx = UartRx(self.divisor)
         m.submodules.uart_tx = tx = UartTx(self.divisor)
@@ -262,7 +256,8 @@ class Trainer(wiring.Component):
             with m.If(clear):
                 m.d.sync += [samples.eq(0), cycles.eq(0)]
             ends = [link.upstream for link in links if link.index == n] + [
-                link.downstream for link in links if link.index + 1 == n]
+                link.downstream for link in links if link.index + 1 == n] + [
+                end for side, end in off_board.items() if n == (0 if side == "up" else len(nodes) - 1)]
             link_retries = sum((end.counters.replays for end in ends), Const(0, 32))[:32]
             link_crc_errors = sum((end.counters.crc_errors for end in ends), Const(0, 32))[:32]
             node_fields.append(Cat(samples, node.updates, cycles, link_retries, link_crc_errors))
@@ -273,10 +268,11 @@ class Trainer(wiring.Component):
         with m.If(refuse):
             m.d.sync += [frame_errors.eq(frame_errors + 1), error.eq(1)]
 
-        status = Cat(training, Const(0, 7), error, Const(0, 7), frame_errors, loss_squares, loss_samples,
-                     *node_fields)
+        links_up = Cat(off_board[side].link_up if side in off_board else 1 for side in ("up", "down"))
+        status = Cat(training, Const(0, 7), error, Const(0, 7), links_up, Const(0, 6), frame_errors,
+                     loss_squares, loss_samples, *node_fields)
         assert len(status) == 8 * p.status_bytes(len(nodes))
-        info = Cat(Const(len(nodes), 8), *(Const(len(node.memories), 8) for node in nodes))
+        info = Cat(Const(self.first, 8), Const(len(nodes), 8), *(Const(len(node.memories), 8) for node in nodes))
         snapshot = Signal(max(len(status), len(info)))
 
         # --- executor ----------------------------------------------------------------------
@@ -289,7 +285,8 @@ class Trainer(wiring.Component):
         channels = len(Value.cast(act_in.payload)) // WORD_BITS
         pixel = Signal(len(Value.cast(act_in.payload)))
         channel = Signal(range(channels + 1))
-        m.d.comb += act_in.payload.eq(pixel)
+        if feeds:
+            m.d.comb += act_in.payload.eq(pixel)
         node_data = Signal(signed(WORD_BITS))
         for n, node in enumerate(nodes):
             m.d.comb += [node.host.mem.eq(mem), node.host.addr.eq(addr), node.host.lane.eq(lane),
@@ -345,11 +342,14 @@ class Trainer(wiring.Component):
                                 answer(p.READ | p.REPLY, count << 1)
                                 m.next = "read_issue"
                         with m.Case(p.LABEL, p.IMAGE):
-                            with m.If(length[0]):
+                            if not feeds:  # node 0 is on another board
                                 m.next = "bad_argument"
-                            with m.Else():
-                                m.d.sync += [first.eq(0), channel.eq(0)]
-                                m.next = "feed_fetch"
+                            else:
+                                with m.If(length[0]):
+                                    m.next = "bad_argument"
+                                with m.Else():
+                                    m.d.sync += [first.eq(0), channel.eq(0)]
+                                    m.next = "feed_fetch"
                         with m.Case(p.START):
                             with m.If(length != 8):
                                 m.next = "bad_argument"
@@ -413,30 +413,31 @@ class Trainer(wiring.Component):
                     m.d.comb += [sender.payload.payload.eq(part), sender.payload.valid.eq(1)]
                     with m.If(sender.payload.ready):
                         m.next = following
-            # LABEL / IMAGE: one beat per label word, per ``channels`` pixel words.
-            with m.State("feed_fetch"):
-                with m.If(index == length[1:]):
-                    m.next = "acknowledge"
-                with m.Else():
-                    m.next = "feed_word"
-            with m.State("feed_word"):
-                with m.If(command == p.LABEL):
-                    m.d.comb += [label_in.payload.eq(load.data[:LABEL_BITS]), label_in.valid.eq(1)]
-                    with m.If(label_in.ready):
-                        m.d.sync += index.eq(index + 1)
-                        m.next = "feed_fetch"
-                with m.Else():
-                    m.d.sync += [pixel.eq(Cat(pixel[WORD_BITS:], load.data)), index.eq(index + 1)]
-                    with m.If(channel == channels - 1):
-                        m.d.sync += channel.eq(0)
-                        m.next = "feed_pixel"
+            if feeds:
+                # LABEL / IMAGE: one beat per label word, per ``channels`` pixel words.
+                with m.State("feed_fetch"):
+                    with m.If(index == length[1:]):
+                        m.next = "acknowledge"
                     with m.Else():
-                        m.d.sync += channel.eq(channel + 1)
+                        m.next = "feed_word"
+                with m.State("feed_word"):
+                    with m.If(command == p.LABEL):
+                        m.d.comb += [label_in.payload.eq(load.data[:LABEL_BITS]), label_in.valid.eq(1)]
+                        with m.If(label_in.ready):
+                            m.d.sync += index.eq(index + 1)
+                            m.next = "feed_fetch"
+                    with m.Else():
+                        m.d.sync += [pixel.eq(Cat(pixel[WORD_BITS:], load.data)), index.eq(index + 1)]
+                        with m.If(channel == channels - 1):
+                            m.d.sync += channel.eq(0)
+                            m.next = "feed_pixel"
+                        with m.Else():
+                            m.d.sync += channel.eq(channel + 1)
+                            m.next = "feed_fetch"
+                with m.State("feed_pixel"):
+                    m.d.comb += act_in.valid.eq(1)
+                    with m.If(act_in.ready):
                         m.next = "feed_fetch"
-            with m.State("feed_pixel"):
-                m.d.comb += act_in.valid.eq(1)
-                with m.If(act_in.ready):
-                    m.next = "feed_fetch"
         return m
 
     def _loss(self, m, loss, squares, samples, clear, error):

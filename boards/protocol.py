@@ -30,11 +30,12 @@ MAX_PAYLOAD = 512         # bytes a frame may carry: the board's frame buffer
 CRC = catalog.CRC16_IBM_3740(data_width=8)
 
 # Commands (host to board) and their payloads.
-INFO = 0x00       # -> nodes (1 byte), then each node's number of weight memories (1 byte each)
+INFO = 0x00       # -> first node's index in the chain, nodes held (1 byte each), then each
+                  #    node's number of weight memories (1 byte each)
 # WRITE and READ go on past a row's last lane to lane 0 of the next address.
 WRITE = 0x01      # node, memory (1 byte each), address, first lane (2 bytes each), words -> nothing
 READ = 0x02       # node, memory, address, first lane, count (2 bytes) -> count words
-LABEL = 0x03      # label words, one per sample, into node 0
+LABEL = 0x03      # label words, one per sample, into node 0 (refused by a board without it)
 IMAGE = 0x04      # pixel words (channels of a pixel, pixels in raster order) into node 0
 START = 0x05      # samples of the run, mini-batch updates it makes (4 bytes each) -> nothing
 STOP = 0x06       # resets every node (weights keep their values) -> nothing
@@ -85,7 +86,9 @@ def unwords(payload):
 
 
 # STATUS reply: the fields in order, (name, bytes).
-STATUS_FIELDS = (("training", 1), ("error", 1), ("frame_errors", 4), ("loss_squares", 8),
+# ``links_up``: bit 0 the link to the upstream board is up, bit 1 the downstream one (a side
+# without a board is up).
+STATUS_FIELDS = (("training", 1), ("error", 1), ("links_up", 1), ("frame_errors", 4), ("loss_squares", 8),
                  ("loss_samples", 4))
 NODE_STATUS_FIELDS = (("samples", 4), ("updates", 4), ("cycles", 4), ("link_retries", 4),
                       ("link_crc_errors", 4))
@@ -100,9 +103,12 @@ class Status:
     """What STATUS reports. ``cycles``: per node, the cycle (counted from START) of its latest
     weight update. ``loss_squares``: sum over the samples the last node has scored of
     sum_c (y_c - onehot_c << act_frac)^2, exact, in activation words; ``loss_samples``
-    those samples. ``frame_errors``: frames the board refused (bad CRC, too long)."""
+    those samples. ``frame_errors``: frames the board refused (bad CRC, too long).
+    ``links_up``: bit 0 the link to the upstream board, bit 1 the downstream one
+    (``boards.client.Client.status`` of a chain across boards: a list, one per board)."""
     training: bool
     error: bool
+    links_up: object
     frame_errors: int
     loss_squares: int
     loss_samples: int
@@ -124,7 +130,7 @@ class Status:
                 node[name] = int.from_bytes(payload[offset:offset + size], "little")
                 offset += size
             per_node.append(node)
-        return cls(bool(values["training"]), bool(values["error"]), values["frame_errors"],
+        return cls(bool(values["training"]), bool(values["error"]), values["links_up"], values["frame_errors"],
                    values["loss_squares"], values["loss_samples"], per_node)
 
     def loss(self, act_frac):

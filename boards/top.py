@@ -1,12 +1,18 @@
-"""A board's top: PLL, reset synchronisation, the host interface with its nodes, status LEDs.
+"""A board's top: PLL, reset synchronisation, the host interface with its nodes, the links to
+neighbouring boards, status LEDs.
 
 The node clock comes from the board oscillator through an EHXPLLL (ECP5) whose dividers
 ``yowasp-ecppll`` computes; on the VC709 (synthesis only) the 200 MHz oscillator clocks the
 design directly. The reset is held until the PLL locks and while the board's reset
 button (if any) is pressed, and released synchronously.
 
-LEDs: 0 link up (the PLL has locked and the reset is released: nodes on one chip have no
-link to train; link cores will drive it), 1 training (START seen, not every node has
+A board that holds part of a longer chain joins its neighbours through the link cores of
+its host interface over :class:`~hw.link.ddr_phy.ECP5DDRPhy` on header pins
+(boards/link_pins.py), on the node clock; each side receives on the clock its neighbour
+forwards.
+
+LEDs: 0 link up (the PLL has locked, the reset is released and every link to another board
+has trained), 1 training (START seen, not every node has
 applied every update), 2 error (a frame refused or the loss monitor overrun; cleared by
 START), 3 heartbeat (about 1.5 Hz: the clock runs).
 """
@@ -18,11 +24,38 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
-from amaranth.lib import io
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, ResetSignal, Signal
+from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.lib.wiring import In, connect
+
+from hw.link.ddr_phy import ECP5DDRPhy, data_pins
+from hw.link.layer import PhySignature
+from mapping.errors import SpecError
 
 from .host_interface import Trainer
+from .link_pins import SIDES, plan_link_pins
+
+
+class SynthesisLane(wiring.Component):
+    """The VC709's link lane in its synthesis-only flow: the sent flits folded into a kept
+    register, the received ones from a free-running LFSR, so that Yosys keeps (and counts)
+    the link cores. The GTH transceiver (hw/link/gth_serdes.py) belongs to the vendor's flow,
+    with place and route."""
+
+    def __init__(self, lane_width):
+        super().__init__({"link": In(PhySignature(lane_width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        lfsr = Signal(32, init=1, attrs={"keep": 1})
+        folded = Signal(attrs={"keep": 1})
+        m.d.sync += [lfsr.eq(Cat(lfsr[1:], lfsr[0] ^ lfsr[1] ^ lfsr[21] ^ lfsr[31])),
+                     folded.eq(self.link.tx.as_value().xor())]
+        bits = len(self.link.rx.as_value())
+        m.d.comb += [self.link.rx.eq(lfsr.replicate(-(-bits // 32))[:bits]), self.link.rx_valid.eq(1),
+                     self.link.rx_locked.eq(lfsr[0])]
+        return m
 
 
 @cache
@@ -50,6 +83,12 @@ class BoardTop(Elaboratable):
             self.clock_mhz = board.clock_mhz
         self.trainer = Trainer(mapping, divisor=round(self.clock_mhz * 1e6 / board.uart_baud),
                                family=board.family, nodes=nodes)
+        self.links = {}  # side -> boards.link_pins.LinkPins
+        if self.trainer.off_board and board.family == "ecp5":
+            (lane,) = {len(getattr(self.trainer, f"{side}_phy").tx.data) for side in self.trainer.off_board}
+            # Both sides planned, so that a board's up and down pins do not depend on which it uses.
+            self.links = {plan.side: plan for plan in plan_link_pins(board, board.platform(), SIDES, data_pins(lane))
+                          if plan.side in self.trainer.off_board}
 
     def elaborate(self, platform):
         m = Module()
@@ -87,9 +126,37 @@ class BoardTop(Elaboratable):
         m.d.sync += beat.eq(beat - 1)
         with m.If(beat == 0):
             m.d.sync += [beat.eq(half_period - 1), blink.eq(~blink)]
+        for side, pins in self.links.items():
+            self._link(m, platform, side, pins)
+        for side in self.trainer.off_board.keys() - self.links.keys():
+            lane = m.submodules[f"{side}_lane"] = SynthesisLane(len(getattr(trainer, f"{side}_phy").tx.data))
+            connect(m, getattr(trainer, f"{side}_phy"), lane.link)
+            m.domains += ClockDomain(f"{side}_link_rx")
+            m.d.comb += ClockSignal(f"{side}_link_rx").eq(ClockSignal("sync"))
         running = Signal()  # low while the PLL locks and the reset is held
         m.d.sync += running.eq(1)
-        for n, value in enumerate((running, trainer.leds.training, trainer.leds.error, blink)[:board.leds]):
+        for n, value in enumerate((running & trainer.leds.link_up, trainer.leds.training, trainer.leds.error, blink)[:board.leds]):
             m.submodules[f"led{n}"] = led = io.Buffer("o", platform.request("led", n, dir="-"))
             m.d.comb += led.o.eq(value)
         return m
+
+    def _link(self, m, platform, side, pins):
+        """The DDR PHY of link ``side`` on its header pins; its receive clock domain
+        ``{side}_link_rx`` from the neighbour's forwarded clock."""
+        trainer_phy = getattr(self.trainer, f"{side}_phy")
+        phy = m.submodules[f"{side}_phy"] = ECP5DDRPhy(len(trainer_phy.tx.data), link_domain="sync",
+                                                       rx_domain=f"{side}_link_rx")
+        connect(m, trainer_phy, phy.link)
+        platform.add_resources([pins.resource(self.clock_mhz * 1e6)])
+        port = platform.request(f"link_{side}", 0, dir={name: "-" for name in ("tx_data", "tx_clk", "rx_data",
+                                                                                "rx_clk")})
+        buffers = {name: io.Buffer(direction, getattr(port, name))
+                   for name, direction in (("tx_data", "o"), ("tx_clk", "o"), ("rx_data", "i"), ("rx_clk", "i"))}
+        for name, buffer in buffers.items():
+            m.submodules[f"{side}_{name}"] = buffer
+        m.d.comb += [buffers["tx_data"].o.eq(phy.tx_data), buffers["tx_clk"].o.eq(phy.tx_clk),
+                     phy.rx_data.eq(buffers["rx_data"].i)]
+        domain = f"{side}_link_rx"
+        m.domains += ClockDomain(domain)
+        m.d.comb += ClockSignal(domain).eq(buffers["rx_clk"].i)
+        m.submodules[f"{side}_rx_reset"] = ResetSynchronizer(ResetSignal("sync"), domain=domain)

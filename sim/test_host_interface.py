@@ -1,26 +1,31 @@
-"""The host tool trains through the board's UART (issue 14): host tool -> UART -> host interface ->
+"""The host tool trains through the boards' UARTs (issue 14): host tool -> UART -> host interface ->
 node chain -> UART -> host tool, at 2 clock cycles per UART bit (a real board runs 33 at 100 MHz
 and 3 Mbaud; the UART logic is the same). Frames and pins bit by bit in Amaranth's simulator
-(boards/simulated.py); a whole training session on the Verilator backend (sim/verilated_board.py)."""
+(boards/simulated.py); a whole training session across two boards joined by their link cores on
+the Verilator backend (sim/verilated_board.py)."""
 
 import pytest
 
 from boards import protocol as p
-from boards.client import Client
+from boards.client import BoardError, Client
 from boards.host_interface import Trainer
 from boards.simulated import SimulatedBoard
 from mapping import golden, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import CHAIN, assert_bit_exact, stale_per_layer
-from sim.verilated_board import VerilatedBoard
+from sim.verilated_board import VerilatedBoards
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 DIVISOR = 2
 
 
+def _mapping(network=zoo.tiny, cluster=CHAIN):
+    return map_network(network(), parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+
+
 def _trainer(network=zoo.tiny, cluster=CHAIN):
-    mapping = map_network(network(), parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+    mapping = _mapping(network, cluster)
     return mapping, Trainer(mapping, divisor=DIVISOR)
 
 
@@ -34,7 +39,7 @@ def test_frames_refused_weights_written_and_read_back():
     frame[4] ^= 0x10  # a bit flipped on the wire
     board.write(frame)
     assert p.parse_frames(board.read(7)) == ([(p.NAK, bytes([1]))], b"")
-    client = Client(board, mapping, trainer.nodes)
+    client = Client([board], mapping, trainer.nodes)
     client.check()  # INFO: 2 nodes and their weight memories
     # node 1's fc bias RAM (memory 3): 4 rows of one word; its fc LPRAM (memory 2, rows of 2
     # lanes) from row 1, lane 1, on across five rows
@@ -49,29 +54,38 @@ def test_frames_refused_weights_written_and_read_back():
 
 
 @pytest.mark.slow
-def test_host_tool_loads_trains_and_reads_back_tiny_bit_exact_through_the_uart():
-    """On the Verilator backend (sim/verilated_board.py), the host tool's whole session:
-    writes the initial weights (WRITE), streams the samples (LABEL, IMAGE), waits for the
-    last update (STATUS) and reads every weight back (READ): bit-exact with the golden
-    model, and the loss the board reports is the golden model's. Two nodes (half the build
-    time of the default four) joined as on a one-board chain: by link cores over the on-chip
-    PHY, which count no replay and no CRC error."""
+def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
+    """On the Verilator backend (sim/verilated_board.py), the host tool's whole session with
+    two boards, one node each, as ``python -m boards.build --node 0`` and ``--node 1`` build
+    them: their link cores joined by a cable of a few registers. It checks which nodes each
+    board holds (INFO), writes the initial weights of each node to its board (WRITE), streams
+    the samples into the first board (LABEL, IMAGE; the second refuses them), waits for the
+    last update (STATUS of both) and reads every weight back (READ): bit-exact with the golden
+    model, the loss the last board reports is the golden model's, and the link trained and
+    carried every stream without a replay or a CRC error."""
     network = zoo.tiny()
     inputs, labels, params = golden.random_data(network, SAMPLES, 1)
-    mapping, trainer = _trainer(cluster="ecp5-85:2")
-    with VerilatedBoard(trainer) as board:
-        client = Client(board, mapping, trainer.nodes)
+    mapping = _mapping(cluster="ecp5-85:2")
+    trainers = [Trainer(mapping, divisor=DIVISOR, nodes=range(n, n + 1)) for n in range(2)]
+    assert [sorted(trainer.off_board) for trainer in trainers] == [["down"], ["up"]]
+    with VerilatedBoards(trainers) as boards:
+        client = Client(boards.transports, mapping, [node for trainer in trainers for node in trainer.nodes])
         client.check()
+        assert client.held == [range(0, 1), range(1, 2)]
+        with pytest.raises(BoardError, match="board 1 refused command 0x03: bad argument"):
+            client.request(p.LABEL, p.words([1]), board=1)
         client.load(params)
         status = client.train(inputs, labels, report_every=SAMPLES)
         final = client.read_back(params)
-        print(f"\n{board.cycles} cycles at {DIVISOR} cycles per UART bit")
+        print(f"\n{boards.cycles} cycles at {DIVISOR} cycles per UART bit")
     formats = mapping.nodes[0].formats
     expected, record = golden.train(network, params, inputs, labels, batch=BATCH, lr=LR, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))
     assert_bit_exact(final, expected, params)
+    assert status.links_up == [0b11, 0b11]
     assert [node["updates"] for node in status.nodes] == [SAMPLES // BATCH] * 2
     assert [node["samples"] for node in status.nodes] == [SAMPLES] * 2
     assert [(node["link_retries"], node["link_crc_errors"]) for node in status.nodes] == [(0, 0)] * 2
+    assert (status.frame_errors, status.error) == (0, False)
     assert status.loss_samples == SAMPLES
     assert status.loss_squares / 2 ** (2 * formats.act_frac + 1) == pytest.approx(record.loss.sum(), rel=1e-12)

@@ -1,5 +1,6 @@
-"""The simulated board on the Verilator backend: the same transport as
-:class:`boards.simulated.SimulatedBoard` (``write``, ``read``), with the trainer compiled.
+"""Simulated boards on the Verilator backend: the same transport as
+:class:`boards.simulated.SimulatedBoard` (``write``, ``read``), with the trainers compiled,
+one per board of a chain, their link PHY ports joined as by a cable.
 
 The host's bytes enter an input stream, a :class:`~boards.uart.UartTx` puts them on the
 trainer's ``rx`` pin, and a :class:`~boards.uart.UartRx` on its ``tx`` pin writes what the
@@ -9,11 +10,12 @@ from Python on Amaranth's simulator, so the pins see what a serial line would ca
 ``read`` waits for have arrived, so the cycle count is that of Amaranth's simulation.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import DomainRenamer, Module
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from boards.uart import UartRx, UartTx
+from hw.link.onchip_phy import OnChipPhy
 from sim.verilated import VerilatedModel
 
 COUNT_BITS = 32
@@ -38,43 +40,84 @@ class ByteCapture(wiring.Component):
         return m
 
 
+# Registers each way between two simulated boards' link PHY ports: the I/O registers and the
+# cable of a board-to-board link (the link buffers are sized for mapping.link_model's latency).
+CABLE_LATENCY = 4
+
+
 class UartBench(wiring.Component):
-    """The trainer between a host-side UART transmitter (fed by ``host``) and receiver."""
+    """The trainers (boards, in chain order), each between a host-side UART transmitter (fed by
+    ``host[i]``) and receiver; neighbouring boards' link PHY ports joined by an
+    :class:`~hw.link.onchip_phy.OnChipPhy` of :data:`CABLE_LATENCY` registers, every clock the
+    node clock."""
 
-    host: In(stream.Signature(8))
-    received: Out(COUNT_BITS)
-
-    def __init__(self, trainer, ring):
-        self.trainer = trainer
-        self.capture = ByteCapture(ring)
-        super().__init__()
+    def __init__(self, trainers, ring):
+        self.trainers = trainers
+        self.captures = [ByteCapture(ring) for _ in trainers]
+        super().__init__({"host": In(stream.Signature(8)).array(len(trainers)),
+                          "received": Out(COUNT_BITS).array(len(trainers))})
 
     def elaborate(self, platform):
         m = Module()
-        divisor = self.trainer.divisor
-        m.submodules.trainer = self.trainer
-        tx = m.submodules.tx = UartTx(divisor)
-        rx = m.submodules.rx = UartRx(divisor)
-        m.submodules.capture = self.capture
-        wiring.connect(m, wiring.flipped(self.host), tx.bytes)
-        wiring.connect(m, rx.bytes, self.capture.bytes)
-        m.d.comb += [self.trainer.rx.eq(tx.pin), rx.pin.eq(self.trainer.tx),
-                     self.received.eq(self.capture.received)]
+        for i, (trainer, capture) in enumerate(zip(self.trainers, self.captures)):
+            divisor = trainer.divisor
+            m.submodules[f"trainer{i}"] = DomainRenamer({f"{side}_link_rx": "sync" for side in trainer.off_board})(
+                trainer)
+            tx = m.submodules[f"tx{i}"] = UartTx(divisor)
+            rx = m.submodules[f"rx{i}"] = UartRx(divisor)
+            m.submodules[f"capture{i}"] = capture
+            wiring.connect(m, wiring.flipped(self.host[i]), tx.bytes)
+            wiring.connect(m, rx.bytes, capture.bytes)
+            m.d.comb += [trainer.rx.eq(tx.pin), rx.pin.eq(trainer.tx), self.received[i].eq(capture.received)]
+        for i, (upstream, downstream) in enumerate(zip(self.trainers, self.trainers[1:])):
+            cable = m.submodules[f"cable{i}"] = OnChipPhy(len(upstream.down_phy.tx.data), CABLE_LATENCY)
+            wiring.connect(m, upstream.down_phy, cable.a)
+            wiring.connect(m, downstream.up_phy, cable.b)
         return m
 
 
-class VerilatedBoard:
-    """A transport to a compiled :class:`boards.host_interface.Trainer` (``with`` frees it).
+class _Transport:
+    """Board ``index`` of a :class:`VerilatedBoards`: ``write`` and ``read`` as a serial port."""
 
-    ``ring``: bytes the capture buffer holds (a ``read`` must not wait for more); ``chunk``:
+    def __init__(self, boards, index):
+        self.boards, self.index, self.consumed = boards, index, 0
+
+    def write(self, data):
+        self.boards.model.push(f"host_{self.index}", list(data))
+
+    def read(self, count):
+        boards, received = self.boards, f"received_{self.index}"
+        if count > boards.ring:
+            raise ValueError(f"verilated board: {count} bytes wanted, the capture ring holds {boards.ring}")
+        target = self.consumed + count
+        model = boards.model
+        model.stop_when({received: target})
+        start = model.cycle
+        while model.get(received) < target:
+            if model.cycle - start >= boards.timeout:
+                raise TimeoutError(f"verilated board {self.index}: no answer in {model.cycle - start} cycles")
+            model.run(min(boards.chunk, boards.timeout - (model.cycle - start)))
+        data = bytearray()
+        for position in range(self.consumed, target):  # the ring may wrap within one read
+            (byte,) = model.read_memory(f"capture{self.index}.mem", 1, 8, first=position % boards.ring)
+            data.append(byte)
+        self.consumed = target
+        return bytes(data)
+
+
+class VerilatedBoards:
+    """Compiled :class:`boards.host_interface.Trainer` s, the boards of one chain (``with`` frees
+    them); ``transports``: one per board, as the host tool's serial ports.
+
+    ``ring``: bytes each capture buffer holds (a ``read`` must not wait for more); ``chunk``:
     cycles per call into the model; ``timeout``: cycles a ``read`` waits before TimeoutError.
     """
 
-    def __init__(self, trainer, *, ring=1 << 16, chunk=200_000, timeout=20_000_000, profile="quick"):
-        self.bench = UartBench(trainer, ring)
+    def __init__(self, trainers, *, ring=1 << 16, chunk=200_000, timeout=20_000_000, profile="quick"):
+        self.bench = UartBench(trainers, ring)
         self.ring, self.chunk, self.timeout = ring, chunk, timeout
-        self.model = VerilatedModel(self.bench, ["capture.mem"], profile=profile)
-        self.consumed = 0
+        self.model = VerilatedModel(self.bench, [f"capture{i}.mem" for i in range(len(trainers))], profile=profile)
+        self.transports = [_Transport(self, i) for i in range(len(trainers))]
 
     def close(self):
         self.model.close()
@@ -88,23 +131,3 @@ class VerilatedBoard:
     @property
     def cycles(self):
         return self.model.cycle
-
-    def write(self, data):
-        self.model.push("host", list(data))
-
-    def read(self, count):
-        if count > self.ring:
-            raise ValueError(f"verilated board: {count} bytes wanted, the capture ring holds {self.ring}")
-        target = self.consumed + count
-        self.model.stop_when({"received": target})
-        start = self.model.cycle
-        while self.model.get("received") < target:
-            if self.model.cycle - start >= self.timeout:
-                raise TimeoutError(f"verilated board: no answer in {self.model.cycle - start} cycles")
-            self.model.run(min(self.chunk, self.timeout - (self.model.cycle - start)))
-        data = bytearray()
-        for position in range(self.consumed, target):  # the ring may wrap within one read
-            (byte,) = self.model.read_memory("capture.mem", 1, 8, first=position % self.ring)
-            data.append(byte)
-        self.consumed = target
-        return bytes(data)

@@ -20,8 +20,10 @@ def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
     # 9 multipliers each; a first layer has no EB), its weight update in one lane, 24 in all. The
     # mapping as `python -m mapping --network micro --cluster lfe5um5g-45f:2 --max-multipliers 24
     # --for-hardware` writes it, built through `--mapping` at the 100 MHz of mapping/devices.py.
+    # Node 0 of two, so its down link (link endpoint, DDR PHY on the Versa's header pins) is in.
     # nextpnr-ecp5 0.11, seed 1, router2 with timing-driven rip-up (router1's routing time on an
-    # earlier CI node went from 95 s to 682 s between versions): 109.9 MHz in 135 s in all.
+    # earlier CI node went from 95 s to 682 s between versions): 101.4 MHz in 140 s in all (the
+    # link's received clock 207 MHz).
     mapping = map_network(zoo.micro(), parse_cluster(CI_BITSTREAM["cluster"]),
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
@@ -33,3 +35,4 @@ def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
     assert (result.folder / "top.svf").stat().st_size > 100_000
     assert result.met and result.target == 100 and result.fmax >= 100
     assert result.synth.dsp == 24
+    assert (result.folder / "link_pins.txt").read_text().count("down ") == 20

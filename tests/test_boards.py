@@ -1,4 +1,7 @@
-"""boards/: the board list, the host protocol's frames and CRC, and boards.build's refusals."""
+"""boards/: the board list, the host protocol's frames and CRC, boards.build's refusals, the link pins."""
+
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -6,7 +9,11 @@ from boards import protocol as p
 from boards.boards import BOARDS, board_list, get_board
 from boards.build import board_mapping, held_nodes, parse_args
 from boards.build import main as build_main
+from boards.link_pins import SIDES, _pads, _resource_pins, plan_link_pins
+from boards.top import BoardTop
+from hw.link.ddr_phy import data_pins
 from mapping.devices import get_device
+from mapping.errors import SpecError
 from tests.cli_refusal import refusal
 
 
@@ -34,11 +41,11 @@ def test_frame_layout_and_parse():
 
 
 def test_status_unpacks_every_field():
-    payload = bytes([1, 0]) + (7).to_bytes(4, "little") + (1 << 40).to_bytes(8, "little") + \
+    payload = bytes([1, 0, 0b10]) + (7).to_bytes(4, "little") + (1 << 40).to_bytes(8, "little") + \
         (6).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") for v in (6, 2, 1645, 0, 0))
     status = p.Status.unpack(payload, 1)
-    assert (status.training, status.error, status.frame_errors, status.loss_squares, status.loss_samples) == (
-        True, False, 7, 1 << 40, 6)
+    assert (status.training, status.error, status.links_up, status.frame_errors, status.loss_squares,
+            status.loss_samples) == (True, False, 0b10, 7, 1 << 40, 6)
     assert status.nodes == [{"samples": 6, "updates": 2, "cycles": 1645, "link_retries": 0, "link_crc_errors": 0}]
     assert status.loss(act_frac=8) == (1 << 40) / 2 ** 17 / 6
 
@@ -82,3 +89,56 @@ def test_program_says_how_to_get_openfpgaloader(monkeypatch, tmp_path):
         boards.build.program(get_board("ulx3s-85f"), tmp_path / "top.bit", print)
     assert str(error.value) == ("openFPGALoader is not installed (Debian/Ubuntu: apt install openfpgaloader; "
                                 f"or https://github.com/trabucayre/openFPGALoader); the bitstream is {tmp_path}/top.bit")
+
+
+@pytest.mark.parametrize("name", ["versa-ecp5-5g", "ecp5-5g-evn", "ulx3s-85f"])
+def test_link_pins_of_every_ecp5_board(name):
+    """Both sides of the board-to-board link on the board's headers: 9 data pins each way (a
+    16-bit flit and its control flag at DDR), the received clock on a primary clock pin (its
+    function in Project Trellis's pad table), no pin twice, none that the board wires to
+    something else, all at one I/O standard per side."""
+    board = BOARDS[name]
+    platform = board.platform()
+    plans = plan_link_pins(board, platform, SIDES, data_pins(16))
+    assert [plan.side for plan in plans] == ["up", "down"]
+    pads = _pads(platform.device, "CABGA381")
+    used = [pin for plan in plans for pin in (*plan.tx_data, plan.tx_clk, *plan.rx_data, plan.rx_clk)]
+    assert len(used) == len(set(used)) == 40
+    wired = {pin for key in (("uart", 0), ("led", 0), (board.clock, 0)) for pin in _resource_pins(platform.resources[key])}
+    assert not wired & set(used)
+    for plan in plans:
+        assert (len(plan.tx_data), len(plan.rx_data)) == (9, 9)
+        assert pads[plan.rx_clk][1].startswith("PCLKT")
+        assert pads[plan.rx_clk][0] == pads[plan.rx_data[0]][0]  # received data in the clock's bank
+        assert len(plan.table()) == 20
+
+
+def test_versa_link_pins_are_pinned():
+    """A cable made for one build fits every later one: the Versa's plan, pin for pin."""
+    up, down = plan_link_pins(BOARDS["versa-ecp5-5g"], BOARDS["versa-ecp5-5g"].platform(), SIDES, 9)
+    assert (up.rx_clk, up.tx_clk, down.rx_clk, down.tx_clk) == ("D11", "C16", "B12", "E9")
+    assert up.rx_data == ("A12", "A13", "B13", "C13", "D13", "E13", "A14", "C14", "D14")
+    assert down.tx_data == ("A9", "B10", "A7", "B9", "E6", "D6", "E7", "D7", "B6")
+    assert up.places["D11"] == "expcon 2 pin 13" and up.io_type == "LVCMOS33"
+
+
+def test_a_header_too_small_for_the_link_is_refused():
+    board = replace(BOARDS["versa-ecp5-5g"], link_headers=(("expcon", 1),))
+    with pytest.raises(SpecError, match=r"^board versa-ecp5-5g: 17 free LVCMOS33 pins on expcon 1, the up link "
+                                        r"needs 20$"):
+        plan_link_pins(board, board.platform(), SIDES, 9)
+
+
+def test_a_node_of_a_longer_chain_has_its_link_on_the_planned_header_pins():
+    """Node 1 of micro's two-node chain on the Versa: its up link's PHY on the plan's pins, the
+    received clock constrained at the node clock (nextpnr times the input registers on it)."""
+    board = get_board("versa-ecp5-5g")
+    mapping = board_mapping(SimpleNamespace(network="micro", cluster="lfe5um5g-45f:2", mapping=None, loss=None),
+                            board)
+    top = BoardTop(board, mapping, range(1, 2), 100)
+    assert list(top.links) == ["up"] and list(top.trainer.off_board) == ["up"]
+    lpf = board.platform().prepare(top, name="top").files["top.lpf"].splitlines()
+    assert 'LOCATE COMP "link_up_0__rx_clk__io" SITE "D11";' in lpf
+    assert 'LOCATE COMP "link_up_0__tx_data__io[0]" SITE "E14";' in lpf
+    assert 'FREQUENCY PORT "link_up_0__rx_clk__io" 100000000.0 HZ;' in lpf
+    assert sum("link_up_0__" in line and line.startswith("LOCATE") for line in lpf) == 20

@@ -20,6 +20,11 @@ from amaranth.lib.wiring import In, Out
 from .layer import PhySignature
 
 
+def data_pins(lane_width):
+    """Data pins each way for flits of ``lane_width`` bits and the control flag, two per cycle."""
+    return ceil((lane_width + 1) / 2)
+
+
 class ECP5DDRPhy(wiring.Component):
     """``link`` is the link's PHY port (connect it to ``LinkEndpoint.phy``); ``tx_data``,
     ``tx_clk`` and ``rx_data`` go to the pads. ``tx`` is sent in ``link_domain``; ``rx``
@@ -27,7 +32,7 @@ class ECP5DDRPhy(wiring.Component):
 
     def __init__(self, lane_width, link_domain="link", rx_domain="link_rx", lock_cycles=64):
         self.lane_width = lane_width
-        self.pin_count = ceil((lane_width + 1) / 2)
+        self.pin_count = data_pins(lane_width)
         self.link_domain, self.rx_domain, self.lock_cycles = link_domain, rx_domain, lock_cycles
         super().__init__({
             "link": In(PhySignature(lane_width)),
