@@ -19,7 +19,7 @@ import numpy as np
 
 from hw.node import Node
 from mapping import golden
-from mapping.cli import DefaultsShown, Parser, positive_int
+from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, positive_int
 from mapping.errors import SpecError, run_cli
 
 from .boards import get_board
@@ -37,6 +37,7 @@ def parse_args(argv):
     parser.add_argument("--mapping", help="the mapping JSON the bitstream was built from")
     parser.add_argument("--network", help="network (without --mapping)")
     parser.add_argument("--cluster", help="cluster (without --mapping)")
+    add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
     parser.add_argument("--data", help=".npz file with inputs and labels")
     parser.add_argument("--samples", type=positive_int, default=12, help="random samples (without --data)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random samples and initial weights")
@@ -48,8 +49,8 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     board = get_board(args.board)
-    mapping = board_mapping(SimpleNamespace(network=args.network, cluster=args.cluster, mapping=args.mapping),
-                            board)
+    mapping = board_mapping(SimpleNamespace(network=args.network, cluster=args.cluster, mapping=args.mapping,
+                                            loss=args.loss), board)
     from mapping.zoo import get
     network = get(mapping.network)
     inputs, labels, params = golden.random_data(network, args.samples, args.seed)

@@ -8,6 +8,7 @@ import pytest
 
 from boards import protocol as p
 from boards.client import BoardError, Client
+from boards.host import main as host_main
 from boards.host_interface import Trainer
 from boards.simulated import SimulatedBoard
 from mapping import golden, zoo
@@ -51,6 +52,35 @@ def test_frames_refused_weights_written_and_read_back():
     status = client.status()
     assert (status.frame_errors, status.error, status.training) == (1, True, False)
     assert [node["samples"] for node in status.nodes] == [0, 0]
+
+
+def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path, monkeypatch, capsys):
+    """``python -m boards.host`` itself (its main), its serial port a simulated board in
+    Amaranth's simulator that holds micro's two nodes (pyserial's Serial replaced by a port of
+    the same shape): it checks the board, loads, trains one sample (one update, mini-batch
+    1), reads back and finds the weights bit-exact with the golden model."""
+    mapping = map_network(zoo.micro(), parse_cluster("lfe5um5g-45f:2"), batch=1, lr=LR, **GENERATOR_OPTIONS)
+    (tmp_path / "mapping.json").write_text(mapping.to_json())
+    opened = []
+
+    class SimulatedPort:
+        def __init__(self, name, baud, timeout):
+            self.board, self.timeout = SimulatedBoard(Trainer(mapping, divisor=DIVISOR)), timeout
+            opened.append((name, baud))
+
+        def write(self, data):
+            self.board.write(data)
+
+        def read(self, count):
+            return self.board.read(count)
+
+    monkeypatch.setattr("serial.Serial", SimulatedPort)
+    assert host_main(["--port", "sim", "--board", "versa-ecp5-5g", "--mapping", str(tmp_path / "mapping.json"),
+                      "--samples", "1", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert opened == [("sim", 3_000_000)]
+    assert "loaded memory 6/6 (node 1, 4 x 1 words)" in out
+    assert out.endswith("frames refused 0\nbit-exact with the golden model\n")
 
 
 @pytest.mark.slow

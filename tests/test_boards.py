@@ -9,6 +9,7 @@ from boards import protocol as p
 from boards.boards import BOARDS, board_list, get_board
 from boards.build import board_mapping, held_nodes, parse_args
 from boards.build import main as build_main
+from boards.host import main as host_main
 from boards.link_pins import SIDES, _pads, _resource_pins, plan_link_pins
 from boards.top import BoardTop
 from hw.link.ddr_phy import data_pins
@@ -142,3 +143,15 @@ def test_a_node_of_a_longer_chain_has_its_link_on_the_planned_header_pins():
     assert 'LOCATE COMP "link_up_0__tx_data__io[0]" SITE "E14";' in lpf
     assert 'FREQUENCY PORT "link_up_0__rx_clk__io" 100000000.0 HZ;' in lpf
     assert sum("link_up_0__" in line and line.startswith("LOCATE") for line in lpf) == 20
+
+
+def test_host_command_refuses_a_port_it_cannot_open(monkeypatch, capsys):
+    import serial
+
+    def unopenable(name, baud, timeout):
+        raise serial.SerialException(f"could not open port {name}")
+
+    monkeypatch.setattr("serial.Serial", unopenable)
+    argv = ["--port", "/dev/ttyUSB1", "--port", "/dev/ttyUSB7", "--board", "versa-ecp5-5g", "--network", "micro",
+            "--cluster", "lfe5um5g-45f:2"]
+    assert refusal(host_main, argv, capsys) == "error: cannot open /dev/ttyUSB1: could not open port /dev/ttyUSB1"
