@@ -57,7 +57,8 @@ class Client:
         return frame
 
     def check(self):
-        """The boards hold the mapping's nodes, in order, with their memories, or BoardError."""
+        """The boards hold the mapping's nodes, in order, with their memories, and every link
+        between them is up, or BoardError."""
         held, following = [], 0
         for board in range(len(self.transports)):
             info = self.request(p.INFO, board=board)
@@ -74,6 +75,11 @@ class Client:
         if following != len(self.nodes):
             raise BoardError(f"the boards hold nodes 0..{following - 1}, the mapping has {len(self.nodes)}")
         self.held = held
+        for board, links_up in enumerate(self.status().links_up):
+            for bit, side, neighbour in ((0, "up", board - 1), (1, "down", board + 1)):
+                if not links_up >> bit & 1:
+                    raise BoardError(f"board {board}'s {side} link is down: is the cable to board {neighbour} "
+                                     f"in, pin for pin as link_pins.txt says, and is that board configured?")
 
     def _board(self, node):
         """(board, index on that board) of chain node ``node``."""

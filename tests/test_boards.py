@@ -9,6 +9,7 @@ from boards import protocol as p
 from boards.boards import BOARDS, board_list, get_board
 from boards.build import board_mapping, held_nodes, parse_args
 from boards.build import main as build_main
+from boards.client import BoardError, Client
 from boards.host import main as host_main
 from boards.link_pins import SIDES, _pads, _resource_pins, plan_link_pins
 from boards.top import BoardTop
@@ -155,3 +156,41 @@ def test_host_command_refuses_a_port_it_cannot_open(monkeypatch, capsys):
     argv = ["--port", "/dev/ttyUSB1", "--port", "/dev/ttyUSB7", "--board", "versa-ecp5-5g", "--network", "micro",
             "--cluster", "lfe5um5g-45f:2"]
     assert refusal(host_main, argv, capsys) == "error: cannot open /dev/ttyUSB1: could not open port /dev/ttyUSB1"
+
+
+class _ScriptedBoard:
+    """A transport that answers INFO and STATUS as a board holding nodes ``first..first+count-1``
+    (one weight memory each) whose links are ``links_up``."""
+
+    def __init__(self, first, count, links_up):
+        self.first, self.count, self.links_up, self.answer = first, count, links_up, b""
+
+    def write(self, data):
+        (command, _), = p.parse_frames(data)[0]
+        if command == p.INFO:
+            payload = bytes([self.first, self.count] + [1] * self.count)
+        else:
+            payload = bytes([0, 0, self.links_up]) + bytes(16) + bytes(20 * self.count)
+        self.answer += p.frame(command | p.REPLY, payload)
+
+    def read(self, count):
+        data, self.answer = self.answer[:count], self.answer[count:]
+        return data
+
+
+@pytest.mark.parametrize("boards, message", [
+    ([(0, 1, 0b11), (1, 1, 0b01), (2, 1, 0b11)], "board 1's down link is down: is the cable to board 2 in"),
+    ([(0, 1, 0b11), (1, 2, 0b10)], "board 1's up link is down: is the cable to board 0 in"),
+    ([(1, 2, 0b11), (0, 1, 0b11)], "board 0 holds nodes 1..2, expected node 0 next: give the boards' ports in "
+                                   "chain order"),
+    ([(0, 2, 0b11)], "the boards hold nodes 0..1, the mapping has 3"),
+])
+def test_client_refuses_boards_out_of_order_missing_or_with_a_link_down(boards, message):
+    """A chain of three nodes (one weight memory each) on scripted boards."""
+    class Node:
+        memories = [None]
+
+    client = Client([_ScriptedBoard(*board) for board in boards], None, [Node()] * 3)
+    with pytest.raises(BoardError) as refused:
+        client.check()
+    assert str(refused.value).startswith(message)
