@@ -1,6 +1,9 @@
-"""Valid/ready handshakes shared by blocks that drive several streams from one beat."""
+"""Valid/ready handshakes: a fork for blocks that drive several streams from one beat, and a
+skid buffer that cuts a stream's ready path."""
 
-from amaranth.hdl import Cat, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
 
 
 def fork(m, valid, outputs):
@@ -19,3 +22,25 @@ def fork(m, valid, outputs):
     with m.If(valid):
         m.d.sync += taken.eq(Mux(all_taken, 0, done))
     return all_taken
+
+
+class SkidBuffer(wiring.Component):
+    """A stream register slice whose ``i.ready`` is a register: the consumer's ready (after a
+    fork's AND of several readies, an update gate's allow) stops here instead of running on
+    into the producer's counters and memories. One cycle of latency, a beat per cycle, two
+    registers of ``shape``: the output and the skid, which takes the beat accepted in the cycle
+    the output stalled."""
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid, skid_valid = Signal.like(self.i.payload), Signal()
+        m.d.comb += self.i.ready.eq(~skid_valid)
+        with m.If(~self.o.valid | self.o.ready):
+            m.d.sync += [self.o.valid.eq(skid_valid | self.i.valid),
+                         self.o.payload.eq(Mux(skid_valid, skid, self.i.payload)), skid_valid.eq(0)]
+        with m.Elif(self.i.valid & ~skid_valid):
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m
