@@ -71,9 +71,10 @@ def board_mapping(args, board):
                                         batch=None, lr=None, loss=args.loss))
 
 
-# What one on-chip link adds to a chain on one FPGA: two LinkLayers of a 32-bit lane, measured
-# with Yosys synth_ecp5 at 2,785-4,247 LUT4 and one DP16KD each (micro's 3 channels to tiny's 5).
-ON_CHIP_LINK = {"dsp": 0, "bram_blocks": 2, "lut": 2 * 4_300}
+# What one link core adds (a LinkLayer of a 32-bit lane, measured with Yosys synth_ecp5 at
+# 2,785-4,247 LUT4 and one DP16KD: micro's 3 channels to tiny's 5; a board-to-board endpoint's
+# 16-bit lane is smaller).
+LINK_CORE = {"dsp": 0, "bram_blocks": 1, "lut": 4_300}
 
 
 def held_nodes(args, mapping, board):
@@ -94,12 +95,14 @@ def held_nodes(args, mapping, board):
             raise SpecError(f"node {n} of the mapping is for {device.name}, board {board.name} "
                             f"carries {board.device}")
     device = get_device(board.device)
-    links = len(nodes) - 1  # joined on the chip by two link cores each (boards/host_interface.py)
+    # Neighbours on the chip are joined by two link cores each, a neighbour on another board by
+    # one on this side (boards/host_interface.py); the mapping's estimates leave them out.
+    cores = 2 * (len(nodes) - 1) + (nodes[0] > 0) + (nodes[-1] < len(mapping.nodes) - 1)
     for resource, available in (("dsp", device.dsp), ("bram_blocks", device.bram_blocks), ("lut", device.lut)):
-        needed = sum(getattr(mapping.nodes[n].estimate, resource) for n in nodes) + links * ON_CHIP_LINK[resource]
+        needed = sum(getattr(mapping.nodes[n].estimate, resource) for n in nodes) + cores * LINK_CORE[resource]
         if needed > available:
             what = "the chain" if args.chain else f"node {args.node}"
-            estimate = "the mapping's estimate" + (", with the on-chip links" if links else "")
+            estimate = "the mapping's estimate" + (", with the link cores" if cores else "")
             raise SpecError(f"{what} needs {needed} {resource} ({estimate}), {device.name} "
                             f"on {board.name} has {available}")
     return nodes

@@ -56,7 +56,7 @@ def test_status_unpacks_every_field():
     (["--board", "de10-nano", "--node", "0"],
      "unknown board 'de10-nano' (known: versa-ecp5-5g, ecp5-5g-evn, ulx3s-85f, vc709)"),
     (["--board", "versa-ecp5-5g", "--chain"],
-     "the chain needs 252 dsp (the mapping's estimate, with the on-chip links), lfe5um5g-45f on versa-ecp5-5g has 72"),
+     "the chain needs 252 dsp (the mapping's estimate, with the link cores), lfe5um5g-45f on versa-ecp5-5g has 72"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--cluster", "ecp5-85:4"],
      "node 0 of the mapping is for lfe5um5g-85f, board versa-ecp5-5g carries lfe5um5g-45f"),
     (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),
@@ -194,3 +194,19 @@ def test_client_refuses_boards_out_of_order_missing_or_with_a_link_down(boards, 
     with pytest.raises(BoardError) as refused:
         client.check()
     assert str(refused.value).startswith(message)
+
+
+def test_a_node_must_fit_with_a_link_core_per_neighbouring_board(monkeypatch):
+    """Node 2 of four on the Versa has a neighbouring board on each side: its estimate plus two
+    link cores (4,300 LUT4 each) must fit the device, or the build is refused."""
+    board = get_board("versa-ecp5-5g")
+    args = parse_args(["--board", "versa-ecp5-5g", "--node", "2"])
+    mapping = board_mapping(args, board)
+    lut = mapping.nodes[2].estimate.lut + 2 * 4_300
+    device = get_device(board.device)
+    monkeypatch.setattr("boards.build.get_device", lambda name: replace(device, lut=lut))
+    assert list(held_nodes(args, mapping, board)) == [2]
+    monkeypatch.setattr("boards.build.get_device", lambda name: replace(device, lut=lut - 1))
+    with pytest.raises(SpecError, match=rf"^node 2 needs {lut} lut \(the mapping's estimate, with the link cores\), "
+                                        rf"lfe5um5g-45f on versa-ecp5-5g has {lut - 1}$"):
+        held_nodes(args, mapping, board)
