@@ -1,8 +1,10 @@
-"""boards/: the board list, the host protocol's frames and CRC, boards.build's refusals, the link pins."""
+"""boards/: the board list, the host protocol's frames and CRC, boards.build's refusals, the link pins,
+the host client's checks."""
 
 from dataclasses import replace
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from boards import protocol as p
@@ -210,3 +212,20 @@ def test_a_node_must_fit_with_a_link_core_per_neighbouring_board(monkeypatch):
     with pytest.raises(SpecError, match=rf"^node 2 needs {lut} lut \(the mapping's estimate, with the link cores\), "
                                         rf"lfe5um5g-45f on versa-ecp5-5g has {lut - 1}$"):
         held_nodes(args, mapping, board)
+
+
+def test_client_says_when_the_chain_stops_before_its_last_update():
+    """A chain whose counters stop moving (scripted boards: always zero) is reported, not waited
+    for forever."""
+    board = get_board("versa-ecp5-5g")
+    mapping = board_mapping(parse_args(["--board", "versa-ecp5-5g", "--network", "micro", "--cluster",
+                                        "lfe5um5g-45f:2"]), board)
+
+    class Node:
+        memories = [None]
+
+    client = Client([_ScriptedBoard(0, 2, 0b11)], mapping, [Node()] * 2, stall_reads=5)
+    inputs = np.zeros((mapping.nodes[0].training.batch, *mapping.nodes[0].slices[0].in_shape))
+    with pytest.raises(BoardError, match=r"^the chain stopped before its last update: samples and updates per node "
+                                         r"\[\(0, 0\), \(0, 0\)\] unchanged over 5 status reads \(a link down\?\)$"):
+        client.train(inputs, [0] * len(inputs))
