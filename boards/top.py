@@ -31,7 +31,6 @@ from amaranth.lib.wiring import In, connect
 
 from hw.link.ddr_phy import ECP5DDRPhy, data_pins
 from hw.link.layer import PhySignature
-from mapping.errors import SpecError
 
 from .host_interface import Trainer
 from .link_pins import SIDES, plan_link_pins
@@ -135,7 +134,8 @@ class BoardTop(Elaboratable):
             m.d.comb += ClockSignal(f"{side}_link_rx").eq(ClockSignal("sync"))
         running = Signal()  # low while the PLL locks and the reset is held
         m.d.sync += running.eq(1)
-        for n, value in enumerate((running & trainer.leds.link_up, trainer.leds.training, trainer.leds.error, blink)[:board.leds]):
+        leds = (running & trainer.leds.link_up, trainer.leds.training, trainer.leds.error, blink)
+        for n, value in enumerate(leds[:board.leds]):
             m.submodules[f"led{n}"] = led = io.Buffer("o", platform.request("led", n, dir="-"))
             m.d.comb += led.o.eq(value)
         return m

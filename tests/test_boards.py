@@ -108,7 +108,8 @@ def test_link_pins_of_every_ecp5_board(name):
     pads = _pads(platform.device, "CABGA381")
     used = [pin for plan in plans for pin in (*plan.tx_data, plan.tx_clk, *plan.rx_data, plan.rx_clk)]
     assert len(used) == len(set(used)) == 40
-    wired = {pin for key in (("uart", 0), ("led", 0), (board.clock, 0)) for pin in _resource_pins(platform.resources[key])}
+    wired = {pin for key in (("uart", 0), ("led", 0), (board.clock, 0))
+             for pin in _resource_pins(platform.resources[key])}
     assert not wired & set(used)
     for plan in plans:
         assert (len(plan.tx_data), len(plan.rx_data)) == (9, 9)
@@ -229,3 +230,13 @@ def test_client_says_when_the_chain_stops_before_its_last_update():
     with pytest.raises(BoardError, match=r"^the chain stopped before its last update: samples and updates per node "
                                          r"\[\(0, 0\), \(0, 0\)\] unchanged over 5 status reads \(a link down\?\)$"):
         client.train(inputs, [0] * len(inputs))
+
+
+def test_the_vc709s_synthesis_only_node_keeps_its_link_cores():
+    """No open PHY for its GTH: the lane ends in the synthesis stand-in, the link endpoint stays."""
+    board = get_board("vc709")
+    mapping = board_mapping(SimpleNamespace(network="micro", cluster="vc709:2", mapping=None, loss=None), board)
+    top = BoardTop(board, mapping, range(1, 2), 200)
+    assert top.links == {} and list(top.trainer.off_board) == ["up"]
+    verilog = board.platform().prepare(top, name="top").files["top.v"]
+    assert "module \\top.up_lane" in verilog and "module \\top.trainer.chain.up_link.layer" in verilog
