@@ -178,10 +178,14 @@ def run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
     output = deque(maxlen=10)  # a crash of the runtime (a Wasm trap) is reported here, not in the log
     with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as process:
-        for line in process.stdout:
-            output.append(line.rstrip())
-            if progress is not None and step is not None and (match := step.match(line.strip())):
-                progress(match.group(1))
+        try:
+            for line in process.stdout:
+                output.append(line.rstrip())
+                if progress is not None and step is not None and (match := step.match(line.strip())):
+                    progress(match.group(1))
+        except BaseException:  # Ctrl-C, a termination request: the tool stops with us
+            process.kill()
+            raise
     if process.returncode != 0:
         path = work / log
         tail = path.read_text().splitlines()[-20:] if path.exists() else []

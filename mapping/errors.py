@@ -35,11 +35,25 @@ def read_text(path, where):
             from None
 
 
+class Terminated(BaseException):
+    """A termination request (SIGTERM), raised where the program is, so that it stops the way
+    Ctrl-C stops it: the tools it runs are stopped too (hw.synth.run_tool), then one line."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def run_cli(main):
     """Run ``main()``: a SpecError becomes one line on stderr and exit status 2, Ctrl-C the
-    line ``interrupted`` and exit status 130 (the shell's for SIGINT)."""
+    line ``interrupted`` and exit status 130 (the shell's for SIGINT), SIGTERM the line
+    ``terminated`` and exit status 143."""
+    import signal
     import sys
+    import threading
 
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
         return main()
     except SpecError as error:
@@ -48,3 +62,9 @@ def run_cli(main):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        raise SystemExit(143) from None
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)

@@ -1,7 +1,9 @@
 """python -m hw.build: refusals and the RTL it writes (synthesis is in sim/test_build.py)."""
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -244,3 +246,31 @@ def test_yosys_is_compiled_by_one_process_while_the_others_wait(tmp_path, monkey
         build.join()
     assert len(compiles) == 1 and compiles[0][-1] == "-V"
     assert lines == ["compiling Yosys (YoWASP, first run on this machine only)"]
+
+
+def test_a_termination_request_stops_the_tool_it_runs_and_prints_terminated(tmp_path):
+    """SIGTERM to a CLI while it waits for a tool (here a stand-in that sleeps, run by
+    hw.synth.run_tool as it runs YoWASP's tools): one line, exit status 143, and the tool's
+    process is gone too (before, a killed boards.build left nextpnr running)."""
+    (tmp_path / "sleeper.py").write_text(
+        "import os, pathlib, time\n"
+        "def run(argv):\n"
+        "    pathlib.Path(argv[0]).write_text(str(os.getpid()))\n"
+        "    time.sleep(60)\n")
+    started = tmp_path / "tool.pid"
+    script = ("import sys, pathlib\n"
+              "from hw.synth import run_tool\n"
+              "from mapping.errors import run_cli\n"
+              f"run_cli(lambda: run_tool('sleeper', 'sleeper', 'run', [{str(started)!r}], pathlib.Path({str(tmp_path)!r}),"
+              " 'sleeper.log'))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    cli = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (started.exists() and started.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tool = int(started.read_text())
+    cli.send_signal(signal.SIGTERM)
+    assert cli.wait(timeout=30) == 143
+    assert cli.stderr.read() == "terminated\n"
+    with pytest.raises(ProcessLookupError):  # gone (the CLI waited for it)
+        os.kill(tool, 0)
