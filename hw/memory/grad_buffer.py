@@ -225,6 +225,10 @@ class GradientBuffer(WeightWalk, wiring.Component):
         g, i = Signal(range(self.rows)), Signal(range(self.passes))
         pn, jn = Signal(range(bank_chunks)), Signal(range(word_chunks))
         chunk = Signal(range(bank_chunks * word_chunks))
+        # chunk == 0, kept as a register: it clears an address's sums, so it drives the write
+        # address and enable of every accumulator RAM cell (the CI bitstream's worst path ran
+        # from ``chunk`` through the comparison into that fanout).
+        first_chunk = Signal(init=1)
         index, bank_base, pass_base = Signal(INDEX_BITS), Signal(INDEX_BITS), Signal(INDEX_BITS)
         batch = Signal(SAMPLE_BITS)
         loading, feeding, clearing, reading = Signal(), Signal(), Signal(), Signal()
@@ -275,34 +279,35 @@ class GradientBuffer(WeightWalk, wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.update):
                     m.d.sync += [batch.eq(self.batch), g.eq(0), i.eq(0), pn.eq(0), jn.eq(0), chunk.eq(0),
-                                 index.eq(self.index_base), bank_base.eq(self.index_base),
+                                 first_chunk.eq(1), index.eq(self.index_base), bank_base.eq(self.index_base),
                                  pass_base.eq(self.index_base)]
                     m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.comb += loading.eq(1)
                 m.next = "WORDS"
             with m.State("WORDS"):
-                m.d.comb += [feeding.eq(1), clearing.eq(chunk == 0)]
+                m.d.comb += [feeding.eq(1), clearing.eq(first_chunk)]
                 with m.If(advance):
                     with m.If(last_word):
                         m.next = "FLUSH"
                     with m.Elif(address_end):
                         next_base = pass_base + Mux(last_pass, self.group_step, words)
                         m.d.sync += [g.eq(g + 1), i.eq(Mux(last_pass, 0, i + 1)), pn.eq(0), jn.eq(0), chunk.eq(0),
-                                     index.eq(next_base), bank_base.eq(next_base), pass_base.eq(next_base)]
+                                     first_chunk.eq(1), index.eq(next_base), bank_base.eq(next_base), pass_base.eq(next_base)]
                         if self.shared:
                             m.next = "LOAD"
                     with m.Elif(row_end):
                         next_bank = bank_base + cb * self.index_stride
                         m.d.sync += [pn.eq(pn + 1), jn.eq(0), chunk.eq(chunk - jn + word_chunks),
-                                     index.eq(next_bank), bank_base.eq(next_bank)]
+                                     first_chunk.eq(0), index.eq(next_bank), bank_base.eq(next_bank)]
                     with m.Else():
-                        m.d.sync += [jn.eq(jn + 1), chunk.eq(chunk + 1), index.eq(index + cw)]
+                        m.d.sync += [jn.eq(jn + 1), chunk.eq(chunk + 1), first_chunk.eq(0), index.eq(index + cw)]
             with m.State("FLUSH"):
                 with m.If(self.done):
                     m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
-        m.d.sync += Assert(~(self.update & self.busy), "gradient buffer: update strobe while updating")
+        m.d.sync += [Assert(~(self.update & self.busy), "gradient buffer: update strobe while updating"),
+                     Assert(first_chunk == (chunk == 0), "gradient buffer: first_chunk out of step with chunk")]
 
         # Lane (a, c) of a chunk takes word jn*cw + c of bank pn*cb + a: its sum and old
         # weight are selected by the chunk number, and gsum * lr formed by three multipliers
