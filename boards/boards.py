@@ -32,6 +32,10 @@ class Board:
         return "xc7" if self.device.startswith("xc7") else "ecp5"
 
 
+# The package names Project Trellis and nextpnr-ecp5 use for the platforms' ones.
+TRELLIS_PACKAGES = {"BG381": "CABGA381"}
+
+
 BOARDS = {board.name: board for board in (
     Board("versa-ecp5-5g", VersaECP55GPlatform, "lfe5um5g-45f", "clk100", 100.0, 3_000_000, 4,
           "FT2232H bridge; link on the X3/X4 expansion headers", ("--cable", "ft2232"),

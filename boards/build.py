@@ -25,16 +25,15 @@ from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, outpu
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
 
-from .boards import BOARDS, board_list, get_board
+from .boards import BOARDS, TRELLIS_PACKAGES, board_list, get_board
 from .top import BoardTop
 
 DEFAULT_NETWORK = "tiny"
 DEFAULT_NODES = 4  # chain length of the default mapping on a board's own device
 
-# nextpnr-ecp5's options for the platforms' device and package names.
+# nextpnr-ecp5's options for the platforms' device names (packages: boards.TRELLIS_PACKAGES).
 NEXTPNR_DEVICES = {"LFE5UM5G-25F": "um5g-25k", "LFE5UM5G-45F": "um5g-45k", "LFE5UM5G-85F": "um5g-85k",
                    "LFE5U-25F": "25k", "LFE5U-45F": "45k", "LFE5U-85F": "85k"}
-NEXTPNR_PACKAGES = {"BG381": "CABGA381"}
 # What a cached build keeps: the bitstreams, nextpnr's report and Yosys's cell counts.
 CACHED = ("top.bit", "top.svf", "report.json", "stat.json")
 
@@ -126,7 +125,7 @@ def router_options(router):
 
 
 def nextpnr_options(platform):
-    return [f"--{NEXTPNR_DEVICES[platform.device]}", "--package", NEXTPNR_PACKAGES[platform.package],
+    return [f"--{NEXTPNR_DEVICES[platform.device]}", "--package", TRELLIS_PACKAGES[platform.package],
             "--speed", str(platform.speed)]
 
 

@@ -8,7 +8,6 @@ the nodes it holds, the first takes the samples, the last scores them.
 
 from dataclasses import replace
 
-
 import numpy as np
 
 from mapping import numerics

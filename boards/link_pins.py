@@ -21,6 +21,8 @@ from amaranth.build.dsl import DiffPairs
 
 from mapping.errors import SpecError
 
+from .boards import TRELLIS_PACKAGES
+
 SIDES = ("up", "down")
 
 
@@ -86,11 +88,11 @@ def plan_link_pins(board, platform, sides, data_pins):
     ``data_pins`` per direction. Refuses a board whose headers have too few pins."""
     if not board.link_headers:
         raise SpecError(f"board {board.name} has no header for a board-to-board link")
-    pads = _pads(platform.device, {"BG381": "CABGA381"}.get(platform.package, platform.package))
+    pads = _pads(platform.device, TRELLIS_PACKAGES[platform.package])
     # pins wired to something on the board (a resource that is not just a view of the headers)
     header_pins = {pin for connector in platform.connectors.values() for pin in connector.mapping.values()}
-    taken = {pin for resource in platform.resources.values() for pin in _resource_pins(resource)
-             if not set(_resource_pins(resource)) <= header_pins}
+    taken = {pin for resource in platform.resources.values()
+             if not set(pins := _resource_pins(resource)) <= header_pins for pin in pins}
     places, free = {}, []
     for name, number in board.link_headers:
         connector = platform.connectors[name, number]
