@@ -21,8 +21,8 @@ BATCH, LR, SAMPLES = 3, 0.05, 6
 DIVISOR = 2
 
 
-def _mapping(network=zoo.tiny, cluster=CHAIN):
-    return map_network(network(), parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+def _mapping(network=zoo.tiny, cluster=CHAIN, batch=BATCH):
+    return map_network(network(), parse_cluster(cluster), batch=batch, lr=LR, **GENERATOR_OPTIONS)
 
 
 def _trainer(network=zoo.tiny, cluster=CHAIN):
@@ -59,7 +59,7 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
     Amaranth's simulator that holds micro's two nodes (pyserial's Serial replaced by a port of
     the same shape): it checks the board, loads, trains one sample (one update, mini-batch
     1), reads back and finds the weights bit-exact with the golden model."""
-    mapping = map_network(zoo.micro(), parse_cluster("lfe5um5g-45f:2"), batch=1, lr=LR, **GENERATOR_OPTIONS)
+    mapping = _mapping(zoo.micro, "lfe5um5g-45f:2", batch=1)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
     opened = []
 
