@@ -10,17 +10,18 @@ from mapping.resources import LUTRAM_MAX_DEPTH, ram_style
 from sim.helpers import memories, run_fifo
 
 
+@pytest.mark.parametrize("input_register", [False, True])
 @pytest.mark.parametrize("depth, stall_in, stall_out", [
     (7, 0.3, 0.3),   # depth not a power of two, balanced stalls
     (5, 0.0, 0.6),   # fast producer: runs full
     (1, 0.3, 0.3),   # a single beat of storage
 ])
-def test_structured_beats_in_order_with_exact_level(depth, stall_in, stall_out):
+def test_structured_beats_in_order_with_exact_level(depth, stall_in, stall_out, input_register):
     layout = data.StructLayout({"a": signed(48), "b": data.ArrayLayout(4, 3)})
     rng = np.random.default_rng(depth)
     beats = [{"a": int(rng.integers(-2 ** 47, 2 ** 47)), "b": rng.integers(0, 16, 3).tolist()}
              for _ in range(8 * depth + 5)]
-    dut = Fifo(layout, depth)
+    dut = Fifo(layout, depth, input_register=input_register)
     out, levels = run_fifo(dut, beats, rng, stall_in, stall_out,
                            decode=lambda p: {"a": p.a, "b": [p.b[n] for n in range(3)]})
     assert out == beats
@@ -38,6 +39,10 @@ def test_plain_width_full_rate():
     # Depth 2 is full at level 2 (``i.ready`` does not look at ``o.ready``): 2 beats per 3 cycles.
     out, levels = run_fifo(Fifo(20, 2), values, rng, 0.0, 0.0)
     assert out == values and len(levels) == 3 * len(values) // 2 + 1
+    # With the input register a beat takes one cycle more, at the same rate from depth 4.
+    out, levels = run_fifo(Fifo(20, 4, input_register=True), values, rng, 0.0, 0.0)
+    assert out == values
+    assert len(levels) == len(values) + 3 and (levels[3:-3] == 3).all()
 
 
 @pytest.mark.parametrize("family", ["ecp5", "xc7"])

@@ -14,6 +14,12 @@ the queue) and ``o.valid`` is low while the queue is empty; a pushed beat appear
 passes (depth 2: two beats in three cycles). Amaranth ``Assert``s check in simulation that the memory is never written while
 full nor read while empty.
 
+``input_register=True`` puts a register between ``i`` and the memory's write port: a beat is
+written the cycle after it is accepted (and appears on ``o`` three cycles later at the
+earliest), so the logic in front of ``i.payload`` does not also carry the wires to the memory
+(a block RAM's data pins are often far from it). ``level`` and ``i.ready`` are unchanged: the
+registered beat counts, and the memory always has room for it.
+
 ``family``: the device family the memory is built for (``ram_style`` by
 ``mapping.resources.ram_style``); None for simulation.
 """
@@ -31,10 +37,11 @@ class Fifo(wiring.Component):
 
     KIND = "fifo"  # names the queue in refusals and simulation assertions
 
-    def __init__(self, shape, depth, *, family=None):
+    def __init__(self, shape, depth, *, family=None, input_register=False):
         if depth < 1:
             refuse(self, f"{self.KIND}: depth = {depth} must be at least 1")
         self.shape, self.depth, self.family = shape, depth, family
+        self.input_register = input_register
         self.width = Shape.cast(shape).width
         super().__init__({
             "i": In(stream.Signature(shape)),
@@ -57,22 +64,29 @@ class Fifo(wiring.Component):
         pop = self.o.valid & self.o.ready
         fetch = (stored != 0) & (~self.o.valid | self.o.ready)  # refill the output register
 
+        if self.input_register:
+            written, data = Signal(), Signal.like(self.i.payload)
+            m.d.sync += [written.eq(push), data.eq(self.i.payload)]
+        else:
+            written, data = push, self.i.payload
         write = mem.write_port()
         m.d.comb += [
             self.i.ready.eq(self.level != depth),
-            write.addr.eq(tail), write.data.eq(self.i.payload), write.en.eq(push),
+            write.addr.eq(tail), write.data.eq(data), write.en.eq(written),
             self.o.payload.eq(read_register(m, mem, head, fetch)),
         ]
-        with m.If(push):
+        with m.If(written):
             m.d.sync += tail.eq(successor(tail))
         with m.If(fetch):
             m.d.sync += [head.eq(successor(head)), self.o.valid.eq(1)]
         with m.Elif(pop):
             m.d.sync += self.o.valid.eq(0)
-        m.d.sync += [stored.eq(stored + push - fetch), self.level.eq(self.level + push - pop)]
+        m.d.sync += [stored.eq(stored + written - fetch), self.level.eq(self.level + push - pop)]
+        in_register = written if self.input_register else 0
         m.d.sync += [  # checked at clock edges
-            Assert(~(push & (stored == depth)), f"{kind}: write into a full memory"),
+            Assert(~(written & (stored == depth)), f"{kind}: write into a full memory"),
             Assert(~(fetch & (stored == 0)), f"{kind}: read from an empty memory"),
-            Assert(self.level == stored + self.o.valid, f"{kind}: level disagrees with the contents"),
+            Assert(self.level == stored + self.o.valid + in_register,
+                   f"{kind}: level disagrees with the contents"),
         ]
         return m
