@@ -24,6 +24,7 @@ from hw.synth import CriticalPath, SynthResult, cache_file, run_tool, synthesize
 from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, output_folder, positive_number
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
+from mapping.resources import LINK_CORE_BLOCKS, LINK_CORE_LUT, link_cores
 
 from .boards import BOARDS, TRELLIS_PACKAGES, board_list, get_board
 from .top import BoardTop
@@ -70,12 +71,6 @@ def board_mapping(args, board):
                                         batch=None, lr=None, loss=args.loss))
 
 
-# What one link core adds (a LinkLayer of a 32-bit lane, measured with Yosys synth_ecp5 at
-# 2,785-4,247 LUT4 and one DP16KD: micro's 3 channels to tiny's 5; a board-to-board endpoint's
-# 16-bit lane is smaller).
-LINK_CORE = {"dsp": 0, "bram_blocks": 1, "lut": 4_300}
-
-
 def held_nodes(args, mapping, board):
     """The node indices the board holds, refused in one line if they do not fit its device."""
     if args.chain:
@@ -94,11 +89,13 @@ def held_nodes(args, mapping, board):
             raise SpecError(f"node {n} of the mapping is for {device.name}, board {board.name} "
                             f"carries {board.device}")
     device = get_device(board.device)
-    # Neighbours on the chip are joined by two link cores each, a neighbour on another board by
-    # one on this side (boards/host_interface.py); the mapping's estimates leave them out.
-    cores = 2 * (len(nodes) - 1) + (nodes[0] > 0) + (nodes[-1] < len(mapping.nodes) - 1)
+    # A link core per neighbour of each node: neighbours on the chip are joined by two, a
+    # neighbour on another board by one on this side (boards/host_interface.py); the mapping's
+    # node estimates leave them out.
+    cores = sum(link_cores(n, len(mapping.nodes)) for n in nodes)
+    link_core = {"dsp": 0, "bram_blocks": LINK_CORE_BLOCKS, "lut": LINK_CORE_LUT[device.family]}
     for resource, available in (("dsp", device.dsp), ("bram_blocks", device.bram_blocks), ("lut", device.lut)):
-        needed = sum(getattr(mapping.nodes[n].estimate, resource) for n in nodes) + cores * LINK_CORE[resource]
+        needed = sum(getattr(mapping.nodes[n].estimate, resource) for n in nodes) + cores * link_core[resource]
         if needed > available:
             what = "the chain" if args.chain else f"node {args.node}"
             estimate = "the mapping's estimate" + (", with the link cores" if cores else "")

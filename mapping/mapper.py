@@ -151,17 +151,19 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
             hosted_ranges * resources.update_multipliers(False)
         lut, ff = logic_estimate(len(mine), sum(sl.plan.needs_eb for sl in mine), mult, mem.lut,
                                  family_of(node))
-        if lut > budget.device.lut:
-            raise SpecError(f"{describe()}: node {node} ({budget.device.name}) needs about {lut:,} "
-                            f"LUTs ({len(mine)} layer slices, {mult} multipliers and distributed RAM), "
-                            f"more than its {budget.device.lut:,}")
+        links = resources.link_cores(node, len(node_budgets))
+        with_links = lut + links * resources.LINK_CORE_LUT[family_of(node)]
+        if with_links > budget.device.lut:
+            raise SpecError(f"{describe()}: node {node} ({budget.device.name}) needs about {with_links:,} "
+                            f"LUTs ({len(mine)} layer slices, {mult} multipliers, distributed RAM and "
+                            f"{links} link core{'s' * (links != 1)}), more than its {budget.device.lut:,}")
         estimates.append(Resources(dsp=mult, bram_blocks=mem.bram_blocks, bram_bits=mem.bits,
                                    lut=lut, ff=ff))
 
     summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
     nodes = _node_configs(plans, slices, blocks, memory.buffers, stale, node_budgets, estimates, summary,
                           formats, training)
-    nodes = [_with_update_lanes(node, budget.device, max_multipliers) for node, budget in zip(nodes, node_budgets)]
+    nodes = [_with_update_lanes(node, budget.device, max_multipliers, len(nodes)) for node, budget in zip(nodes, node_budgets)]
     result = _summary_dict(summary, part, node_budgets)
     if buildable_balance:
         _check_inventory(nodes, describe)
@@ -329,14 +331,16 @@ def _with_blocks(nodes, blocks):
             for node in nodes]
 
 
-def _with_update_lanes(node, device, max_multipliers):
+def _with_update_lanes(node, device, max_multipliers, nodes):
     """Widen the weight update of the slice with the node's longest walk, a lane count at a
     time (``nodeconfig.update_lane_counts``), while that shortens the walk and the device
-    (or ``max_multipliers``) has the multipliers and the LUTs (LOGIC_FRACTION) for it: the
-    engines wait out the walk once per mini-batch. The bias walks and the hosted rows'
-    BGBs (one lane) are a floor no weight lane lowers."""
+    (or ``max_multipliers``) has the multipliers and the LUTs (LOGIC_FRACTION, the node's link
+    cores counted) for it: the engines wait out the walk once per mini-batch. The bias walks
+    and the hosted rows' BGBs (one lane) are a floor no weight lane lowers."""
     shift, f = node.formats.weight_update_shift, node.formats
     multipliers = device.dsp if max_multipliers is None else min(device.dsp, max_multipliers)
+    luts = LOGIC_FRACTION * device.lut - resources.link_cores(node.index, nodes) * \
+        resources.LINK_CORE_LUT[node.family]
     floor = max([s.bias_update_cycles(f.bias_update_shift) for s in node.slices]
                 + [b.owner_slice.update_cycles(shift) for b in node.hosted], default=0)
     slices, estimate = list(node.slices), node.estimate
@@ -352,7 +356,7 @@ def _with_update_lanes(node, device, max_multipliers):
             break
         lut, ff, dsp = resources.update_lane_logic(wider.update_lanes - s.update_lanes, node.family)
         grown = replace(estimate, dsp=estimate.dsp + dsp, lut=estimate.lut + lut, ff=estimate.ff + ff)
-        if grown.dsp > multipliers or grown.lut > LOGIC_FRACTION * device.lut:
+        if grown.dsp > multipliers or grown.lut > luts:
             break
         slices[k], estimate = wider, grown
     return replace(node, slices=tuple(slices), estimate=estimate)

@@ -160,6 +160,20 @@ def update_lane_logic(lanes, family):
     return UPDATE_LANE_LUT[family] * lanes, UPDATE_LANE_FF[family] * lanes, UPDATE_MULTIPLIERS * lanes
 
 
+# What a link core adds at one end of a link (hw/link: a link layer and its lane; block RAM
+# for the sender's replay buffer), measured with Yosys: on ECP5 2,785-4,247 LUT4 and one
+# DP16KD (micro's 3 channels to tiny's 5, synth_ecp5), on xc7 1,936 LUT for the GTH endpoint
+# (sim/test_link_synth.py). A node has one per neighbour, on the same chip or not; the node
+# estimates (hw.build's node, without its links) leave them out.
+LINK_CORE_LUT = {"ecp5": 4300, "xc7": 2000, "zynqmp": 2000, "virtexuplus": 2000}
+LINK_CORE_BLOCKS = 1
+
+
+def link_cores(index, nodes):
+    """Link cores of node ``index`` of a chain of ``nodes``: one per neighbour."""
+    return (index > 0) + (index < nodes - 1)
+
+
 def onchip_blocks(device):
     """The device's on-chip RAM in 18 Kb units (UltraRAM counted as 16 each)."""
     return device.bram_blocks + device.uram_blocks * URAM_IN_BLOCKS

@@ -6,12 +6,13 @@ import pytest
 
 from mapping import balance, partition as partition_module, zoo
 from mapping.cluster import parse_cluster
+from mapping.devices import get_device
 from mapping.errors import SpecError
-from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.mapper import GENERATOR_OPTIONS, LOGIC_FRACTION, map_network
 from mapping.nodeconfig import Mapping
 from mapping.partition import (Partitioner, Shape, _nearest_first, budgets, coarse, dram_bytes, partition,
                                plan_layers)
-from mapping.resources import update_multipliers
+from mapping.resources import LINK_CORE_LUT, update_multipliers
 
 
 @pytest.fixture(scope="module")
@@ -339,3 +340,19 @@ def test_mask_bits_are_the_sfus():
     plans = {p.name: p for p in plan_layers(zoo.vgg16())}
     assert balance.mask_bits(plans["conv1_2"], 64) == 64 * 112 * 112 * 3
     assert balance.mask_bits(plans["conv1_1"], 64) == 64 * 224 * 224
+
+
+def test_a_node_must_fit_with_its_link_cores():
+    # lenet-digits on two 45F: node 1 alone needs about 41,280 LUT4, its link core 4,300 more
+    message = ("network 'lenet-digits' on cluster 'ecp5-45:2': node 1 (lfe5um5g-45f) needs about 45,580 LUTs "
+               "(3 layer slices, 57 multipliers, distributed RAM and 1 link core), more than its 43,848")
+    with pytest.raises(SpecError) as refused:
+        map_network(zoo.lenet_digits(), parse_cluster("ecp5-45:2"), **GENERATOR_OPTIONS)
+    assert str(refused.value) == message
+
+
+def test_update_lanes_widen_only_into_the_luts_the_link_cores_leave():
+    mapping = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:2+ecp5-45:2"), **GENERATOR_OPTIONS)
+    node = mapping.nodes[3]  # one neighbour; with its link core free its updates took 8 and 2 lanes
+    assert [s.update_lanes for s in node.slices] == [4, 1]
+    assert node.estimate.lut + LINK_CORE_LUT["ecp5"] <= LOGIC_FRACTION * get_device(node.device).lut
