@@ -11,7 +11,7 @@ Estimated resources of a node (``NodeConfig.estimate``): ``dsp`` = its
 multipliers (one per 16 x 16 product); ``bram_blocks`` = 18 Kb blocks of every
 memory through :func:`mapping.resources.bram_blocks`, ``bram_bits`` their
 payload; ``lut``/``ff`` from :func:`mapping.resources.logic_estimate` plus the
-LUTs of distributed RAM. The memories are those of mapping/balance.py's model,
+LUTs of distributed RAM and the flip-flops of memories one word deep. The memories are those of mapping/balance.py's model,
 or with ``buildable_balance`` (the generator's mappings) those hw/ builds,
 memory by memory (mapping/memories.py), which the mapping is then planned with:
 every node of such a mapping fits its block RAM as built.
@@ -151,6 +151,7 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
             hosted_ranges * resources.update_multipliers(False)
         lut, ff = logic_estimate(len(mine), sum(sl.plan.needs_eb for sl in mine), mult, mem.lut,
                                  family_of(node))
+        ff += mem.ff
         links = resources.link_cores(node, len(node_budgets))
         with_links = lut + links * resources.LINK_CORE_LUT[family_of(node)]
         if with_links > budget.device.lut:

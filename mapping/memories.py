@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import math
 
 from .numerics import ACC_BITS, WORD_BITS
-from .resources import MemoryCost, bram_blocks, lutram_luts
+from .resources import MemoryCost, bram_blocks, lutram_luts, register_bits
 
 # Word-granular writes (LPRAM, bias RAM) give every 16-bit word its own 18-bit
 # column of a block RAM: two 9-bit byte enables.
@@ -361,9 +361,9 @@ def node_memories(config):
 
 
 def cost(mems, family):
-    """Block RAM, distributed-RAM LUTs and payload bits of the memories ``mems``."""
+    """Block RAM, distributed-RAM LUTs, payload bits and register bits of the memories ``mems``."""
     return MemoryCost(sum(m.blocks(family) for m in mems), sum(m.lutram_luts(family) for m in mems),
-                      sum(m.width * m.depth for m in mems))
+                      sum(m.width * m.depth for m in mems), sum(register_bits(m.width, m.depth) for m in mems))
 
 
 def node_bram_blocks(config):

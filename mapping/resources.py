@@ -79,15 +79,24 @@ def _family(family):
     return family
 
 
+# A memory one word deep is a register (Yosys ram_style "logic"): as distributed RAM each
+# 4 bits of it took a DPR16X4 (two LUT4s and a write port's slice) to hold one word, and a
+# first layer's weight memories are one word deep (node 0 of the default mapping: 640 DPR16X4,
+# 3,200 LUT4 for 2,560 FFs).
+def is_register(depth):
+    return depth == 1
+
+
 def is_lutram(depth, family):
-    return depth <= LUTRAM_MAX_DEPTH[_family(family)]
+    return 1 < depth <= LUTRAM_MAX_DEPTH[_family(family)]
 
 
 def ram_style(depth, family):
     """Yosys ``ram_style`` of a memory ``depth`` deep: the one rule the hardware applies to
     every memory it builds (so block RAM estimates and synthesis agree) and this module
     prices with."""
-    return "distributed" if is_lutram(depth, family) else "block"
+    _family(family)
+    return "logic" if is_register(depth) else "distributed" if is_lutram(depth, family) else "block"
 
 
 # Both ports of a block read at full width only up to 18 bits (ECP5 DP16KD and Xilinx
@@ -99,7 +108,7 @@ def bram_blocks(width_bits, depth, family, dual_read=False):
     """18 Kb blocks for a ``width_bits`` x ``depth`` RAM (0 if it goes to distributed RAM).
 
     ``dual_read``: two readers each read a whole word per cycle (true dual port)."""
-    if width_bits <= 0 or depth <= 0 or is_lutram(depth, family):
+    if width_bits <= 0 or depth <= 0 or ram_style(depth, family) != "block":
         return 0
     return min(math.ceil(width_bits / w) * math.ceil(depth / d) for d, w in BLOCK_SHAPES
                if not dual_read or w <= DUAL_READ_MAX_WIDTH)
@@ -114,15 +123,21 @@ def lutram_luts(width_bits, depth, family):
     return width_bits * math.ceil(depth / 64)  # one LUT6 per 64 x 1 bits
 
 
+def register_bits(width_bits, depth):
+    """Flip-flops of a memory built as registers (0 if it goes to RAM)."""
+    return width_bits * depth if width_bits > 0 and is_register(depth) else 0
+
+
 @dataclass(frozen=True)
 class MemoryCost:
     bram_blocks: int = 0
     lut: int = 0
     bits: int = 0  # payload bits (width x depth)
+    ff: int = 0    # bits of the memories built as registers
 
     def __add__(self, other):
         return MemoryCost(self.bram_blocks + other.bram_blocks, self.lut + other.lut,
-                          self.bits + other.bits)
+                          self.bits + other.bits, self.ff + other.ff)
 
 
 def memory_cost(width_bits, depth, family, count=1, dual_read=False):
@@ -131,7 +146,7 @@ def memory_cost(width_bits, depth, family, count=1, dual_read=False):
         return MemoryCost()
     return MemoryCost(count * bram_blocks(width_bits, depth, family, dual_read),
                       count * lutram_luts(width_bits, depth, family),
-                      count * width_bits * depth)
+                      count * width_bits * depth, count * register_bits(width_bits, depth))
 
 
 # hw/memory/grad_buffer.py forms gsum * lr with three multipliers (the 48-bit sum split 17 + 17 +

@@ -28,7 +28,7 @@ from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import Training
 from mapping.numerics import Formats
-from mapping.resources import LUTRAM_MAX_DEPTH, bram_blocks
+from mapping.resources import LUTRAM_MAX_DEPTH, bram_blocks, register_bits
 from mapping.zoo import tiny
 from sim.helpers import memories
 from sim.helpers import layer_slice
@@ -97,6 +97,20 @@ def test_lpram_true_dual_port(family, tmp_path):
         # (On xc7 a port has one enable for reads and writes, so Yosys emulates port B's
         # hold through writes with a register per bit.)
         assert result.ff == (2 * 9 - 1).bit_length() == 5
+
+
+@pytest.mark.parametrize("family", ["ecp5", "xc7"])
+def test_lpram_of_one_row_is_registers(family, tmp_path):
+    # A first layer's weights: 4 output channels of one 3x3 kernel, one address of 36 words.
+    # As distributed RAM it took 2 x 36 x 16 / 4 = 288 DPR16X4 on ECP5 (two read ports).
+    result = synth(ParamRam(banks=4, rows=1, words=9, family=family), family, tmp_path,
+                   inference_only=family != "ecp5")
+    assert result.bram == 0
+    assert not {cell for cell in result.cells if cell.startswith(("TRELLIS_DPR", "RAM"))}
+    if family == "ecp5":
+        # the words themselves, both read registers and the host read's word select (of 36: 6 bits)
+        assert result.ff == 3 * 36 * 16 + 6
+    assert register_bits(36 * 16, 1) == 36 * 16
 
 
 def test_lpram_wide_rows(tmp_path):

@@ -30,6 +30,15 @@ def test_shallow_memories_go_to_distributed_ram():
     assert resources.bram_blocks(8, 17, "ecp5") == 1
 
 
+def test_one_word_deep_memories_are_registers():
+    for family in ("ecp5", "xc7"):
+        assert resources.ram_style(1, family) == "logic" and resources.ram_style(2, family) == "distributed"
+        assert resources.bram_blocks(576, 1, family, dual_read=True) == 0
+        assert resources.lutram_luts(576, 1, family) == 0
+    cost = resources.memory_cost(576, 1, "ecp5", count=2) + resources.memory_cost(16, 8, "ecp5")
+    assert (cost.bram_blocks, cost.lut, cost.ff) == (0, 8, 2 * 576)
+
+
 def test_memory_cost_adds_up():
     cost = resources.memory_cost(48, 1000, "xc7", count=2) + resources.memory_cost(16, 10, "xc7")
     assert cost.bram_blocks == 2 * resources.bram_blocks(48, 1000, "xc7")

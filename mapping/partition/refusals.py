@@ -7,7 +7,7 @@ from .. import balance
 from ..devices import BRAM_BLOCK_BITS
 from ..errors import SpecError
 from ..numerics import WORD_BITS
-from ..resources import is_lutram, tile_multipliers
+from ..resources import ram_style, tile_multipliers
 from .fill import GreedyFills
 
 
@@ -36,7 +36,7 @@ class Refusals(GreedyFills):
             masks = stale * balance.mask_bits(plan, plan.out_shape[0] if plan.mode == "icp" else 1)
             floor = sum(math.ceil(bits / BRAM_BLOCK_BITS) for bits, depth in
                         ((act * WORD_BITS, stale * h * w), (masks, masks // WORD_BITS))
-                        if not is_lutram(depth, family))
+                        if ram_style(depth, family) == "block")
             if floor > budget.blocks:
                 unit = plan.units - 1 if plan.mode == "icp" else 0
                 self._refuse_unit(plan, unit, f"at least {floor}", budget, "")
