@@ -155,7 +155,7 @@ class Trainer(wiring.Component):
             # each stream it sends enters through a buffer, as on a one-board chain's links.
             endpoint = chain.submodules[f"{side}_link"] = LinkEndpoint(config, "sync", "sync", f"{side}_link_rx")
             port = nodes[0].up if side == "up" else nodes[-1].down
-            attach_endpoint(chain, port, endpoint, upstream=side == "down", tx_buffers=f"{side}_link_tx")
+            attach_endpoint(chain, port, endpoint, upstream=side == "down")
             connect(m, endpoint.phy, flipped(getattr(self, f"{side}_phy")))
             off_board[side] = endpoint
         m.submodules.chain = ResetInserter(chain_reset)(chain)  # STOP resets the links too: they retrain

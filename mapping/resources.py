@@ -177,7 +177,7 @@ def update_lane_logic(lanes, family):
 
 # What a link core adds at one end of a link (hw/link: a link layer and its lane; block RAM
 # for the sender's replay buffer), measured with Yosys: on ECP5 2,785-4,247 LUT4 and one
-# DP16KD (micro's 3 channels to tiny's 5, synth_ecp5), on xc7 1,936 LUT for the GTH endpoint
+# DP16KD (micro's 3 channels to tiny's 5, synth_ecp5), on xc7 1,900 LUT for the GTH endpoint
 # (sim/test_link_synth.py). A node has one per neighbour, on the same chip or not; the node
 # estimates (hw.build's node, without its links) leave them out.
 LINK_CORE_LUT = {"ecp5": 4300, "xc7": 2000, "zynqmp": 2000, "virtexuplus": 2000}

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Module, Shape
 from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import link_model
@@ -42,31 +41,14 @@ def chain_link_config(port, lane_width=32, phy_latency=8):
     return sized_config(channels, lane_width, phy_latency)
 
 
-# Words a LinkLayer's sender input buffers for each channel (``attach_endpoint``).
-TX_BUFFER_DEPTH = 2
-
-
-def attach_endpoint(m, port, endpoint, upstream, *, tx_buffers=None):
+def attach_endpoint(m, port, endpoint, upstream):
     """Join ChainLink ``port`` of a node to link ``endpoint``: the streams this end produces into
     ``endpoint.tx``, the ones it consumes from ``endpoint.rx``. ``upstream``: the port is the
-    upstream node's ``down`` (else the downstream node's ``up``).
-
-    ``tx_buffers``: a name prefix; each produced stream then enters ``endpoint.tx`` through a
-    SyncFIFOBuffered named ``{tx_buffers}_{channel}``, so the node sees a ready from the
-    buffer's level register. A LinkLayer's sender raises ready in the cycle it starts a frame,
-    after its credit, window and arbitration logic, and that path ran on through the node's
-    handshakes into an FP engine's clock enable (16 ns, a one-board chain's worst path). A
-    LinkEndpoint needs none: its clock-crossing FIFOs decouple the same way.
-    """
+    upstream node's ``down`` (else the downstream node's ``up``)."""
     for path, downstream, stream in link_streams(port):
         name = channel_name(path)
         if downstream == upstream:
             channel = getattr(endpoint.tx, name)
-            if tx_buffers is not None:
-                buffer = m.submodules[f"{tx_buffers}_{name}"] = SyncFIFOBuffered(
-                    width=Shape.cast(stream.payload.shape()).width, depth=TX_BUFFER_DEPTH)
-                connect(m, buffer.r_stream, channel)
-                channel = buffer.w_stream
             m.d.comb += [channel.payload.eq(stream.payload), channel.valid.eq(stream.valid),
                          stream.ready.eq(channel.ready)]
         else:
@@ -109,9 +91,8 @@ def link_chain(m, nodes, phy, *, lane_width=32, phy_latency=8, node_domains=None
             ends = tuple(LinkEndpoint(config, node_domains[i + end], tx_domains[end], tx_domains[1 - end],
                                       fifo_depth=fifo_depth) for end in (0, 1))
         m.submodules[f"link{i}_up"], m.submodules[f"link{i}_down"] = ends
-        buffered = node_domains is None  # bare LinkLayers
-        attach_endpoint(m, a.down, ends[0], upstream=True, tx_buffers=f"link{i}_up_tx" if buffered else None)
-        attach_endpoint(m, b.up, ends[1], upstream=False, tx_buffers=f"link{i}_down_tx" if buffered else None)
+        attach_endpoint(m, a.down, ends[0], upstream=True)
+        attach_endpoint(m, b.up, ends[1], upstream=False)
         link = NeighbourLink(i, config, *ends, tx_domains)
         phy(m, link)
         links.append(link)

@@ -267,9 +267,23 @@ class LinkLayer(wiring.Component):
         m.d.comb += replay_read.addr.eq(Mux(busy, Cat(index[:index_bits], frame_seq[:slot_bits]),
                                             Cat(Const(0, index_bits), send_seq[:slot_bits])))
 
+        # Each channel's next word waits in a register of the sender's: the node sees that
+        # register's emptiness as its ready, and a frame start takes the word from it, so the
+        # credit, window and arbitration logic below reaches neither the node's handshakes nor a
+        # buffer's read enable (through a two-word FIFO's read, 7.9 ns of routing, the CI
+        # bitstream's worst path; before that FIFO, a one-board chain's into an FP engine's
+        # enable). A frame takes at least three cycles, so refilled the cycle after a start, a
+        # channel keeps its rate.
+        staged = [Signal.like(tx_ports[c].payload, name=f"staged_{c}") for c in range(N)]
+        staged_valid = Signal(N)
+        for c in range(N):
+            m.d.comb += tx_ports[c].ready.eq(~staged_valid[c])
+            with m.If(tx_ports[c].valid & ~staged_valid[c]):
+                m.d.sync += [staged[c].eq(tx_ports[c].payload), staged_valid[c].eq(1)]
+
         # Round-robin among channels with a word, a credit and room in the replay window.
         last_grant = Signal(range(N))
-        eligible = Cat((tx_ports[c].valid & (credit_limit[c] != words_sent[c])) for c in range(N))
+        eligible = Cat((staged_valid[c] & (credit_limit[c] != words_sent[c])) for c in range(N))
         grant = Signal(CB)
         any_eligible = Signal()
         # The replay window's room, a cycle late (registered: the subtraction and compare ran into
@@ -341,8 +355,7 @@ class LinkLayer(wiring.Component):
             with m.Switch(grant):
                 for c in range(N):
                     with m.Case(c):
-                        m.d.comb += tx_ports[c].ready.eq(1)
-                        m.d.sync += [word.eq(tx_ports[c].payload), frame_payload.eq(payload_flits[c]),
+                        m.d.sync += [staged_valid[c].eq(0), word.eq(staged[c]), frame_payload.eq(payload_flits[c]),
                                      words_sent[c].eq(words_sent[c] + 1)]
             increment("frames_sent")
         with m.Else():
