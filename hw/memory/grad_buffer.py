@@ -255,13 +255,17 @@ class GradientBuffer(WeightWalk, wiring.Component):
         values_shape = self.i.payload.shape()["values"].shape
         s1_valid, s1_row = Signal(), Signal(range(self.rows))
         s1_values = Signal(values_shape, reset_less=True)
-        prev_valid, prev_row = Signal(), Signal(range(self.rows))
+        # ``forward``: stage 1 holds the row the previous cycle wrote, whose read is stale. Compared
+        # a cycle ahead (the beat entering against the one leaving), as a register: the compare
+        # in front of the select of every sum bit, on into the adders and the RAM's write data,
+        # was the CI bitstream's worst path (8 ns of routing).
+        forward = Signal()
         prev_sum, new_sum = Signal(sum_layout, reset_less=True), Signal(sum_layout)
-        m.d.sync += [s1_valid.eq(accept), prev_valid.eq(s1_valid), prev_row.eq(s1_row),
+        m.d.sync += [s1_valid.eq(accept), forward.eq(accept & s1_valid & (self.i.payload.row == s1_row)),
                      prev_sum.eq(new_sum)]
         with m.If(accept):
             m.d.sync += [s1_row.eq(self.i.payload.row), s1_values.eq(self.i.payload.values)]
-        old = sum_layout(Mux(prev_valid & (prev_row == s1_row), prev_sum, sums))
+        old = sum_layout(Mux(forward, prev_sum, sums))
         m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
         # An address's sums are cleared in its first chunk's cycle (their read is held).
         m.d.comb += [
