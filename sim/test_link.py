@@ -212,6 +212,28 @@ def test_exact_delivery_with_bit_errors_bursts_and_backpressure_on_every_channel
     assert all(c["retrains"] == 0 for c in run.counters)
 
 
+def test_one_ts1_in_a_row_leaves_the_link_up_two_retrain_it():
+    """An IDLE with bit 7 flipped reads as TS1 (K28.5 = 0xBC, K28.1 = 0x3C): one such flit
+    between IDLEs leaves the link UP; TS1 twice in a row (a partner retraining) takes it back to
+    training, which it shows by sending TS1."""
+    config = LinkConfig(DEFAULT_CHANNELS, **QUICK)
+    up_after = {}
+
+    async def drive(ctx, layer, line):
+        await _train(ctx, layer, config)
+        await ctx.tick().repeat(20)
+        await _send_line(ctx, layer, [(1, K_TS1)])
+        await ctx.tick().repeat(20)
+        up_after["one"] = (ctx.get(layer.link_up), ctx.get(layer.counters.retrains))
+        await _send_line(ctx, layer, [(1, K_TS1), (1, K_TS1)])
+        await ctx.tick().repeat(20)
+        up_after["two"] = (ctx.get(layer.link_up), ctx.get(layer.counters.retrains))
+
+    line = _single_layer(config, drive)
+    assert up_after == {"one": (1, 0), "two": (0, 1)}
+    assert line[-1] == (1, K_TS1)
+
+
 def test_loss_of_lock_retrains_and_loses_nothing():
     config = LinkConfig(DEFAULT_CHANNELS, **QUICK)
     errors = (LaneErrors(lock_losses=((700, 150),)), LaneErrors())
