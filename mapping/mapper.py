@@ -11,7 +11,8 @@ Estimated resources of a node (``NodeConfig.estimate``): ``dsp`` = its
 multipliers (one per 16 x 16 product); ``bram_blocks`` = 18 Kb blocks of every
 memory through :func:`mapping.resources.bram_blocks`, ``bram_bits`` their
 payload; ``lut``/``ff`` from :func:`mapping.resources.logic_estimate` plus the
-LUTs of distributed RAM and the flip-flops of memories one word deep. The memories are those of mapping/balance.py's model,
+LUTs of distributed RAM and the flip-flops of memories one word deep (a node's link
+cores are not in them). The memories are those of mapping/balance.py's model,
 or with ``buildable_balance`` (the generator's mappings) those hw/ builds,
 memory by memory (mapping/memories.py), which the mapping is then planned with:
 every node of such a mapping fits its block RAM as built.
