@@ -165,7 +165,8 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
     nodes = _node_configs(plans, slices, blocks, memory.buffers, stale, node_budgets, estimates, summary,
                           formats, training)
-    nodes = [_with_update_lanes(node, budget.device, max_multipliers, len(nodes)) for node, budget in zip(nodes, node_budgets)]
+    nodes = [_with_update_lanes(node, budget.device, max_multipliers, len(nodes))
+             for node, budget in zip(nodes, node_budgets)]
     result = _summary_dict(summary, part, node_budgets)
     if buildable_balance:
         _check_inventory(nodes, describe)

@@ -372,8 +372,8 @@ class LinkLayer(wiring.Component):
             with m.Switch(grant):
                 for c in range(N):
                     with m.Case(c):
-                        m.d.sync += [staged_valid[c].eq(0), word.eq(staged[c]), frame_payload.eq(payload_flits[c]),
-                                     words_sent[c].eq(words_sent[c] + 1)]
+                        m.d.sync += [staged_valid[c].eq(0), word.eq(staged[c]),
+                                     frame_payload.eq(payload_flits[c]), words_sent[c].eq(words_sent[c] + 1)]
             increment("frames_sent")
         with m.Else():
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_IDLE)]
