@@ -151,8 +151,8 @@ class Trainer(wiring.Component):
                            phy_latency=ON_CHIP_LATENCY)
         off_board = {}
         for side, config in self.off_board.items():
-            # On the node clock, so the node's streams meet the link layer without a crossing;
-            # each stream it sends enters through a buffer, as on a one-board chain's links.
+            # On the node clock, so the node's streams meet the link layer without a crossing
+            # (the layer's own staging register decouples their handshakes).
             endpoint = chain.submodules[f"{side}_link"] = LinkEndpoint(config, "sync", "sync", f"{side}_link_rx")
             port = nodes[0].up if side == "up" else nodes[-1].down
             attach_endpoint(chain, port, endpoint, upstream=side == "down")
