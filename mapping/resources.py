@@ -95,8 +95,9 @@ def ram_style(depth, family):
     """Yosys ``ram_style`` of a memory ``depth`` deep: the one rule the hardware applies to
     every memory it builds (so block RAM estimates and synthesis agree) and this module
     prices with."""
-    _family(family)
-    return "logic" if is_register(depth) else "distributed" if is_lutram(depth, family) else "block"
+    if depth > LUTRAM_MAX_DEPTH[_family(family)]:
+        return "block"
+    return "logic" if is_register(depth) else "distributed"
 
 
 # Both ports of a block read at full width only up to 18 bits (ECP5 DP16KD and Xilinx
