@@ -154,7 +154,7 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
                                  family_of(node))
         ff += mem.ff
         links = resources.link_cores(node, len(node_budgets))
-        with_links = lut + links * resources.LINK_CORE_LUT[family_of(node)]
+        with_links = lut + resources.link_core_luts(node, len(node_budgets), family_of(node))
         if with_links > budget.device.lut:
             raise SpecError(f"{describe()}: node {node} ({budget.device.name}) needs about {with_links:,} "
                             f"LUTs ({len(mine)} layer slices, {mult} multipliers, distributed RAM and "
@@ -342,8 +342,7 @@ def _with_update_lanes(node, device, max_multipliers, nodes):
     and the hosted rows' BGBs (one lane) are a floor no weight lane lowers."""
     shift, f = node.formats.weight_update_shift, node.formats
     multipliers = device.dsp if max_multipliers is None else min(device.dsp, max_multipliers)
-    luts = LOGIC_FRACTION * device.lut - resources.link_cores(node.index, nodes) * \
-        resources.LINK_CORE_LUT[node.family]
+    luts = LOGIC_FRACTION * device.lut - resources.link_core_luts(node.index, nodes, node.family)
     floor = max([s.bias_update_cycles(f.bias_update_shift) for s in node.slices]
                 + [b.owner_slice.update_cycles(shift) for b in node.hosted], default=0)
     slices, estimate = list(node.slices), node.estimate

@@ -190,6 +190,11 @@ def link_cores(index, nodes):
     return (index > 0) + (index < nodes - 1)
 
 
+def link_core_luts(index, nodes, family):
+    """LUTs of node ``index``'s link cores."""
+    return link_cores(index, nodes) * LINK_CORE_LUT[_family(family)]
+
+
 def onchip_blocks(device):
     """The device's on-chip RAM in 18 Kb units (UltraRAM counted as 16 each)."""
     return device.bram_blocks + device.uram_blocks * URAM_IN_BLOCKS
