@@ -75,8 +75,9 @@ def test_act_ram_16_channels_1024_deep(family, tmp_path):
     # 256 bits x 1024: fifteen 1K x 18 blocks (sixteen 512 x 36 ones would cost more).
     assert result.bram == predicted_blocks(family, 16 * 16, 1024, False) == 15
     assert bram_cells(result) == ({"DP16KD": 15} if family == "ecp5" else {"RAMB18E1": 15})
-    # Only the pointers, the two counters and the valid bit are flip-flops: data stays in the RAM.
-    assert result.ff == 10 + 10 + 11 + 11 + 1
+    # Only the pointers, the two counters, the valid bit and the full flag are flip-flops: data
+    # stays in the RAM.
+    assert result.ff == 10 + 10 + 11 + 11 + 1 + 1
 
 
 def test_act_ram_odd_width_and_depth(tmp_path):
