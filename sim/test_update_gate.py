@@ -1,9 +1,10 @@
-"""The update gate makes FP/EB weight versions follow the golden model's formula under random timing."""
+"""The update gate makes FP/EB weight versions follow the golden model's formula under random timing;
+BothDone pairs the events of two sources."""
 
 import numpy as np
 import pytest
 
-from hw.memory.update_gate import UpdateGate
+from hw.memory.update_gate import BothDone, UpdateGate
 from sim.testbench import simulate
 
 
@@ -59,3 +60,47 @@ def test_versions_follow_the_formula_whatever_the_timing(batch, stale, samples, 
 def test_gate_refuses_a_negative_staleness():
     with pytest.raises(ValueError, match="fp_stale = -1"):
         UpdateGate(batch=2, fp_stale=-1)
+
+
+@pytest.mark.parametrize("most_ahead, seed", [(1, 0), (3, 1), (16, 2)])
+def test_both_done_pairs_every_event_a_cycle_after_the_later_source(most_ahead, seed):
+    # Two sources report 60 events each at random cycles, either one up to most_ahead events
+    # ahead of the other: "both" pulses for event n the cycle after the later of the two
+    # reports of n.
+    rng = np.random.default_rng(seed)
+    events = 60
+    dut = BothDone(most_ahead)
+    reported, pulses, furthest = {"a": [], "b": []}, [], [0]
+
+    async def bench(ctx):
+        cycle = 0
+        while len(pulses) < events:
+            pairing = ctx.get(dut.both)  # from registers only: the inputs below do not change it
+            for name in "ab":
+                waiting = len(reported[name]) - len(pulses)
+                fire = (len(reported[name]) < events and (pairing or waiting < most_ahead)
+                        and rng.random() < (0.8 if name == "a" else 0.3))
+                ctx.set(getattr(dut, name), fire)
+                if fire:
+                    reported[name].append(cycle)
+                furthest[0] = max(furthest[0], waiting + fire - pairing)
+            if pairing:
+                pulses.append(cycle)
+            await ctx.tick()
+            cycle += 1
+
+    simulate(dut, bench, deadline=1000)
+    assert pulses == [max(a, b) + 1 for a, b in zip(reported["a"], reported["b"])]
+    assert furthest[0] == most_ahead  # the run reached the bound
+
+
+def test_both_done_asserts_its_bound():
+    dut = BothDone(1)
+
+    async def bench(ctx):
+        ctx.set(dut.a, 1)
+        for _ in range(3):
+            await ctx.tick()
+
+    with pytest.raises(AssertionError, match="both done: a more than 1 ahead"):
+        simulate(dut, bench, deadline=10)

@@ -133,3 +133,40 @@ class SampleGate(wiring.Component):
         with m.If(self.o.valid & self.o.ready):
             m.d.comb += [self.start.eq(beat.first), self.done.eq(beat.last)]
         return m
+
+
+class BothDone(wiring.Component):
+    """``both`` pulses once per event that both pulse inputs ``a`` and ``b`` have reported, in
+    any interleaving, a cycle after the later of the two.
+
+    Counts rather than flags: a pipelined source may report event n+1 before the other
+    reports event n, and each must still pair with its own. Each input keeps only how many of
+    its events wait for the other's (at most ``most_ahead``: the caller's bound, asserted in
+    simulation) and a registered "some wait" flag, so ``both`` is one AND of two registers: as
+    two 32-bit comparisons of event counts it was the worst path of a 72-multiplier node on an
+    ECP5-45 (into the update gate's flags, 7.8 ns of routing).
+    """
+
+    a: In(1)
+    b: In(1)
+    both: Out(1)
+
+    def __init__(self, most_ahead):
+        if most_ahead < 1:
+            refuse(self, f"both done: most_ahead = {most_ahead} must be at least 1")
+        self.most_ahead = most_ahead
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        some = []
+        for name, done in (("a", self.a), ("b", self.b)):
+            waiting, any_waiting = Signal(range(self.most_ahead + 1), name=f"{name}_waiting"), Signal(name=f"{name}_some")
+            with m.If(done & ~self.both):
+                m.d.sync += [waiting.eq(waiting + 1), any_waiting.eq(1),
+                             Assert(waiting < self.most_ahead, f"both done: {name} more than {self.most_ahead} ahead")]
+            with m.Elif(self.both & ~done):
+                m.d.sync += [waiting.eq(waiting - 1), any_waiting.eq(waiting != 1)]
+            some.append(any_waiting)
+        m.d.comb += self.both.eq(some[0] & some[1])
+        return m
