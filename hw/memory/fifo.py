@@ -9,10 +9,10 @@ is a synchronous-read RAM (block or distributed) with no other storage. Memory:
 exactly, every cycle (the head beat counts while it waits in the output register).
 Flow control makes overflow and underflow impossible: ``i.ready`` is low at
 ``level == depth`` (a register of its own: it does not depend on ``o.ready``, so no
-combinational path crosses the queue) and ``o.valid`` is low while the queue is empty; a pushed beat appears on
-``o`` two cycles later at the earliest, and from ``depth >= 3`` one beat per cycle
-passes (depth 2: two beats in three cycles). Amaranth ``Assert``s check in simulation that the memory is never written while
-full nor read while empty.
+combinational path crosses the queue) and ``o.valid`` is low while the queue is empty; a
+pushed beat appears on ``o`` two cycles later at the earliest, and from ``depth >= 3`` one
+beat per cycle passes (depth 2: two beats in three cycles). Amaranth ``Assert``s check in
+simulation that the memory is never written while full nor read while empty.
 
 ``input_register=True`` puts a register between ``i`` and the memory's write port: a beat is
 written the cycle after it is accepted (and appears on ``o`` three cycles later at the

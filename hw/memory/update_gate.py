@@ -161,7 +161,8 @@ class BothDone(wiring.Component):
         m = Module()
         some = []
         for name, done in (("a", self.a), ("b", self.b)):
-            waiting, any_waiting = Signal(range(self.most_ahead + 1), name=f"{name}_waiting"), Signal(name=f"{name}_some")
+            waiting = Signal(range(self.most_ahead + 1), name=f"{name}_waiting")
+            any_waiting = Signal(name=f"{name}_some")
             with m.If(done & ~self.both):
                 m.d.sync += [waiting.eq(waiting + 1), any_waiting.eq(1),
                              Assert(waiting < self.most_ahead, f"both done: {name} more than {self.most_ahead} ahead")]

@@ -199,6 +199,7 @@ class SliceUnit(wiring.Component):
             m.d.sync += nothing.eq(gate.update_start)
             updated.append(nothing)
         if len(updated) == 2:
+            # The next update starts only once both have reported this one: one ahead at most.
             updated = [_both_done(m, "updates_done", *updated, most_ahead=1)]
         m.d.comb += gate.update_done.eq(updated[0])
         return gate, lgb, bias_lgb
@@ -317,6 +318,8 @@ class SliceUnit(wiring.Component):
         pg_done = _connect_gradients(m, pg.grads, self._gradient_sink(m, lgb), oh * ow * pg.rows, "lgb")
         if bias_lgb is not None:
             bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, oh * ow * pg.rows, "bias_lgb")
+            # PG starts no sample past its mini-batch's last until the update, which waits for
+            # both sources' B samples: neither gets more than B ahead.
             m.d.comb += gate.pg_done.eq(_both_done(m, "grads_done", pg_done, bias_done, most_ahead=gate.batch))
         else:
             m.d.comb += gate.pg_done.eq(pg_done)
