@@ -240,8 +240,8 @@ class Trainer(wiring.Component):
         cycle = Signal(32)
         with m.If(training):
             m.d.sync += cycle.eq(cycle + 1)
-        finished = Signal()
-        m.d.comb += finished.eq(Cat(node.updates >= expected_updates for node in nodes).all())
+        finished = Signal()  # registered: only the LED reads it, and its compares span every node
+        m.d.sync += finished.eq(Cat(node.updates >= expected_updates for node in nodes).all())
         m.d.comb += [self.leds.training.eq(training & ~finished), self.leds.error.eq(error)]
         clear = Signal()  # START: a new run
         node_fields = []
