@@ -61,11 +61,20 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
     1), reads back and finds the weights bit-exact with the golden model."""
     mapping = _mapping(zoo.micro, "lfe5um5g-45f:2", batch=1)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
-    opened = []
+    opened, trainer = [], None
+    leds = []  # each change of the trainer's (link up, training, error) LEDs
+
+    async def watch_leds(ctx):
+        lights = trainer.leds
+        async for values in ctx.changed(lights.link_up, lights.training, lights.error):
+            leds.append(tuple(values))
 
     class SimulatedPort:
         def __init__(self, name, baud, timeout):
-            self.board, self.timeout = SimulatedBoard(Trainer(mapping, divisor=DIVISOR)), timeout
+            nonlocal trainer
+            trainer = Trainer(mapping, divisor=DIVISOR)
+            self.board, self.timeout = SimulatedBoard(trainer), timeout
+            self.board.sim.add_testbench(watch_leds, background=True)
             opened.append((name, baud))
 
         def write(self, data):
@@ -81,6 +90,8 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
     assert opened == [("sim", 3_000_000)]
     assert "loaded memory 6/6 (node 1, 4 x 1 words)" in out
     assert out.endswith("frames refused 0\nbit-exact with the golden model\n")
+    # link up (no link leaves this board) from the start; training from START until the update
+    assert leds == [(1, 0, 0), (1, 1, 0), (1, 0, 0)]
 
 
 @pytest.mark.slow
