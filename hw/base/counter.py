@@ -1,4 +1,5 @@
-"""A modulo counter whose first and last flags are registers.
+"""Registered flags: a modulo counter whose first and last flags are registers, and
+:func:`next_value`, for a flag of any register.
 
 Engines and sample gates decide their ready from "is this the first / last step", and
 that decision sits on paths through several blocks (an engine's window ready, a FIFO's
@@ -7,6 +8,17 @@ are registered with the count instead.
 """
 
 from amaranth.hdl import Mux, Signal
+
+
+def next_value(m, register):
+    """The value ``register`` takes at the next clock edge, assigned combinationally in place of
+    its synchronous assignments (it holds unless assigned; later assignments win, as for
+    ``m.d.sync``). A flag registered from a function of it equals the same function of the
+    register in every cycle, without that function's logic in front of the flag's readers."""
+    value = Signal.like(register, name=f"{register.name}_next")
+    m.d.comb += value.eq(register)
+    m.d.sync += register.eq(value)
+    return value
 
 
 class ModuloCounter:

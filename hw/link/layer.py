@@ -12,6 +12,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..base.counter import next_value
 from .protocol import (KIND_BITS, KIND_CTRL, KIND_DATA, K_IDLE, K_SOF, K_TS1, K_TS2, LinkConfig)
 
 
@@ -83,9 +84,14 @@ class TxMode(enum.Enum, shape=2):
     CTRL = 2
 
 
-def _saturating_increment(m, counter, limit):
+def _saturating_increment(m, counter, limit, into=None):
+    """``counter`` + 1 up to ``limit``: at the clock edge, or ``into`` its next value
+    (:func:`~hw.base.counter.next_value`)."""
     with m.If(counter != limit):
-        m.d.sync += counter.eq(counter + 1)
+        if into is None:
+            m.d.sync += counter.eq(counter + 1)
+        else:
+            m.d.comb += into.eq(counter + 1)
 
 
 class LinkLayer(wiring.Component):
@@ -249,6 +255,12 @@ class LinkLayer(wiring.Component):
         replay_timer = Signal(range(cfg.replay_timeout + 1))
         ctrl_timer = Signal(range(cfg.refresh_interval + 1))
         since_idle = Signal(range(cfg.idle_interval + 1))
+        # The frame-start decision reads only registers: the comparisons of these four counts
+        # are registered flags of their next values (see below), since the decision drives the
+        # clock enables of the frame registers and the credit counts (with the comparisons in
+        # front, the CI bitstream's worst path at 125 MHz).
+        next_seq_next, send_seq_next = next_value(m, next_seq), next_value(m, send_seq)
+        ctrl_timer_next, since_idle_next = next_value(m, ctrl_timer), next_value(m, since_idle)
 
         index_bits = (max(payload_flits)).bit_length()  # header and payload flits of one frame
         slot_bits = (cfg.replay_frames - 1).bit_length()
@@ -319,12 +331,21 @@ class LinkLayer(wiring.Component):
                             m.d.comb += grant.eq(c)
 
         update_pending = ack_pending | credit_pending
-        urgent_ctrl = (nak_pending | (update_pending & (ctrl_timer >= cfg.ack_interval))
-                       | (ctrl_timer == cfg.refresh_interval))
-        idle_due = since_idle >= cfg.idle_interval - (max_flits + 3)
-        replaying = send_seq != next_seq
+        idle_limit = cfg.idle_interval - (max_flits + 3)
 
-        _saturating_increment(m, ctrl_timer, cfg.refresh_interval)  # reset below when one starts
+        def conditions(timer, idle, send, new):  # of the registers, or of their next values
+            return timer >= cfg.ack_interval, timer == cfg.refresh_interval, idle >= idle_limit, send != new
+
+        names = ("ack_due", "refresh_due", "idle_due", "replaying")
+        ack_due, refresh_due, idle_due, replaying = flags = [
+            Signal(name=name, init=bool(at_reset)) for name, at_reset in zip(names, conditions(0, 0, 0, 0))]
+        for flag, name, now, following in zip(
+                flags, names, conditions(ctrl_timer, since_idle, send_seq, next_seq),
+                conditions(ctrl_timer_next, since_idle_next, send_seq_next, next_seq_next)):
+            m.d.sync += [flag.eq(following), Assert(flag == now, f"link layer: flag {name} disagrees with its count")]
+        urgent_ctrl = nak_pending | (update_pending & ack_due) | refresh_due
+
+        _saturating_increment(m, ctrl_timer, cfg.refresh_interval, ctrl_timer_next)  # reset below when one starts
 
         def start_frame(new_mode):
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_SOF)]
@@ -359,15 +380,17 @@ class LinkLayer(wiring.Component):
             start_frame(TxMode.CTRL)
             m.d.sync += [frame_payload.eq(cfg.ctrl_payload_flits), word.eq(advertised),
                          frame_header.eq(Cat(Const(KIND_CTRL, KIND_BITS), nak_pending, (expected - 1)[:S])),
-                         nak_pending.eq(0), ack_pending.eq(0), credit_pending.eq(0), ctrl_timer.eq(0)]
+                         nak_pending.eq(0), ack_pending.eq(0), credit_pending.eq(0)]
+            m.d.comb += ctrl_timer_next.eq(0)
         with m.Elif(~idle_due & replaying):
             start_frame(TxMode.REPLAY)
-            m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1)]
+            m.d.sync += frame_seq.eq(send_seq)
+            m.d.comb += send_seq_next.eq(send_seq + 1)
             increment("frames_replayed")
         with m.Elif(~idle_due & any_eligible):
             start_frame(TxMode.DATA)
-            m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
-                         frame_header.eq(Cat(Const(KIND_DATA, KIND_BITS), grant, next_seq)),
+            m.d.comb += [next_seq_next.eq(next_seq + 1), send_seq_next.eq(next_seq + 1)]
+            m.d.sync += [frame_seq.eq(next_seq), frame_header.eq(Cat(Const(KIND_DATA, KIND_BITS), grant, next_seq)),
                          last_grant.eq(grant)]
             with m.Switch(grant):
                 for c in range(N):
@@ -379,9 +402,9 @@ class LinkLayer(wiring.Component):
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_IDLE)]
 
         with m.If(emit.ctrl & (emit.data == K_IDLE)):
-            m.d.sync += since_idle.eq(0)
+            m.d.comb += since_idle_next.eq(0)
         with m.Else():
-            _saturating_increment(m, since_idle, cfg.idle_interval)
+            _saturating_increment(m, since_idle, cfg.idle_interval, since_idle_next)
         # Set after the clears above: an update arriving while a control frame starts is kept.
         with m.If(Cat(buffers[c].r_rdy & buffers[c].r_en for c in range(N)).any()):
             m.d.sync += credit_pending.eq(1)
@@ -400,7 +423,8 @@ class LinkLayer(wiring.Component):
             with m.If(in_flight != 0):
                 _saturating_increment(m, replay_timer, cfg.replay_timeout)
             with m.If(replay_timer == cfg.replay_timeout):
-                m.d.sync += [send_seq.eq(oldest), replay_timer.eq(0)]
+                m.d.sync += replay_timer.eq(0)
+                m.d.comb += send_seq_next.eq(oldest)
                 increment("replays")
         with m.If(ctrl_ok):
             for c in range(N):
@@ -412,14 +436,15 @@ class LinkLayer(wiring.Component):
                 with m.If(newly_acked != 0):
                     m.d.sync += replay_timer.eq(0)
                 with m.If(nak):
-                    m.d.sync += [send_seq.eq(ack_seq + 1), replay_timer.eq(0)]
+                    m.d.sync += replay_timer.eq(0)
+                    m.d.comb += send_seq_next.eq(ack_seq + 1)
                     increment("replays")
                 with m.Elif((send_seq - oldest)[:S] < newly_acked):  # replaying what is now acked
-                    m.d.sync += send_seq.eq(ack_seq + 1)
+                    m.d.comb += send_seq_next.eq(ack_seq + 1)
         with m.If(entering_up):
             # Re-trained: replay whatever was unacknowledged and tell the partner where we are.
-            m.d.sync += [send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1),
-                         replay_timer.eq(0)]
+            m.d.sync += [ack_pending.eq(1), credit_pending.eq(1), replay_timer.eq(0)]
+            m.d.comb += send_seq_next.eq(oldest)
 
         for name, event in events.items():
             counter, counted = getattr(self.counters, name), Signal(name=f"{name}_counted")
