@@ -27,7 +27,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..base.checks import refuse
-from ..base.counter import ModuloCounter
+from ..base.counter import ModuloCounter, next_value
 
 COUNT_BITS = 32
 
@@ -57,12 +57,14 @@ class UpdateGate(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # Timing: the allows gate every engine's stream, whose handshake fans out to wide
-        # clock enables, so they come straight from registers. Each count is kept as the
-        # distance to its boundary (boundary - count) with a registered "zero" flag, so no
-        # adder or magnitude comparator sits between a register and an allow. The update
-        # strobe may come a cycle later than its condition: the condition holds until the
-        # update (counts only grow, and starts past the boundary are never allowed).
+        # clock enables, so each is a register of its own (one per engine, placed by it),
+        # loaded from the next values of the update flag and its count's "zero" flag. Each
+        # count is kept as the distance to its boundary (boundary - count) with that
+        # registered flag, so no adder or magnitude comparator sits in front of an allow. The
+        # update strobe may come a cycle later than its condition: the condition holds until
+        # the update (counts only grow, and starts past the boundary are never allowed).
         updating, pending = Signal(), Signal()
+        updating_next = next_value(m, updating)
         finishing = updating & self.update_done
         b, fp_first = self.batch, self.batch + self.fp_stale  # boundaries of mini-batch 0
 
@@ -75,25 +77,36 @@ class UpdateGate(wiring.Component):
             clock enable ``updating`` drives small (it was the worst path of a 135-multiplier
             node on an ECP5-85, 8.7 ns of routing)."""
             left, zero = Signal(range(first + b + 1), init=first), Signal(init=first == 0)
+            zero_next = next_value(m, zero)
             with m.If(finishing):
-                m.d.sync += [left.eq(left + b), zero.eq(0),
+                m.d.sync += [left.eq(left + b),
                              Assert(left <= first, "update gate: a count beyond its boundary at an update")]
+                m.d.comb += zero_next.eq(0)
             with m.Elif(pulse):
-                m.d.sync += [left.eq(left - 1), zero.eq(left == 1)]
+                m.d.sync += left.eq(left - 1)
+                m.d.comb += zero_next.eq(left == 1)
             # Starts stop at the boundary and the update waits for their ends.
             m.d.sync += Assert(~(finishing & pulse), "update gate: a sample ended during the update")
-            return zero
+            return zero, zero_next
 
-        fp_started, fp_finished = left_to_boundary(self.fp_start, fp_first), left_to_boundary(self.fp_done, fp_first)
-        pg_started, pg_finished = left_to_boundary(self.pg_start, b), left_to_boundary(self.pg_done, b)
+        def allow(port, started):
+            """``port`` = not updating and not at the boundary, from a register of its own."""
+            zero, zero_next = started
+            register = Signal(init=not zero.init)
+            m.d.sync += [register.eq(~updating_next & ~zero_next),
+                         Assert(register == (~updating & ~zero), "update gate: an allow disagrees with its flags")]
+            m.d.comb += port.eq(register)
+
+        fp_started, (fp_finished, _) = left_to_boundary(self.fp_start, fp_first), left_to_boundary(self.fp_done, fp_first)
+        pg_started, (pg_finished, _) = left_to_boundary(self.pg_start, b), left_to_boundary(self.pg_done, b)
         # A slice without EB (the first layer) counts no EB samples: its counts would only grow.
-        eb_started, eb_finished = ((left_to_boundary(self.eb_start, b), left_to_boundary(self.eb_done, b))
-                                   if self.needs_eb else (Const(0), Const(1)))
-        m.d.comb += [
-            self.fp_allow.eq(~updating & ~fp_started),
-            self.eb_allow.eq(~updating & ~eb_started),
-            self.pg_allow.eq(~updating & ~pg_started),
-        ]
+        if self.needs_eb:
+            eb_started, (eb_finished, _) = left_to_boundary(self.eb_start, b), left_to_boundary(self.eb_done, b)
+        else:
+            never = Signal()  # at its boundary: never driven, so always 0
+            eb_started, eb_finished = (never, Const(0)), Const(1)
+        for port, started in ((self.fp_allow, fp_started), (self.eb_allow, eb_started), (self.pg_allow, pg_started)):
+            allow(port, started)
         # With total_samples below FP's boundary, FP finishing every sample there is counts.
         fp_done_count, every_sample = Signal(COUNT_BITS), Signal()
         with m.If(self.fp_done):
@@ -103,9 +116,10 @@ class UpdateGate(wiring.Component):
         m.d.sync += pending.eq(ready & ~updating & ~pending)
         m.d.comb += self.update_start.eq(pending)
         with m.If(pending):
-            m.d.sync += updating.eq(1)
+            m.d.comb += updating_next.eq(1)
         with m.If(finishing):
-            m.d.sync += [updating.eq(0), self.batch_index.eq(self.batch_index + 1)]
+            m.d.comb += updating_next.eq(0)
+            m.d.sync += self.batch_index.eq(self.batch_index + 1)
         return m
 
 
