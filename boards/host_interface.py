@@ -64,7 +64,12 @@ class FrameSender(wiring.Component):
         command, length, left = Signal(8), Signal(16), Signal(16)
         out = self.bytes
         sent = out.valid & out.ready
-        m.d.comb += [crc.data.eq(out.payload), self.busy.eq(1)]
+        # The CRC takes each byte from a register, a cycle after it is sent (the byte comes
+        # through the executor's answer multiplexers: into the CRC directly, the CI bitstream's
+        # worst path). It has the last byte by "crc1": "payload" takes a cycle to see left == 0.
+        counted, crc_byte, crc_take = Signal(), Signal(8), Signal()
+        m.d.sync += [crc_byte.eq(out.payload), crc_take.eq(sent & counted)]
+        m.d.comb += [crc.data.eq(crc_byte), crc.valid.eq(crc_take), self.busy.eq(1)]
         with m.FSM():
             with m.State("idle"):
                 m.d.comb += [self.busy.eq(0), crc.start.eq(1)]
@@ -74,11 +79,11 @@ class FrameSender(wiring.Component):
             for state, byte, following in (("sync", p.SYNC, "command"), ("command", command, "length0"),
                                            ("length0", length[:8], "length1")):
                 with m.State(state):
-                    m.d.comb += [out.payload.eq(byte), out.valid.eq(1), crc.valid.eq(sent & (state != "sync"))]
+                    m.d.comb += [out.payload.eq(byte), out.valid.eq(1), counted.eq(state != "sync")]
                     with m.If(sent):
                         m.next = following
             with m.State("length1"):
-                m.d.comb += [out.payload.eq(length[8:]), out.valid.eq(1), crc.valid.eq(sent)]
+                m.d.comb += [out.payload.eq(length[8:]), out.valid.eq(1), counted.eq(1)]
                 with m.If(sent):
                     m.next = "payload"
             with m.State("payload"):
@@ -86,7 +91,7 @@ class FrameSender(wiring.Component):
                     m.next = "crc1"
                 with m.Else():
                     m.d.comb += [out.payload.eq(self.payload.payload), out.valid.eq(self.payload.valid),
-                                 self.payload.ready.eq(out.ready), crc.valid.eq(sent)]
+                                 self.payload.ready.eq(out.ready), counted.eq(1)]
                     with m.If(sent):
                         m.d.sync += left.eq(left - 1)
             with m.State("crc1"):
@@ -235,23 +240,33 @@ class Trainer(wiring.Component):
                     m.next = "sync"
 
         # --- state the host sets and the counters ------------------------------------------
+        # Timing: the counters and flags here only report, so what they read from the nodes
+        # (each node's update count, a minimum over its slices) and the START that clears them
+        # arrive through registers, a cycle late (the reports are unchanged: ``cycle`` starts a
+        # cycle later too); they spanned the node and this decoder (an ECP5-85 node's worst
+        # paths at 125 MHz).
         total_samples, expected_updates = Signal(32), Signal(32)
         training, error = Signal(), Signal()
+        starting, clear = Signal(), Signal()  # START: a new run
+        m.d.sync += clear.eq(starting)
         cycle = Signal(32)
-        with m.If(training):
+        with m.If(clear):
+            m.d.sync += cycle.eq(0)
+        with m.Elif(training):
             m.d.sync += cycle.eq(cycle + 1)
-        finished = Signal()  # registered: only the LED reads it, and its compares span every node
-        m.d.sync += finished.eq(Cat(node.updates >= expected_updates for node in nodes).all())
+        updates = [Signal(32, name=f"updates{n}") for n in range(len(nodes))]
+        m.d.sync += [seen.eq(node.updates) for seen, node in zip(updates, nodes)]
+        finished = Signal()
+        m.d.sync += finished.eq(Cat(seen >= expected_updates for seen in updates).all())
         m.d.comb += [self.leds.training.eq(training & ~finished), self.leds.error.eq(error)]
-        clear = Signal()  # START: a new run
         node_fields = []
-        for n, node in enumerate(nodes):
+        for n, (node, seen) in enumerate(zip(nodes, updates)):
             samples, cycles, last_updates = Signal(32), Signal(32), Signal(32)
             m.d.comb += node.total_samples.eq(total_samples)
             with m.If(node.up.label.valid & node.up.label.ready):
                 m.d.sync += samples.eq(samples + 1)
-            m.d.sync += last_updates.eq(node.updates)
-            with m.If(node.updates != last_updates):
+            m.d.sync += last_updates.eq(seen)
+            with m.If(seen != last_updates):
                 m.d.sync += cycles.eq(cycle)
             with m.If(clear):
                 m.d.sync += [samples.eq(0), cycles.eq(0)]
@@ -260,7 +275,7 @@ class Trainer(wiring.Component):
                 end for side, end in off_board.items() if n == (0 if side == "up" else len(nodes) - 1)]
             link_retries = sum((end.counters.replays for end in ends), Const(0, 32))[:32]
             link_crc_errors = sum((end.counters.crc_errors for end in ends), Const(0, 32))[:32]
-            node_fields.append(Cat(samples, node.updates, cycles, link_retries, link_crc_errors))
+            node_fields.append(Cat(samples, seen, cycles, link_retries, link_crc_errors))
 
         loss_squares, loss_samples = Signal(64), Signal(32)
         if nodes[-1].loss is not None:
@@ -355,8 +370,8 @@ class Trainer(wiring.Component):
                                 m.next = "bad_argument"
                             with m.Else():
                                 m.d.sync += [total_samples.eq(args[:32]), expected_updates.eq(args[32:64]),
-                                             training.eq(1), error.eq(0), cycle.eq(0)]
-                                m.d.comb += clear.eq(1)
+                                             training.eq(1), error.eq(0)]
+                                m.d.comb += starting.eq(1)
                                 m.next = "acknowledge"
                         with m.Case(p.STOP):
                             m.d.sync += [training.eq(0), chain_reset.eq(1)]
