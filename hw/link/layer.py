@@ -12,7 +12,6 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..base.counter import next_value
 from .protocol import (KIND_BITS, KIND_CTRL, KIND_DATA, K_IDLE, K_SOF, K_TS1, K_TS2, LinkConfig)
 
 
@@ -84,14 +83,9 @@ class TxMode(enum.Enum, shape=2):
     CTRL = 2
 
 
-def _saturating_increment(m, counter, limit, into=None):
-    """``counter`` + 1 up to ``limit``: at the clock edge, or ``into`` its next value
-    (:func:`~hw.base.counter.next_value`)."""
+def _saturating_increment(m, counter, limit):
     with m.If(counter != limit):
-        if into is None:
-            m.d.sync += counter.eq(counter + 1)
-        else:
-            m.d.comb += into.eq(counter + 1)
+        m.d.sync += counter.eq(counter + 1)
 
 
 class LinkLayer(wiring.Component):
@@ -250,17 +244,10 @@ class LinkLayer(wiring.Component):
         next_seq = Signal(S)   # sequence number of the next new frame
         send_seq = Signal(S)   # next frame to put on the line (behind next_seq while replaying)
         oldest = Signal(S)     # oldest unacknowledged frame
-        in_flight = Signal(S)
-        m.d.comb += in_flight.eq(next_seq - oldest)
+        in_flight = Signal(S)  # next_seq - oldest, a register (below)
         replay_timer = Signal(range(cfg.replay_timeout + 1))
         ctrl_timer = Signal(range(cfg.refresh_interval + 1))
         since_idle = Signal(range(cfg.idle_interval + 1))
-        # The frame-start decision reads only registers: the comparisons of these four counts
-        # are registered flags of their next values (see below), since the decision drives the
-        # clock enables of the frame registers and the credit counts (with the comparisons in
-        # front, the CI bitstream's worst path at 125 MHz).
-        next_seq_next, send_seq_next = next_value(m, next_seq), next_value(m, send_seq)
-        ctrl_timer_next, since_idle_next = next_value(m, ctrl_timer), next_value(m, since_idle)
 
         index_bits = (max(payload_flits)).bit_length()  # header and payload flits of one frame
         slot_bits = (cfg.replay_frames - 1).bit_length()
@@ -331,21 +318,27 @@ class LinkLayer(wiring.Component):
                             m.d.comb += grant.eq(c)
 
         update_pending = ack_pending | credit_pending
+        # The decision below reads its timers' thresholds as registered flags: each flag is
+        # loaded with its threshold of both of the timer's next values (restarted, or one
+        # more), computed beside the decision, which only selects one (with the comparisons in
+        # front of it, the decision into the frame registers' clock enables and the credit
+        # counts was an ECP5-85 node's worst link path at 125 MHz).
+        starting_ctrl, emitting_idle, starting_data = Signal(), Signal(), Signal()
         idle_limit = cfg.idle_interval - (max_flits + 3)
+        flags = {}
+        for name, timer, limit, restart, threshold in (
+                ("ack_due", ctrl_timer, cfg.refresh_interval, starting_ctrl, lambda t: t >= cfg.ack_interval),
+                ("refresh_due", ctrl_timer, cfg.refresh_interval, starting_ctrl, lambda t: t == cfg.refresh_interval),
+                ("idle_due", since_idle, cfg.idle_interval, emitting_idle, lambda t: t >= idle_limit)):
+            flags[name] = flag = Signal(name=name, init=bool(threshold(0)))
+            counted = Mux(timer == limit, timer, timer + 1)
+            m.d.sync += [flag.eq(Mux(restart, bool(threshold(0)), threshold(counted))),
+                         Assert(flag == threshold(timer), f"link layer: {name} disagrees with its timer")]
+        urgent_ctrl = nak_pending | (update_pending & flags["ack_due"]) | flags["refresh_due"]
+        idle_due = flags["idle_due"]
+        replaying = send_seq != next_seq
 
-        def conditions(timer, idle, send, new):  # of the registers, or of their next values
-            return timer >= cfg.ack_interval, timer == cfg.refresh_interval, idle >= idle_limit, send != new
-
-        names = ("ack_due", "refresh_due", "idle_due", "replaying")
-        ack_due, refresh_due, idle_due, replaying = flags = [
-            Signal(name=name, init=bool(at_reset)) for name, at_reset in zip(names, conditions(0, 0, 0, 0))]
-        for flag, name, now, following in zip(
-                flags, names, conditions(ctrl_timer, since_idle, send_seq, next_seq),
-                conditions(ctrl_timer_next, since_idle_next, send_seq_next, next_seq_next)):
-            m.d.sync += [flag.eq(following), Assert(flag == now, f"link layer: flag {name} disagrees with its count")]
-        urgent_ctrl = nak_pending | (update_pending & ack_due) | refresh_due
-
-        _saturating_increment(m, ctrl_timer, cfg.refresh_interval, ctrl_timer_next)  # reset below when one starts
+        _saturating_increment(m, ctrl_timer, cfg.refresh_interval)  # reset below when one starts
 
         def start_frame(new_mode):
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_SOF)]
@@ -378,19 +371,19 @@ class LinkLayer(wiring.Component):
             _saturating_increment(m, said, cfg.train_count)
         with m.Elif(~idle_due & urgent_ctrl | ~idle_due & ~replaying & ~any_eligible & update_pending):
             start_frame(TxMode.CTRL)
+            m.d.comb += starting_ctrl.eq(1)
             m.d.sync += [frame_payload.eq(cfg.ctrl_payload_flits), word.eq(advertised),
                          frame_header.eq(Cat(Const(KIND_CTRL, KIND_BITS), nak_pending, (expected - 1)[:S])),
-                         nak_pending.eq(0), ack_pending.eq(0), credit_pending.eq(0)]
-            m.d.comb += ctrl_timer_next.eq(0)
+                         nak_pending.eq(0), ack_pending.eq(0), credit_pending.eq(0), ctrl_timer.eq(0)]
         with m.Elif(~idle_due & replaying):
             start_frame(TxMode.REPLAY)
-            m.d.sync += frame_seq.eq(send_seq)
-            m.d.comb += send_seq_next.eq(send_seq + 1)
+            m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1)]
             increment("frames_replayed")
         with m.Elif(~idle_due & any_eligible):
             start_frame(TxMode.DATA)
-            m.d.comb += [next_seq_next.eq(next_seq + 1), send_seq_next.eq(next_seq + 1)]
-            m.d.sync += [frame_seq.eq(next_seq), frame_header.eq(Cat(Const(KIND_DATA, KIND_BITS), grant, next_seq)),
+            m.d.comb += starting_data.eq(1)
+            m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
+                         frame_header.eq(Cat(Const(KIND_DATA, KIND_BITS), grant, next_seq)),
                          last_grant.eq(grant)]
             with m.Switch(grant):
                 for c in range(N):
@@ -401,30 +394,38 @@ class LinkLayer(wiring.Component):
         with m.Else():
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_IDLE)]
 
-        with m.If(emit.ctrl & (emit.data == K_IDLE)):
-            m.d.comb += since_idle_next.eq(0)
+        m.d.comb += emitting_idle.eq(emit.ctrl & (emit.data == K_IDLE))
+        with m.If(emitting_idle):
+            m.d.sync += since_idle.eq(0)
         with m.Else():
-            _saturating_increment(m, since_idle, cfg.idle_interval, since_idle_next)
+            _saturating_increment(m, since_idle, cfg.idle_interval)
         # Set after the clears above: an update arriving while a control frame starts is kept.
         with m.If(Cat(buffers[c].r_rdy & buffers[c].r_en for c in range(N)).any()):
             m.d.sync += credit_pending.eq(1)
 
         # ---- acknowledgements from the partner ---------------------------------------------
         ctrl_payload_start = (max_flits - cfg.ctrl_payload_flits) * W
-        # Registered: the frame check and the window update are each a cycle's logic.
+        # Registered: the frame check and the window update are each a cycle's logic. The
+        # window's differences are registers too, loaded from the next value of ``oldest`` (the
+        # subtractions in front of the comparisons that gate the replay timer's enable were an
+        # ECP5-85 node's worst link paths at 125 MHz).
         ack_valid = Signal()
         ack_seq = Signal(S)
         nak = Signal()
-        m.d.sync += [ack_valid.eq(ctrl_ok), ack_seq.eq(header[KIND_BITS + 1:KIND_BITS + 1 + S]),
-                     nak.eq(header[KIND_BITS])]
-        newly_acked = Signal(S)
-        m.d.comb += newly_acked.eq(ack_seq + 1 - oldest)
+        acked_seq = header[KIND_BITS + 1:KIND_BITS + 1 + S]
+        m.d.sync += [ack_valid.eq(ctrl_ok), ack_seq.eq(acked_seq), nak.eq(header[KIND_BITS])]
+        newly_acked = Signal(S, init=1)  # ack_seq + 1 - oldest
+        acknowledged = Signal()  # the registered ACK moves ``oldest``
+        oldest_next = Mux(acknowledged, ack_seq + 1, oldest)
+        m.d.sync += [newly_acked.eq(acked_seq + 1 - oldest_next),
+                     in_flight.eq(Mux(starting_data, next_seq + 1 - oldest_next, next_seq - oldest_next)),
+                     Assert(newly_acked == (ack_seq + 1 - oldest)[:S], "link layer: newly_acked disagrees"),
+                     Assert(in_flight == (next_seq - oldest)[:S], "link layer: in_flight disagrees")]
         with m.If(state == TrainState.UP):
             with m.If(in_flight != 0):
                 _saturating_increment(m, replay_timer, cfg.replay_timeout)
             with m.If(replay_timer == cfg.replay_timeout):
-                m.d.sync += replay_timer.eq(0)
-                m.d.comb += send_seq_next.eq(oldest)
+                m.d.sync += [send_seq.eq(oldest), replay_timer.eq(0)]
                 increment("replays")
         with m.If(ctrl_ok):
             for c in range(N):
@@ -432,19 +433,19 @@ class LinkLayer(wiring.Component):
                 m.d.sync += credit_limit[c].eq(limit)
         with m.If(ack_valid):
             with m.If(newly_acked <= in_flight):  # not a stale ACK
+                m.d.comb += acknowledged.eq(1)
                 m.d.sync += oldest.eq(ack_seq + 1)
                 with m.If(newly_acked != 0):
                     m.d.sync += replay_timer.eq(0)
                 with m.If(nak):
-                    m.d.sync += replay_timer.eq(0)
-                    m.d.comb += send_seq_next.eq(ack_seq + 1)
+                    m.d.sync += [send_seq.eq(ack_seq + 1), replay_timer.eq(0)]
                     increment("replays")
                 with m.Elif((send_seq - oldest)[:S] < newly_acked):  # replaying what is now acked
-                    m.d.comb += send_seq_next.eq(ack_seq + 1)
+                    m.d.sync += send_seq.eq(ack_seq + 1)
         with m.If(entering_up):
             # Re-trained: replay whatever was unacknowledged and tell the partner where we are.
-            m.d.sync += [ack_pending.eq(1), credit_pending.eq(1), replay_timer.eq(0)]
-            m.d.comb += send_seq_next.eq(oldest)
+            m.d.sync += [send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1),
+                         replay_timer.eq(0)]
 
         for name, event in events.items():
             counter, counted = getattr(self.counters, name), Signal(name=f"{name}_counted")
