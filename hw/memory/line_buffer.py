@@ -55,7 +55,7 @@ pixel), stage B holds the read column, and the window register is the output
 payload; ``i.ready`` and the output advance depend combinationally on ``o.ready``.
 """
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Assert, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -63,6 +63,7 @@ from amaranth.lib.wiring import In, Out
 from mapping.line_walk import Axis, error_axis, row_steps, walk_cycles
 
 from ..base.checks import refuse
+from ..base.counter import next_value
 from ..base.layouts import pixel_layout, window_layout
 from ..base.ram import ram_attrs
 
@@ -160,7 +161,7 @@ class LineBuffer(wiring.Component):
             {"has_in": s.has_in, "has_out": s.has_out, "real": sum(r << n for n, r in enumerate(s.real)),
              "age": list(s.age), "end": s.end} for s in self.steps])
         step = Signal(range(len(self.steps)))
-        rom_port = rom.read_port(domain="comb")
+        rom_port, next_port = rom.read_port(domain="comb"), rom.read_port(domain="comb")
         info = rom_port.data
         m.d.comb += rom_port.addr.eq(step)
 
@@ -170,14 +171,29 @@ class LineBuffer(wiring.Component):
         dphase = Signal(range(cols.dilation), init=(cols.scan_start - cols.first_real) % cols.dilation)
         sphase = Signal(range(cols.stride), init=(cols.scan_start - cols.first_end) % cols.stride)
         wptr = Signal(range(max(mems, 1)))                # memory the next real row goes to
+
+        def real(vx, dphase):
+            return (vx >= cols.first_real) & (vx <= cols.last_real) & (dphase == 0)
+
         col_real = Signal()
         col_end = Signal()
         m.d.comb += [
-            col_real.eq((vx >= cols.first_real) & (vx <= cols.last_real) & (dphase == 0)),
+            col_real.eq(real(vx, dphase)),
             col_end.eq(info.has_out & (vx >= cols.first_end) & (vx <= cols.last_end) & (sphase == 0)),
         ]
-        takes_input = Signal()
-        m.d.comb += takes_input.eq(info.has_in & col_real)
+        # ``i.ready`` and the step's "has an output" from registers loaded with their next
+        # values: the ready runs into the producer's FIFO (an Act-RAM's occupancy count, an
+        # ECP5-85 node's worst path at 125 MHz), the comparisons and the step ROM stay behind.
+        step_next, vx_next, dphase_next = next_value(m, step), next_value(m, vx), next_value(m, dphase)
+        m.d.comb += next_port.addr.eq(step_next)
+        first = self.steps[0]
+        takes_input = Signal(init=bool(first.has_in and cols.first_real <= cols.scan_start <= cols.last_real
+                                       and dphase.init == 0))
+        has_out = Signal(init=bool(first.has_out))
+        m.d.sync += [takes_input.eq(next_port.data.has_in & real(vx_next, dphase_next)),
+                     has_out.eq(next_port.data.has_out),
+                     Assert(takes_input == info.has_in & col_real, "line buffer: takes_input disagrees"),
+                     Assert(has_out == info.has_out, "line buffer: has_out disagrees")]
 
         # Stage B: a column waiting to enter the window. Source per window row:
         # 0 = zero, 1 = the incoming pixel, 2 + j = row memory j.
@@ -195,8 +211,8 @@ class LineBuffer(wiring.Component):
         m.d.comb += [
             b_fire.eq(b_valid & (~o_valid | self.o.ready)),
             b_free.eq(~b_valid | b_fire),
-            a_fire.eq((~takes_input | self.i.valid) & (~info.has_out | b_free)),
-            self.i.ready.eq(takes_input & (~info.has_out | b_free)),
+            a_fire.eq((~takes_input | self.i.valid) & (~has_out | b_free)),
+            self.i.ready.eq(takes_input & (~has_out | b_free)),
         ]
 
         # Row memories; all read at column x, the incoming pixel written to memory wptr.
@@ -208,12 +224,12 @@ class LineBuffer(wiring.Component):
             m.d.comb += [
                 wr.addr.eq(x), wr.data.eq(self.i.payload),
                 wr.en.eq(a_fire & takes_input & (wptr == j)),
-                rd.addr.eq(x), rd.en.eq(a_fire & info.has_out),
+                rd.addr.eq(x), rd.en.eq(a_fire & has_out),
             ]
             reads.append(rd.data)
 
         with m.If(a_fire):
-            with m.If(info.has_out):
+            with m.If(has_out):
                 # Only a column bound for the window latches the pixel: an input-only
                 # step may run while stage B still holds a column that uses it.
                 m.d.sync += [b_pixel.eq(self.i.payload), b_end.eq(col_end),
@@ -225,24 +241,19 @@ class LineBuffer(wiring.Component):
                     m.d.sync += b_src[ky].eq(Mux(info.real[ky] & col_real,
                                                  Mux(age == 0, 1, 2 + slot), 0))
             with m.If(vx == info.end):
-                m.d.sync += [
-                    step.eq(Mux(step == len(self.steps) - 1, 0, step + 1)),
-                    vx.eq(cols.scan_start), x.eq(0),
-                    dphase.eq(dphase.init), sphase.eq(sphase.init),
-                ]
+                m.d.comb += [step_next.eq(Mux(step == len(self.steps) - 1, 0, step + 1)),
+                             vx_next.eq(cols.scan_start), dphase_next.eq(dphase.init)]
+                m.d.sync += [x.eq(0), sphase.eq(sphase.init)]
                 if mems > 1:
                     with m.If(info.has_in):
                         m.d.sync += wptr.eq(Mux(wptr == mems - 1, 0, wptr + 1))
             with m.Else():
-                m.d.sync += [
-                    vx.eq(vx + 1),
-                    dphase.eq(Mux(dphase == cols.dilation - 1, 0, dphase + 1)),
-                    sphase.eq(Mux(sphase == cols.stride - 1, 0, sphase + 1)),
-                ]
+                m.d.comb += [vx_next.eq(vx + 1), dphase_next.eq(Mux(dphase == cols.dilation - 1, 0, dphase + 1))]
+                m.d.sync += sphase.eq(Mux(sphase == cols.stride - 1, 0, sphase + 1))
                 with m.If(col_real & (x != cols.size - 1)):
                     m.d.sync += x.eq(x + 1)
 
-        with m.If(a_fire & info.has_out):
+        with m.If(a_fire & has_out):
             m.d.sync += b_valid.eq(1)
         with m.Elif(b_fire):
             m.d.sync += b_valid.eq(0)
