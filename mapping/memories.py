@@ -16,7 +16,7 @@ convolution rows kept on another node).
 from dataclasses import dataclass, replace
 import math
 
-from .numerics import ACC_BITS, WORD_BITS
+from .numerics import ACC_BITS, WORD_BITS, rounder_latency
 from .resources import MemoryCost, bram_blocks, lutram_luts, register_bits
 
 # Word-granular writes (LPRAM, bias RAM) give every 16-bit word its own 18-bit
@@ -281,11 +281,16 @@ def sfu_mask_bits(pool_kernel, relu):
     return code_bits, code_bits + relu
 
 
+# The SFU's rounder never stalls (hw/node/sfu.py): its output buffer holds the longest
+# rounder latency + 1 beats of P words, whatever the formats' shift.
+SFU_ROUNDER_BUFFER = rounder_latency(1) + 1
+
+
 def _sfu_memories(s, channels, height, width, samples_in_flight):
     k = s.pool.kernel if s.pool is not None else 1
     code_bits, mask_bits = sfu_mask_bits(k, s.relu)
     ph, pw = height // k, width // k
-    mems = []
+    mems = [Memory("sfu.rounder.output_buffer", s.fp.ces * WORD_BITS, SFU_ROUNDER_BUFFER)]
     if mask_bits:
         mems += _fifo("sfu.masks", channels * mask_bits, samples_in_flight * ph * pw)
     if k > 1:

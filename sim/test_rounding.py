@@ -42,8 +42,9 @@ def run_rounder(rounder, accs, indices, samples, extras=None, rng=None, stall=0.
     return values, extras_out, state["transfers"]
 
 
+@pytest.mark.parametrize("credited", [False, True], ids=["stalling", "credited"])
 @pytest.mark.parametrize("shift, lanes", [(-4, 2), (0, 3), (1, 1), (12, 4), (24, 3), (32, 2)])
-def test_matches_requantize(shift, lanes):
+def test_matches_requantize(shift, lanes, credited):
     rng = np.random.default_rng(100 + shift)
     beats = 120
     tensor = numerics.tensor_id(3, numerics.FP_OUT)
@@ -51,7 +52,7 @@ def test_matches_requantize(shift, lanes):
     indices = rng.integers(0, 1 << 32, (beats, lanes), dtype=np.uint64)
     # A few samples repeated over consecutive beats, as a real stream has them.
     samples = np.repeat(rng.integers(0, 1 << 32, beats // 10 + 1, dtype=np.uint64), 10)[:beats]
-    rounder = StochasticRounder(lanes=lanes, shift=shift, seed=SEED, tensor=tensor)
+    rounder = StochasticRounder(lanes=lanes, shift=shift, seed=SEED, tensor=tensor, credited=credited)
     got, _, _ = run_rounder(rounder, accs, indices, samples, rng=rng, stall=0.3)
     want = np.stack([numerics.requantize(accs[b], shift, SEED, tensor, int(samples[b]), indices[b])
                      for b in range(beats)])
@@ -73,15 +74,17 @@ def test_wide_accumulator_left_shift_clamps_like_requantize():
     np.testing.assert_array_equal(got, want)
 
 
-def test_extra_passes_through_at_one_beat_per_cycle():
-    """No stall: a beat leaves every cycle from latency + 1 on, in order, extra unchanged."""
+@pytest.mark.parametrize("credited", [False, True], ids=["stalling", "credited"])
+def test_extra_passes_through_at_one_beat_per_cycle(credited):
+    """No stall: a beat leaves every cycle from latency + 1 on, in order, extra unchanged (with
+    credits as without: the buffer is passed by)."""
     beats, lanes, shift, tensor = 40, 2, 12, numerics.tensor_id(1, numerics.EB_OUT)
     rng = np.random.default_rng(3)
     accs = accumulators(rng, beats * lanes, shift, numerics.ACC_BITS).reshape(beats, lanes)
     indices = rng.integers(0, 1 << 32, (beats, lanes), dtype=np.uint64)
     samples = np.full(beats, 9)
     extras = [{"group": int(g), "last": int(l)} for g, l in zip(rng.integers(0, 32, beats), rng.integers(0, 4, beats))]
-    rounder = StochasticRounder(lanes=lanes, shift=shift, seed=SEED, tensor=tensor,
+    rounder = StochasticRounder(lanes=lanes, shift=shift, seed=SEED, tensor=tensor, credited=credited,
                                 extra=data.StructLayout({"group": unsigned(5), "last": unsigned(2)}))
     got, extras_out, transfers = run_rounder(rounder, accs, indices, samples, extras=extras)
     assert [{"group": int(e.group), "last": int(e.last)} for e in extras_out] == extras
@@ -93,6 +96,7 @@ def test_extra_passes_through_at_one_beat_per_cycle():
 @pytest.mark.parametrize("kwargs, message", [
     ({"lanes": 1, "shift": 33}, "shift = 33 exceeds the 32-bit noise word"),
     ({"lanes": 0, "shift": 4}, "lanes = 0 must be at least 1"),
+    ({"lanes": 1, "shift": 4, "credited": True, "capacity": 10}, "capacity = 10 is below latency \\+ 1 = 11"),
 ])
 def test_refuses_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -183,11 +183,15 @@ def test_refuses_unsupported_configurations(kwargs, message):
 
 
 def test_memories_shape_and_ram_style():
-    """Mask FIFO OC*mask_bits x samples*PH*PW; band OC*(16+code bits) and replay OC*(16+mask_bits) x PW."""
+    """Mask FIFO OC*mask_bits x samples*PH*PW; band OC*(16+code bits) and replay OC*(16+mask_bits) x PW;
+    the rounder's output buffer P*16 x (the longest rounder latency + 1)."""
     sfu = SFU.from_slice(conv_slice(out_shape=(5, 12, 51), out_range=(0, 5), pool=Pool(3, 3)), FORMATS,
                          samples_in_flight=2, family="ecp5")
+    rounder_buffer = (sfu.lanes * 16, numerics.rounder_latency(1) + 1, "distributed")  # for any shift
     assert memories(sfu) == {"masks.mem": (5 * 5, 2 * 4 * 17, "block"),
                              "band": (5 * (16 + 4), 17, "block"),
-                             "replay": (5 * (16 + 5), 17, "block")}
+                             "replay": (5 * (16 + 5), 17, "block"),
+                             "rounder.output_buffer": rounder_buffer}
     no_pool = SFU(out_channels=4, height=4, width=4, lanes=2, position=1, family="ecp5")
-    assert memories(no_pool) == {"masks.mem": (4 * 1, 16, "distributed")}
+    assert memories(no_pool) == {"masks.mem": (4 * 1, 16, "distributed"),
+                                 "rounder.output_buffer": (2 * 16, rounder_buffer[1], "distributed")}

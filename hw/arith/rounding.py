@@ -37,7 +37,7 @@ from amaranth.lib.wiring import In, Out
 from mapping import numerics
 
 from ..base.checks import refuse
-from .pipeline import Pipeline
+from .pipeline import CreditedOutput, Pipeline
 
 INDEX_BITS = 32
 SAMPLE_BITS = 32
@@ -68,9 +68,15 @@ class StochasticRounder(wiring.Component):
     ``extra``: an optional ``data.Layout`` carried from input to output unchanged
     (e.g. a channel group or a flag the consumer needs alongside the values).
     ``latency``: cycles from an accepted input to its output with no stall.
+    ``credited``: the pipeline never stalls (:class:`~hw.arith.pipeline.CreditedOutput`, a
+    buffer of ``capacity`` outputs in memory for ``family``, by default ``latency + 1``, the
+    fewest that keep one output per cycle): ``i.ready`` is then a register, not the consumer's
+    handshake running into every register's enable; the same outputs in the same order, and
+    in the same cycles while the consumer is always ready.
     """
 
-    def __init__(self, *, lanes, shift, seed, tensor, acc_width=numerics.ACC_BITS, extra=None):
+    def __init__(self, *, lanes, shift, seed, tensor, acc_width=numerics.ACC_BITS, extra=None, credited=False,
+                 capacity=None, family=None):
         if lanes < 1:
             refuse(self, f"stochastic rounder: lanes = {lanes} must be at least 1")
         if shift > numerics.MAX_SHIFT:
@@ -84,7 +90,11 @@ class StochasticRounder(wiring.Component):
             refuse(self, f"stochastic rounder: tensor = {tensor} is not a 32-bit unsigned value")
         self.lanes, self.shift, self.acc_width = lanes, shift, acc_width
         self.seed, self.tensor, self.extra = seed, tensor, extra
+        self.credited, self.family = credited, family
         self.latency = numerics.rounder_latency(shift)
+        self.capacity = self.latency + 1 if capacity is None else capacity
+        if credited and self.capacity < self.latency + 1:
+            refuse(self, f"stochastic rounder: capacity = {self.capacity} is below latency + 1 = {self.latency + 1}")
         inputs = {"acc": data.ArrayLayout(signed(acc_width), lanes),
                   "index": data.ArrayLayout(unsigned(INDEX_BITS), lanes),
                   "sample": unsigned(SAMPLE_BITS)}
@@ -137,11 +147,17 @@ class StochasticRounder(wiring.Component):
                 lanes = [a << -self.shift for a in lanes]
             values = [stage(saturate(a, numerics.WORD_BITS), signed(numerics.WORD_BITS)) for a in lanes]
 
-        valid = delay(self.i.valid, self.latency, reset=True)
-        m.d.comb += [self.o.valid.eq(valid), self.o.payload.value.eq(Cat(*values))]
-        if self.extra is not None:
-            m.d.comb += self.o.payload.extra.eq(delay(payload.extra.as_value(), self.latency))
-
+        extra = [] if self.extra is None else [delay(payload.extra.as_value(), self.latency)]
+        if self.credited:
+            credit = CreditedOutput(self.capacity, self.family)
+            issue = self.i.valid & credit.room
+            credit.attach(m, produced=issue, valid=delay(issue, self.latency, reset=True),
+                          payload=Cat(*values, *extra), out=self.o)
+            m.d.comb += self.i.ready.eq(credit.room)
+            pipe.attach(m)
+            return m
+        m.d.comb += [self.o.valid.eq(delay(self.i.valid, self.latency, reset=True)),
+                     self.o.payload.eq(Cat(*values, *extra))]
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
         pipe.attach(m, advance)

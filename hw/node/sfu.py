@@ -56,6 +56,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping import numerics
+from mapping.memories import SFU_ROUNDER_BUFFER
 
 from ..arith.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder
 from ..base.checks import positive, refuse
@@ -174,8 +175,13 @@ class SFU(wiring.Component):
         hw = self.height * self.width
         f = self.formats
 
+        # Credited: its input's ready (so this stage's and the sample counters' enables) is a
+        # register, not the next slice's or the link's handshake through the output stage and
+        # the mask FIFO into some two thousand flip-flops' enables (ECP5 timing at 125 MHz).
+        # Its buffer is as deep for any shift, so mapping/memories.py lists it without formats.
         rounder = m.submodules.rounder = StochasticRounder(
-            lanes=p, shift=f.fp_shift, seed=f.seed, tensor=self.tensor)
+            lanes=p, shift=f.fp_shift, seed=f.seed, tensor=self.tensor, credited=True,
+            capacity=SFU_ROUNDER_BUFFER, family=self.family)
 
         # Stage 0: accept a beat, read its bias row. Stage 1 feeds the rounder.
         advance = rounder.i.ready
