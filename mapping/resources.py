@@ -212,6 +212,13 @@ def dsp_per_product(a_bits, b_bits, family):
                math.ceil((a_bits - 1) / (wb - 1)) * math.ceil((b_bits - 1) / (wa - 1)))
 
 
+def activation_skid_ff(in_channels):
+    """Flip-flops of the skid buffer between a slice's Act-RAM and its PG line buffer
+    (hw/node/slice_unit.py): two pixels of its ``in_channels`` words. Grows with the channels,
+    unlike the per-slice constants (an fc slice's 32 channels: 1,024)."""
+    return 2 * in_channels * WORD_BITS
+
+
 def logic_estimate(slices, eb_slices, multipliers, lutram_lut, family):
     """(LUT, FF) of a node with ``slices`` layer slices (``eb_slices`` of them with an EB
     engine), ``multipliers`` multipliers and ``lutram_lut`` LUTs of RAM."""

@@ -1,6 +1,7 @@
 """Pipeline registers (:class:`Pipeline`): the stalling pipelines of the PG engine, a folded EB
-engine and the rounders (a stall at the output freezes every register, so no skid buffer is
-needed), and the FP and unfolded EB engines' pipelines, which never stall (:class:`CreditedOutput`)."""
+engine and most rounders (a stall at the output freezes every register, so no skid buffer is
+needed), and the FP and unfolded EB engines' and the SFU's rounder's pipelines, which never
+stall (:class:`CreditedOutput`)."""
 
 from amaranth.hdl import Assert, EnableInserter, Module, Mux, Signal
 from amaranth.lib import memory
