@@ -316,7 +316,7 @@ def late_endpoints(report, clock, period_ns):
     """The registers (RAM and multiplier inputs too) with an input that misses ``period_ns`` on
     ``clock`` in nextpnr's JSON report written with ``--detailed-timing-report``: one
     (name, late inputs, latest arrival in ns) per register, latest first. The detailed report
-    gives each endpoint's arrival, not its path: the worst path of all is ``critical_paths``'."""
+    gives each endpoint's arrival, not the path to it; the one worst path is in ``critical_paths``."""
     event, late = f"posedge {clock}", {}
     if "detailed_net_timings" not in report:
         raise ValueError("nextpnr's report has no detailed net timings (run it with --detailed-timing-report)")
