@@ -152,6 +152,8 @@ class Client:
         config = self.mapping.nodes[0]
         samples, batch = len(inputs), config.training.batch
         updates = samples // batch
+        # From the chain's reset state (the weights keep their values), whatever ran before.
+        self.stop()
         self._every_board(p.START, samples.to_bytes(4, "little") + updates.to_bytes(4, "little"))
         images = numerics.quantize(np.asarray(inputs), config.formats.act_frac)
         channels = images.shape[1]

@@ -24,9 +24,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, ResetSignal, Signal
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, ResetInserter, Signal
 from amaranth.lib import io, wiring
-from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.lib.cdc import AsyncFFSynchronizer, ResetSynchronizer
 from amaranth.lib.wiring import In, connect
 
 from hw.link.ddr_phy import ECP5DDRPhy, data_pins
@@ -94,7 +94,9 @@ class BoardTop(Elaboratable):
         board = self.board
         m.submodules.oscillator = oscillator = io.Buffer("i", platform.request(board.clock, 0, dir="-"))
         clock_in = oscillator.i
-        m.domains.sync = ClockDomain()
+        # No reset of its own: the trainer's ``reset`` resets its host interface, and through one
+        # register the chain; a domain reset would OR into every flip-flop's (Trainer's docstring).
+        m.domains.sync = ClockDomain(reset_less=True)
         locked = Signal()
         if board.family == "ecp5":
             m.submodules.pll = Instance(
@@ -113,9 +115,11 @@ class BoardTop(Elaboratable):
         if any(r.name == "rst" for r in platform.resources.values()):
             m.submodules.reset_button = reset_button = io.Buffer("i", platform.request("rst", 0, dir="-"))
             button = reset_button.i
-        m.submodules.reset_sync = ResetSynchronizer(~locked | button, domain="sync")
+        reset = Signal()
+        m.submodules.reset_sync = AsyncFFSynchronizer(~locked | button, reset, o_domain="sync")
 
         m.submodules.trainer = trainer = self.trainer
+        m.d.comb += trainer.reset.eq(reset)
         uart = platform.request("uart", 0, dir={pin.name: "-" for pin in platform.resources["uart", 0].ios})
         m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
         m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
@@ -126,14 +130,14 @@ class BoardTop(Elaboratable):
         with m.If(beat == 0):
             m.d.sync += [beat.eq(half_period - 1), blink.eq(~blink)]
         for side, pins in self.links.items():
-            self._link(m, platform, side, pins)
+            self._link(m, platform, side, pins, reset)
         for side in self.trainer.off_board.keys() - self.links.keys():
             lane = m.submodules[f"{side}_lane"] = SynthesisLane(len(getattr(trainer, f"{side}_phy").tx.data))
             connect(m, getattr(trainer, f"{side}_phy"), lane.link)
             m.domains += ClockDomain(f"{side}_link_rx")
             m.d.comb += ClockSignal(f"{side}_link_rx").eq(ClockSignal("sync"))
         running = Signal()  # low while the PLL locks and the reset is held
-        m.d.sync += running.eq(1)
+        m.d.sync += running.eq(~reset)
         leds = (running & trainer.leds.link_up, trainer.leds.training, trainer.leds.error, blink)
         for n, value in enumerate(leds[:board.leds]):
             # Registered in the pin's I/O cell: no path through the status logic ends at a pin
@@ -142,12 +146,12 @@ class BoardTop(Elaboratable):
             m.d.comb += led.o.eq(value)
         return m
 
-    def _link(self, m, platform, side, pins):
+    def _link(self, m, platform, side, pins, reset):
         """The DDR PHY of link ``side`` on its header pins; its receive clock domain
         ``{side}_link_rx`` from the neighbour's forwarded clock."""
         trainer_phy = getattr(self.trainer, f"{side}_phy")
-        phy = m.submodules[f"{side}_phy"] = ECP5DDRPhy(len(trainer_phy.tx.data), link_domain="sync",
-                                                       rx_domain=f"{side}_link_rx")
+        phy = ECP5DDRPhy(len(trainer_phy.tx.data), link_domain="sync", rx_domain=f"{side}_link_rx")
+        m.submodules[f"{side}_phy"] = ResetInserter(reset)(phy)
         connect(m, trainer_phy, phy.link)
         platform.add_resources([pins.resource(self.clock_mhz * 1e6)])
         port = platform.request(f"link_{side}", 0, dir={name: "-" for name in ("tx_data", "tx_clk", "rx_data",
@@ -161,4 +165,4 @@ class BoardTop(Elaboratable):
         domain = f"{side}_link_rx"
         m.domains += ClockDomain(domain)
         m.d.comb += ClockSignal(domain).eq(buffers["rx_clk"].i)
-        m.submodules[f"{side}_rx_reset"] = ResetSynchronizer(ResetSignal("sync"), domain=domain)
+        m.submodules[f"{side}_rx_reset"] = ResetSynchronizer(reset, domain=domain)

@@ -94,6 +94,29 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
     assert leds == [(1, 0, 0), (1, 1, 0), (1, 0, 0)]
 
 
+def test_every_run_starts_from_a_reset_chain_and_the_weights_in_memory():
+    """Two runs on one board, the second from the weights the first left in memory: each run
+    begins with STOP (the chain's reset; the weights keep their values), so the second trains
+    bit-exactly as the golden model does from the first's result, its counters from zero, its
+    rounding noise from sample 0. (The host tool's run is one such run; a board that trained
+    before needs nothing else.)"""
+    mapping, trainer = _trainer(zoo.micro, "lfe5um5g-45f:2")
+    network = zoo.micro()
+    inputs, labels, params = golden.random_data(network, 2 * BATCH, 5)
+    client = Client([SimulatedBoard(trainer)], mapping, trainer.nodes)
+    client.check()
+    client.load(params)
+    expected = params
+    for run in range(2):
+        part = slice(run * BATCH, (run + 1) * BATCH)
+        status = client.train(inputs[part], labels[part])
+        assert [(node["samples"], node["updates"]) for node in status.nodes] == [(BATCH, 1)] * 2
+        before = expected
+        expected, _ = golden.train(network, before, inputs[part], labels[part], batch=BATCH, lr=LR, mode="fixed",
+                                   formats=mapping.nodes[0].formats, fp_stale=stale_per_layer(mapping))
+        assert_bit_exact(client.read_back(params), expected, before)
+
+
 @pytest.mark.slow
 def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
     """On the Verilator backend (sim/verilated_board.py), the host tool's whole session with
