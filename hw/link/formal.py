@@ -33,7 +33,7 @@ from .protocol import K_SOF, LinkConfig
 FORMAL_CONFIG = LinkConfig((("a", 4), ("b", 10)), lane_width=8, receive_depth=2, replay_frames=2,
                            ack_interval=4, refresh_interval=8, replay_timeout=12, train_count=1,
                            train_timeout=12, idle_interval=12, counter_bits=2)
-QUIET = 24          # fault-free cycles after which a waiting word must have been delivered
+QUIET = 25          # fault-free cycles after which a waiting word must have been delivered
 BMC_DEPTH = 32
 PROVE_DEPTH = 12
 COVER_DEPTH = 36

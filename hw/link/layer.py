@@ -12,6 +12,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..base.handshake import SkidBuffer
 from .protocol import (KIND_BITS, KIND_CTRL, KIND_DATA, K_IDLE, K_SOF, K_TS1, K_TS2, LinkConfig)
 
 
@@ -164,14 +165,23 @@ class LinkLayer(wiring.Component):
         words_sent = Array(Signal(K, name=f"words_sent_{c}") for c in range(N))
         words_freed = [Signal(K, name=f"words_freed_{c}") for c in range(N)]
         advertised = Cat((words_freed[c] + cfg.receive_depth)[:K] for c in range(N))
-        buffers = []
+        buffers, taken = [], []
         for c, (name, width) in enumerate(cfg.channels):
             buffer = SyncFIFOBuffered(width=width, depth=cfg.receive_depth)
             m.submodules[f"rx_buffer_{name}"] = buffer
             buffers.append(buffer)
-            m.d.comb += [rx_ports[c].payload.eq(buffer.r_data), rx_ports[c].valid.eq(buffer.r_rdy),
-                         buffer.r_en.eq(rx_ports[c].ready)]
-            with m.If(buffer.r_rdy & buffer.r_en):
+            # The consumer's ready stops at the skid's registers instead of running on into the
+            # buffer's read logic and the credit counters (from a node's EB line buffer into
+            # ``credit_pending``: an ECP5-85 node's worst path at 125 MHz). A word is freed
+            # when the consumer takes it, a cycle later, so the buffer and the skid together
+            # hold no more than the credits allow.
+            skid = m.submodules[f"rx_skid_{name}"] = SkidBuffer(width)
+            m.d.comb += [skid.i.payload.eq(buffer.r_data), skid.i.valid.eq(buffer.r_rdy),
+                         buffer.r_en.eq(skid.i.ready), rx_ports[c].payload.eq(skid.o.payload),
+                         rx_ports[c].valid.eq(skid.o.valid), skid.o.ready.eq(rx_ports[c].ready)]
+            taken.append(Signal(name=f"taken_{name}"))
+            m.d.sync += taken[c].eq(rx_ports[c].valid & rx_ports[c].ready)
+            with m.If(taken[c]):
                 m.d.sync += words_freed[c].eq(words_freed[c] + 1)
 
         # ---- receiver ------------------------------------------------------------------------
@@ -400,7 +410,7 @@ class LinkLayer(wiring.Component):
         with m.Else():
             _saturating_increment(m, since_idle, cfg.idle_interval)
         # Set after the clears above: an update arriving while a control frame starts is kept.
-        with m.If(Cat(buffers[c].r_rdy & buffers[c].r_en for c in range(N)).any()):
+        with m.If(Cat(taken).any()):
             m.d.sync += credit_pending.eq(1)
 
         # ---- acknowledgements from the partner ---------------------------------------------
