@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from hw.base.checks import never_elaborated
 from hw.node import Node
 from mapping import golden
 from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, positive_int
@@ -68,7 +69,7 @@ def main(argv=None):
         except serial.SerialException as error:
             raise SpecError(f"cannot open {name}: {error}") from None
     started = time.monotonic()
-    client = Client([_SerialTransport(port) for port in ports], mapping, [Node(config) for config in mapping.nodes],
+    client = Client([_SerialTransport(port) for port in ports], mapping, [never_elaborated(Node(config)) for config in mapping.nodes],
                     progress=lambda text: print(f"[{time.monotonic() - started:7.1f} s] {text}", flush=True))
     try:
         client.check()

@@ -1,4 +1,7 @@
-"""Constructor parameter checks shared by every block."""
+"""Constructor parameter checks shared by every block, and the silencing of Amaranth's
+"never used" warning for components built but deliberately not elaborated."""
+
+from amaranth.hdl import Elaboratable
 
 from mapping.devices import FAMILIES
 
@@ -6,8 +9,28 @@ from mapping.devices import FAMILIES
 def refuse(component, message):
     """Refuse a constructor parameter: ValueError, without Amaranth's "created but never
     used" warning for the half-built component (it would bury the real message)."""
-    component._MustUse__silence = True
+    never_elaborated(component)
     raise ValueError(message)
+
+
+def never_elaborated(component):
+    """``component``, built for what it knows (a host tool's memory layouts) and never
+    elaborated: without Amaranth's "created but never used" warning for it and for every
+    component it built in its constructor (reached through its attributes)."""
+    seen, pending = set(), [component]
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, Elaboratable):
+            item._MustUse__silence = True
+            pending.extend(vars(item).values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+    return component
 
 
 def positive(component, block, **sizes):

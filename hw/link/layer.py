@@ -243,7 +243,7 @@ class LinkLayer(wiring.Component):
         # A frame's word enters its receive buffer a cycle after its CRC matched: the decision
         # (the elastic buffer's valid, the CRC, the sequence check) stops at a register instead
         # of running on into the write enable of every RAM cell of the buffer (8.3 ns of routing,
-        # the CI bitstream's worst path). The credits count words read, so they are unchanged.
+        # the CI bitstream's worst path). The credits count words taken out, so they are unchanged.
         for c, (_, width) in enumerate(cfg.channels):
             start = (max_flits - payload_flits[c]) * W
             m.d.sync += [buffers[c].w_data.eq(body[start:start + width]),
