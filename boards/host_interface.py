@@ -412,7 +412,7 @@ class Trainer(wiring.Component):
                 m.d.comb += [word.eq(load.data), host_write.eq(1)]
                 m.d.sync += [index.eq(index + 1), *next_word]
                 m.next = "write_fetch"
-            # READ: a word is on the node's host port two cycles after the read.
+            # READ: a word is on the node's host port three cycles after the read (hw/node/top.py).
             with m.State("read_issue"):
                 with m.If(count == 0):
                     with m.If(~sender.busy):

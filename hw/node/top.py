@@ -41,8 +41,9 @@ from .slice_unit import SliceUnit, slice_ports
 
 class NodeHostSignature(wiring.Signature):
     """The host's access to a node's weight memories: ``mem`` picks one of
-    :attr:`Node.memories`, the rest is its :class:`~hw.base.signatures.HostPortSignature`
-    (``data`` one cycle later than there)."""
+    :attr:`Node.memories`, the rest is its :class:`~hw.base.signatures.HostPortSignature`,
+    a cycle later (the node registers the request) and ``data`` a cycle later again: a read's
+    word three cycles after it."""
 
     def __init__(self, memories):
         super().__init__({
@@ -194,16 +195,25 @@ class Node(wiring.Component):
         return m
 
     def _host_access(self, m):
+        # The request through registers: the host's decode stops here instead of running on
+        # into every memory's port-A enable and address (the CI bitstream's worst path at
+        # 124.6 MHz ran from the host interface's READ arguments into the clock enable of the
+        # FP weights' read register).
         host = self.host
+        request = {name: Signal.like(getattr(host, name), name=f"host_{name}", reset_less=True)
+                   for name in ("mem", "addr", "lane", "value")}
+        read, write = Signal(), Signal()
+        m.d.sync += [*(register.eq(getattr(host, name)) for name, register in request.items()),
+                     read.eq(host.read), write.eq(host.write)]
         selected = Signal.like(host.mem)
-        with m.If(host.read):
-            m.d.sync += selected.eq(host.mem)
+        with m.If(read):
+            m.d.sync += selected.eq(request["mem"])
         data = Signal.like(host.data)
         for n, ram in enumerate(self.memories):
-            chosen = host.mem == n
-            m.d.comb += [ram.host.addr.eq(host.addr), ram.host.lane.eq(host.lane),
-                         ram.host.value.eq(host.value), ram.host.read.eq(host.read & chosen),
-                         ram.host.write.eq(host.write & chosen)]
+            chosen = request["mem"] == n
+            m.d.comb += [ram.host.addr.eq(request["addr"]), ram.host.lane.eq(request["lane"]),
+                         ram.host.value.eq(request["value"]), ram.host.read.eq(read & chosen),
+                         ram.host.write.eq(write & chosen)]
             with m.If(selected == n):
                 m.d.comb += data.eq(ram.host.data)
         m.d.sync += host.data.eq(data)
