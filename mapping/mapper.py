@@ -152,7 +152,9 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
             hosted_ranges * resources.update_multipliers(False)
         lut, ff = logic_estimate(len(mine), sum(sl.plan.needs_eb for sl in mine), mult, mem.lut,
                                  family_of(node))
-        ff += mem.ff + sum(resources.activation_skid_ff(sl.in_range[1] - sl.in_range[0]) for sl in mine)
+        ff += mem.ff + sum(resources.skid_ff(sl.in_range[1] - sl.in_range[0],
+                                             sl.plan.mode == "icp" and sl.plan.needs_eb and not sl.last)
+                           for sl in mine)
         links = resources.link_cores(node, len(node_budgets))
         with_links = lut + resources.link_core_luts(node, len(node_budgets), family_of(node))
         if with_links > budget.device.lut:

@@ -212,11 +212,13 @@ def dsp_per_product(a_bits, b_bits, family):
                math.ceil((a_bits - 1) / (wb - 1)) * math.ceil((b_bits - 1) / (wa - 1)))
 
 
-def activation_skid_ff(in_channels):
-    """Flip-flops of the skid buffer between a slice's Act-RAM and its PG line buffer
-    (hw/node/slice_unit.py): two pixels of its ``in_channels`` words. Grows with the channels,
-    unlike the per-slice constants (an fc slice's 32 channels: 1,024)."""
-    return 2 * in_channels * WORD_BITS
+def skid_ff(in_channels, eb_join):
+    """Flip-flops of a slice's skid buffers (hw/node/slice_unit.py; two beats each): between its
+    Act-RAM and its PG line buffer (pixels of its ``in_channels`` words) and, ``eb_join`` (an ICP
+    slice with EB, not its layer's last), between its rounded EB errors (as many words) and
+    their join with the next node's. Grows with the channels, unlike the per-slice constants
+    (an fc slice's 32 channels: 1,024 each)."""
+    return 2 * in_channels * WORD_BITS * (2 if eb_join else 1)
 
 
 def logic_estimate(slices, eb_slices, multipliers, lutram_lut, family):
