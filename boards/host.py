@@ -69,7 +69,8 @@ def main(argv=None):
         except serial.SerialException as error:
             raise SpecError(f"cannot open {name}: {error}") from None
     started = time.monotonic()
-    client = Client([_SerialTransport(port) for port in ports], mapping, [never_elaborated(Node(config)) for config in mapping.nodes],
+    nodes = [never_elaborated(Node(config)) for config in mapping.nodes]  # for their memory layouts
+    client = Client([_SerialTransport(port) for port in ports], mapping, nodes,
                     progress=lambda text: print(f"[{time.monotonic() - started:7.1f} s] {text}", flush=True))
     try:
         client.check()

@@ -257,7 +257,7 @@ class SFU(wiring.Component):
         running = Signal(entry)
         base = entry(running)
         write = p2.valid & p2.inside & (p2.kx == k - 1) & (p2.ky != k - 1)
-        candidates = [running]
+        band_max = None
         if k > 1:
             # Window maxima of the rows above in this band; written when a window row ends.
             band = self._row_memory(m, "band", entry.size, self.out_shape[2])
@@ -265,15 +265,16 @@ class SFU(wiring.Component):
             rd = band.read_port(transparent_for=(wr,))  # a one-window-wide map reads what it writes
             m.d.comb += [rd.addr.eq(pos.px), rd.en.eq(advance2), wr.addr.eq(p2.px)]
             base = entry(Mux(p2.from_band, rd.data, running))
-            candidates.append(entry(rd.data))
+            band_max = entry(rd.data)
         best = Signal(entry)
         for c in range(oc):
             # The pixel against both candidates, then the select: from_band in front of the
             # comparators, on into the mask FIFO's data, was the CI bitstream's worst path
             # (2.8 ns logic, 8.0 ns routing).
-            above = [p2.pixel[c] > candidate[c].value for candidate in candidates]
-            take = p2.fresh | (Mux(p2.from_band, above[1], above[0]) if k > 1 else above[0])
-            m.d.comb += best[c].eq(Mux(take, Cat(p2.pixel[c], p2.code), base[c]))
+            above = p2.pixel[c] > running[c].value
+            if band_max is not None:
+                above = Mux(p2.from_band, p2.pixel[c] > band_max[c].value, above)
+            m.d.comb += best[c].eq(Mux(p2.fresh | above, Cat(p2.pixel[c], p2.code), base[c]))
         emit = p2.valid & p2.inside & (p2.kx == k - 1) & (p2.ky == k - 1)
         with m.If(advance2 & p2.valid & p2.inside):
             m.d.sync += running.eq(best)
