@@ -22,11 +22,11 @@ def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
     # --for-hardware` writes it, built through `--mapping` at the 100 MHz of mapping/devices.py.
     # Node 0 of two, so its down link (link endpoint, DDR PHY on the Versa's header pins) is in.
     # nextpnr-ecp5 0.11, seed 1, router2 with timing-driven rip-up (router1's routing time on an
-    # earlier CI node went from 95 s to 682 s between versions): 124.6 MHz in about 2.5 minutes
-    # alone (the link's received clock above 200 MHz; worst path: the host interface's READ
-    # arguments into the clock enable of the FP weights' read register, 1.7 ns logic, 6.4 ns
-    # routing). Its routing is what varies from change to change: a change of the reset alone
-    # gave 93.0 MHz here, with a worst path the next change shortened.
+    # earlier CI node went from 95 s to 682 s between versions): 105.7 MHz at f4206fa, in about
+    # 5.5 minutes beside other builds (the link's received clock above 200 MHz; worst path: the
+    # host interface's command state into its UART transmitter's shift register, 1.5 ns logic,
+    # 8.0 ns routing). Its routing is what varies from change to change: 124.6 MHz two commits
+    # earlier, 93.0 MHz with the reset change alone (docs/boards.md, "Measured").
     mapping = map_network(zoo.micro(), parse_cluster(CI_BITSTREAM["cluster"]),
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
     (tmp_path / "mapping.json").write_text(mapping.to_json())

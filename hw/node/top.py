@@ -197,7 +197,7 @@ class Node(wiring.Component):
     def _host_access(self, m):
         # The request through registers: the host's decode stops here instead of running on
         # into every memory's port-A enable and address (the CI bitstream's worst path at
-        # 124.6 MHz ran from the host interface's READ arguments into the clock enable of the
+        # 124.6 MHz, d47e622, ran from the host interface's READ arguments into the clock enable of the
         # FP weights' read register).
         host = self.host
         request = {name: Signal.like(getattr(host, name), name=f"host_{name}", reset_less=True)
