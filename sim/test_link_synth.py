@@ -58,7 +58,7 @@ def test_link_layer_memories_are_inferred():
     result = synthesize(LinkLayer(LinkConfig(DEFAULT_CHANNELS)), "ecp5")
     assert result.bram == 1
     assert result.cells.get("TRELLIS_DPR16X4") == 48
-    assert result.ff == pytest.approx(1691, rel=0.05)
+    assert result.ff == pytest.approx(1721, rel=0.05)
 
 
 @pytest.mark.slow
@@ -147,7 +147,7 @@ def test_endpoint_on_the_vc709_gth_synthesises_for_xc7(tmp_path):
     print(f"\nlink endpoint on the GTH: LUT {result.lut}, FF {result.ff}, {dict(sorted(result.cells.items()))}")
     assert (result.cells.get("GTHE2_CHANNEL"), result.cells.get("IBUFDS_GTE2")) == (1, 1)
     assert "GTHE2_COMMON" not in result.cells and (result.bram, result.dsp) == (0, 0)
-    assert result.lut == pytest.approx(2026, rel=0.1) and result.ff == pytest.approx(2572, rel=0.1)
+    assert result.lut == pytest.approx(2060, rel=0.1) and result.ff == pytest.approx(2652, rel=0.1)
 
 
 def test_yosys_copy_of_the_gth_core_leaves_out_exactly_what_its_model_lacks(tmp_path):

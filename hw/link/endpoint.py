@@ -47,7 +47,11 @@ class ElasticBuffer(wiring.Component):
             m.d[self.w_domain] += after_idle.eq(idle)
         m.d.comb += [fifo.w_data.eq(rx.as_value()),
                      fifo.w_en.eq(self.rx_valid & self.rx_locked & ~(idle & after_idle)),
-                     self.flit.eq(fifo.r_data), self.valid.eq(fifo.r_rdy), fifo.r_en.eq(1)]
+                     fifo.r_en.eq(1)]
+        # The flit leaves through a register: the FIFO's read-pointer comparison behind its
+        # valid ran on into the enable of the link layer's received-frame shift register (0.9 ns
+        # of logic, 7.8 ns of routing, an ECP5-85 node's worst link path at 125 MHz).
+        m.d[self.r_domain] += [self.flit.eq(fifo.r_data), self.valid.eq(fifo.r_rdy)]
         m.submodules.lock = FFSynchronizer(self.rx_locked, self.locked, o_domain=self.r_domain)
         return m
 

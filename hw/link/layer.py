@@ -188,7 +188,12 @@ class LinkLayer(wiring.Component):
         in_frame = Signal()
         count = Signal(range(max_flits + 4))     # data flits since SOF, saturating
         header = Signal(W)
-        body = Signal((max_flits + 1) * W)       # payload then CRC, shifted in at the top
+        # Every flit received is shifted in at the top, so the shift register's enable is the
+        # PHY's valid alone (a register of the elastic buffer's), not the frame decode: at a
+        # frame's end its top flits are the payload and the CRC.
+        body = Signal((max_flits + 1) * W)
+        with m.If(rx_valid):
+            m.d.sync += body.eq(Cat(body[W:], rx.data))
         m.submodules.rx_crc = rx_crc = cfg.crc.create()
         m.d.comb += [rx_crc.data.eq(rx.data), rx_crc.valid.eq(rx_data & in_frame),
                      rx_crc.start.eq(count == 0)]
@@ -196,8 +201,6 @@ class LinkLayer(wiring.Component):
             _saturating_increment(m, count, max_flits + 3)
             with m.If(count == 0):
                 m.d.sync += header.eq(rx.data)
-            with m.Else():
-                m.d.sync += body.eq(Cat(body[W:], rx.data))
         with m.If(rx_ctrl):
             m.d.sync += [in_frame.eq(rx.data == K_SOF), count.eq(0)]
 
@@ -270,8 +273,11 @@ class LinkLayer(wiring.Component):
         index = Signal(range(max_flits + 3))     # flit of the frame on the line (0 = SOF)
         frame_payload = Signal(range(max_flits + 1))
         frame_seq = Signal(S)
-        frame_header = Signal(W)
-        word = Signal(max_flits * W)             # payload still to send, low flit first
+        # A frame's header and payload (still to send, low flit first) are loaded in every idle
+        # cycle with both kinds' candidates and chosen by ``mode`` on the way out, so the start
+        # decision reaches ``mode`` and a few counters, not the enables of these registers.
+        ctrl_header, data_header = Signal(W), Signal(W)
+        ctrl_word, data_word = Signal(N * K), Signal(max_flits * W)
         emit = Signal(flit_layout(W))
         # The flit leaves through two registers: ``sent``, from which the CRC takes it (not from
         # the replay memory's output: that read and the CRC in one cycle held a one-board chain
@@ -298,8 +304,10 @@ class LinkLayer(wiring.Component):
         staged_valid = Signal(N)
         for c in range(N):
             m.d.comb += tx_ports[c].ready.eq(~staged_valid[c])
-            with m.If(tx_ports[c].valid & ~staged_valid[c]):
-                m.d.sync += [staged[c].eq(tx_ports[c].payload), staged_valid[c].eq(1)]
+            # Loaded while empty, whatever the node's valid: that valid (from deep in the node)
+            # reaches one flip-flop instead of every enable of the word.
+            with m.If(~staged_valid[c]):
+                m.d.sync += [staged[c].eq(tx_ports[c].payload), staged_valid[c].eq(tx_ports[c].valid)]
 
         # Round-robin among channels with a word, a credit and room in the replay window.
         last_grant = Signal(range(N))
@@ -354,18 +362,30 @@ class LinkLayer(wiring.Component):
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_SOF)]
             m.d.sync += [busy.eq(1), index.eq(1), mode.eq(new_mode)]
 
+        with m.If(~busy):
+            m.d.sync += [ctrl_header.eq(Cat(Const(KIND_CTRL, KIND_BITS), nak_pending, (expected - 1)[:S])),
+                         data_header.eq(Cat(Const(KIND_DATA, KIND_BITS), grant, next_seq)),
+                         ctrl_word.eq(advertised)]
+            with m.Switch(grant):
+                for c in range(N):
+                    with m.Case(c):
+                        m.d.sync += data_word.eq(staged[c])
+        with m.Elif(index != 1):
+            m.d.sync += [ctrl_word.eq(ctrl_word[W:]), data_word.eq(data_word[W:])]
+
         with m.If(busy):
             last = index == frame_payload + 2
             with m.If(index == 1):
-                m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data, frame_header))
+                m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data,
+                                             Mux(mode == TxMode.CTRL, ctrl_header, data_header)))
                 with m.If(mode == TxMode.REPLAY):
                     with m.Switch(replay_read.data[KIND_BITS:KIND_BITS + CB]):
                         for c in range(N):
                             with m.Case(c):
                                 m.d.sync += frame_payload.eq(payload_flits[c])
             with m.Elif(~last):
-                m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data, word[:W]))
-                m.d.sync += word.eq(word[W:])
+                m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data,
+                                             Mux(mode == TxMode.CTRL, ctrl_word[:W], data_word[:W])))
             with m.Else():
                 m.d.comb += crc_slot.eq(1)  # the CRC goes in on the way out
                 m.d.sync += busy.eq(0)
@@ -382,9 +402,8 @@ class LinkLayer(wiring.Component):
         with m.Elif(~idle_due & urgent_ctrl | ~idle_due & ~replaying & ~any_eligible & update_pending):
             start_frame(TxMode.CTRL)
             m.d.comb += starting_ctrl.eq(1)
-            m.d.sync += [frame_payload.eq(cfg.ctrl_payload_flits), word.eq(advertised),
-                         frame_header.eq(Cat(Const(KIND_CTRL, KIND_BITS), nak_pending, (expected - 1)[:S])),
-                         nak_pending.eq(0), ack_pending.eq(0), credit_pending.eq(0), ctrl_timer.eq(0)]
+            m.d.sync += [frame_payload.eq(cfg.ctrl_payload_flits), nak_pending.eq(0), ack_pending.eq(0),
+                         credit_pending.eq(0), ctrl_timer.eq(0)]
         with m.Elif(~idle_due & replaying):
             start_frame(TxMode.REPLAY)
             m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1)]
@@ -393,13 +412,12 @@ class LinkLayer(wiring.Component):
             start_frame(TxMode.DATA)
             m.d.comb += starting_data.eq(1)
             m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
-                         frame_header.eq(Cat(Const(KIND_DATA, KIND_BITS), grant, next_seq)),
                          last_grant.eq(grant)]
             with m.Switch(grant):
                 for c in range(N):
                     with m.Case(c):
-                        m.d.sync += [staged_valid[c].eq(0), word.eq(staged[c]),
-                                     frame_payload.eq(payload_flits[c]), words_sent[c].eq(words_sent[c] + 1)]
+                        m.d.sync += [staged_valid[c].eq(0), frame_payload.eq(payload_flits[c]),
+                                     words_sent[c].eq(words_sent[c] + 1)]
             increment("frames_sent")
         with m.Else():
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_IDLE)]
