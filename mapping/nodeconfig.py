@@ -175,8 +175,9 @@ class LayerSlice(ChannelRanges):
         return self.out_channels + groups + UPDATE_PIPELINE + rounder_latency(bias_update_shift)
 
 
-# The update walk's cycles besides its chunks: the strobe, the first read, the multipliers.
-UPDATE_PIPELINE = 4
+# The update walk's cycles besides its chunks: the strobe, the first read, the operand
+# register, the multipliers.
+UPDATE_PIPELINE = 5
 
 
 def update_chunk(lanes, banks, words):

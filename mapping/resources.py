@@ -165,9 +165,11 @@ def update_multipliers(owns_biases, lanes=1):
 # LUT_PER_MULTIPLIER / FF_PER_MULTIPLIER: the rounder lane (noise mixing, 17 + shift bits
 # delayed through it), the sum and weight selects, the subtract and saturate. Measured with
 # Yosys on a GradientBuffer of 2 banks x 9 words at 1, 4 and 9 lanes: 726-739 LUT and
-# 796-804 FF per lane on ECP5, 490-513 LUT and 830 FF on xc7.
+# 796-804 FF per lane on ECP5, 490-513 LUT and 830 FF on xc7; then 64 FF more per lane for
+# the registers of each lane's selected sum and old weight in front of its multipliers
+# (measured on ECP5, shift 8: 690 -> 754 FF per lane from 1 to 9 lanes).
 UPDATE_LANE_LUT = {"ecp5": 540, "xc7": 480, "zynqmp": 480, "virtexuplus": 480}
-UPDATE_LANE_FF = {"ecp5": 700, "xc7": 710, "zynqmp": 710, "virtexuplus": 710}
+UPDATE_LANE_FF = {"ecp5": 764, "xc7": 774, "zynqmp": 774, "virtexuplus": 774}
 
 
 def update_lane_logic(lanes, family):

@@ -181,7 +181,7 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
     # Full rate: a beat is taken on every cycle it is offered outside the update.
     assert refused == 0
     # One word per cycle, plus the strobe, the first address's read and the pipeline.
-    assert durations == [out_channels * words + 4 + gb.rounder.latency] * 2
+    assert durations == [out_channels * words + 5 + gb.rounder.latency] * 2
 
 
 @pytest.mark.parametrize("out_channels, in_channels, kernel, banks, tiles, lanes, stall", [
@@ -231,7 +231,7 @@ def test_folded_weight_update_matches_numpy_over_two_batches(out_channels, in_ch
     # pipeline: the performance model's update walk for the slice.
     chunks = {(5, 1): 5 * 5 * 9, (5, 4): (2 + 2 + 1) * (5 + 5 + 3), (5, 36): 3 * 3,
               (3, 1): 3 * 4, (3, 4): 2 * 2, (4, 1): 4 * 7, (4, 6): 2 * 3}[out_channels, lanes]
-    assert durations == [chunks + 4 + gb.rounder.latency] * 2
+    assert durations == [chunks + 5 + gb.rounder.latency] * 2
     assert durations == [s.update_cycles(FORMATS.weight_update_shift)] * 2
 
 
@@ -249,7 +249,7 @@ def test_update_with_exact_shifts(shift):
     want = sgd(weights, summed(beats, gb.layout), lr, shift, 9, 1,
                np.arange(out_channels * words, dtype=np.uint64).reshape(out_channels, words))
     np.testing.assert_array_equal(contents[0], banked(want, banks, ram.rows))
-    assert durations == [out_channels * words + 4 + 1]
+    assert durations == [out_channels * words + 5 + 1]
 
 
 def test_bias_update_of_the_last_icp_slice():

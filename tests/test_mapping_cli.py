@@ -49,7 +49,7 @@ def test_hardware_mappings_count_the_weight_update_walks(tmp_path, capsys):
     # link bound; a mapping of the paper's model does not print the figure.
     main(["--network", "tiny", "--cluster", "vc709:4", "--for-hardware", "--out", str(tmp_path / "hw")])
     assert capsys.readouterr().out.splitlines()[0].startswith(
-        "tiny on vc709:4: 1702844.7 samples/s (link bandwidth bound; 1149425.3 with the weight update's walks "
+        "tiny on vc709:4: 1702844.7 samples/s (link bandwidth bound; 1142857.1 with the weight update's walks "
         "at mini-batch 1), ")
     main(["--network", "tiny", "--cluster", "vc709:4", "--out", str(tmp_path / "model")])
     assert "walks" not in capsys.readouterr().out
