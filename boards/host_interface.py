@@ -190,6 +190,7 @@ class Trainer(wiring.Component):
         frame_errors = Signal(32)
         m.d.comb += [rx_crc.data.eq(byte), store.data.eq(byte.replicate(2)),
                      store.addr.eq(index[1:]), store.en.eq(0)]
+        m.d.sync += [execute.eq(0), refuse.eq(0)]  # one-cycle pulses, set below
         with m.FSM(name="receive"):
             with m.State("sync"):
                 m.d.comb += rx_crc.start.eq(1)
@@ -232,13 +233,16 @@ class Trainer(wiring.Component):
                 with m.If(got):
                     m.next = "check"
             with m.State("check"):  # the CRC register has taken the last byte
+                # The verdict reaches the executor through registers, a cycle later: the CRC
+                # comparison ran on through the executor's decode into its state (an ECP5-85
+                # node's host paths at 125 MHz).
                 with m.If(~sender.busy):
                     with m.If(~rx_crc.match_detected):
-                        m.d.comb += [refuse.eq(1), reason.eq(1)]
+                        m.d.sync += [refuse.eq(1), reason.eq(1)]
                     with m.Elif(length > p.MAX_PAYLOAD):
-                        m.d.comb += [refuse.eq(1), reason.eq(2)]
+                        m.d.sync += [refuse.eq(1), reason.eq(2)]
                     with m.Else():
-                        m.d.comb += execute.eq(1)
+                        m.d.sync += execute.eq(1)
                     m.next = "busy"
             with m.State("busy"):
                 with m.If(done):
@@ -268,7 +272,11 @@ class Trainer(wiring.Component):
         for n, (node, seen) in enumerate(zip(nodes, updates)):
             samples, cycles, last_updates = Signal(32), Signal(32), Signal(32)
             m.d.comb += node.total_samples.eq(total_samples)
-            with m.If(node.up.label.valid & node.up.label.ready):
+            # Counted a cycle late, from a register of the label handshake (from deep in the
+            # node, it ran into the counter's enable).
+            label_taken = Signal(name=f"label_taken{n}")
+            m.d.sync += label_taken.eq(node.up.label.valid & node.up.label.ready)
+            with m.If(label_taken):
                 m.d.sync += samples.eq(samples + 1)
             m.d.sync += last_updates.eq(seen)
             with m.If(seen != last_updates):
@@ -325,7 +333,7 @@ class Trainer(wiring.Component):
             m.d.comb += [node.host.read.eq(host_read & (node_index == n)),
                          node.host.write.eq(host_write & (node_index == n))]
         wait = Signal(2)
-        reply_byte = Signal(16)
+        read_word = Signal(16)
 
         def answer(code, size):
             m.d.comb += [sender.start.eq(1), sender.command.eq(code), sender.length.eq(size)]
@@ -335,10 +343,9 @@ class Trainer(wiring.Component):
                 with m.If(refuse):
                     answer(p.NAK, 1)
                     m.d.sync += snapshot.eq(reason)
-                    m.d.sync += reply_byte.eq(0)
                     m.next = "send_snapshot"
                 with m.Elif(execute):
-                    m.d.sync += [index.eq(0), reply_byte.eq(0)]
+                    m.d.sync += index.eq(0)
                     with m.Switch(command):
                         with m.Case(p.INFO):
                             answer(p.INFO | p.REPLY, len(info) // 8)
@@ -395,10 +402,10 @@ class Trainer(wiring.Component):
                 m.d.comb += done.eq(1)
                 m.next = "wait"
             with m.State("send_snapshot"):
-                m.d.comb += [sender.payload.payload.eq(snapshot.word_select(reply_byte, 8)),
-                             sender.payload.valid.eq(sender.busy)]
+                # Shifted out a byte at a time: no multiplexer over the snapshot's bytes.
+                m.d.comb += [sender.payload.payload.eq(snapshot[:8]), sender.payload.valid.eq(sender.busy)]
                 with m.If(sender.payload.ready & sender.payload.valid):
-                    m.d.sync += reply_byte.eq(reply_byte + 1)
+                    m.d.sync += snapshot.eq(snapshot[8:])
                 with m.If(~sender.busy & ~sender.start):
                     m.d.comb += done.eq(1)
                     m.next = "wait"
@@ -425,10 +432,10 @@ class Trainer(wiring.Component):
             with m.State("read_wait"):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    m.d.sync += [reply_byte.eq(node_data), count.eq(count - 1), *next_word]
+                    m.d.sync += [read_word.eq(node_data), count.eq(count - 1), *next_word]
                     m.next = "read_low"
-            for state, part, following in (("read_low", reply_byte[:8], "read_high"),
-                                           ("read_high", reply_byte[8:], "read_issue")):
+            for state, part, following in (("read_low", read_word[:8], "read_high"),
+                                           ("read_high", read_word[8:], "read_issue")):
                 with m.State(state):
                     m.d.comb += [sender.payload.payload.eq(part), sender.payload.valid.eq(1)]
                     with m.If(sender.payload.ready):
