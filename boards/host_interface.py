@@ -36,6 +36,7 @@ from amaranth.hdl import Cat, Const, Instance, Module, Mux, ResetInserter, Signa
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from hw.base.handshake import SkidBuffer
 from hw.link.chain import attach_endpoint, chain_link_config, link_chain
 from hw.link.endpoint import LinkEndpoint
 from hw.link.layer import PhySignature
@@ -310,6 +311,14 @@ class Trainer(wiring.Component):
         first = Signal(16)  # words of arguments before the data
         m.d.comb += load.addr.eq(index)
         label_in, act_in = nodes[0].up.label, nodes[0].up.act
+        if feeds:
+            # Into node 0 through skid buffers (in the chain, reset with it): the executor's
+            # state decode ran on into the write side of node 0's label FIFO.
+            skids = [SkidBuffer(port.payload.shape()) for port in (label_in, act_in)]
+            for name, skid, port in zip(("label", "act"), skids, (label_in, act_in)):
+                chain.submodules[f"host_{name}_skid"] = skid
+                connect(chain, skid.o, port)
+            label_in, act_in = (skid.i for skid in skids)
         channels = len(Value.cast(act_in.payload)) // WORD_BITS
         pixel = Signal(len(Value.cast(act_in.payload)))
         channel = Signal(range(channels + 1))
