@@ -22,11 +22,11 @@ def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
     # --for-hardware` writes it, built through `--mapping` at the 100 MHz of mapping/devices.py.
     # Node 0 of two, so its down link (link endpoint, DDR PHY on the Versa's header pins) is in.
     # nextpnr-ecp5 0.11, seed 1, router2 with timing-driven rip-up (router1's routing time on an
-    # earlier CI node went from 95 s to 682 s between versions): 105.7 MHz at f4206fa, in about
-    # 5.5 minutes beside other builds (the link's received clock above 200 MHz; worst path: the
-    # host interface's command state into its UART transmitter's shift register, 1.5 ns logic,
-    # 8.0 ns routing). Its routing is what varies from change to change: 124.6 MHz two commits
-    # earlier, 93.0 MHz with the reset change alone (docs/boards.md, "Measured").
+    # earlier CI node went from 95 s to 682 s between versions): 109.7 MHz at f57a5dd, in 3
+    # minutes beside another build (the link's received clock above 200 MHz; worst path: the
+    # LGB's state into the enable of its accumulator read register, 1.0 ns logic, 8.1 ns
+    # routing). Its routing is what varies from change to change: 105.7 MHz at f4206fa,
+    # 124.6 MHz at d47e622, 93.0 MHz at 9e399be (docs/boards.md, "Measured").
     mapping = map_network(zoo.micro(), parse_cluster(CI_BITSTREAM["cluster"]),
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
