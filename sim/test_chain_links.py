@@ -12,7 +12,8 @@ from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import CHAIN, assert_bit_exact, report, train_chain
 from sim.chain_links import LinkedChain
 
-BATCH, LR, SAMPLES = 3, 0.05, 6
+BATCH, LR = 3, 0.05
+SAMPLES = BATCH  # one mini-batch, the faults in it (a second repeats its dataflow)
 
 
 def _train_over_links(links, seed):
@@ -31,7 +32,7 @@ def _train_over_links(links, seed):
 def test_chain_over_lossy_links_with_nodes_on_different_clocks_trains_bit_exact():
     # Nodes at 100, 77, 100 and 77 MHz; every link end on a 125 MHz link clock, the downstream
     # ends 0.05 % slower than the upstream ones; bit errors on every lane, and both lanes of the
-    # middle link lose lock for 200 cycles in the middle of the first mini-batch. (One run for
+    # middle link lose lock for 200 cycles in the middle of the mini-batch. (One run for
     # all: each alone repeats the others' chain and dataflow. An error-free link's counters stay
     # zero in sim/test_link.py and through the host tool's links, sim/test_host_interface.py.)
     run = _train_over_links(LinkedChain(ber=1e-4, lock_loss=(1, 1000, 200), node_mhz=(100, 77, 100, 77), seed=2),
