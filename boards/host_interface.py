@@ -183,14 +183,17 @@ class Trainer(wiring.Component):
         # --- receiver ----------------------------------------------------------------------
         m.submodules.buffer = buffer = memory.Memory(shape=16, depth=p.MAX_PAYLOAD // 2, init=[])
         store, load = buffer.write_port(granularity=8), buffer.read_port()
-        command, length, index = Signal(8), Signal(16), Signal(16)
+        command, length = Signal(8), Signal(16)
+        # The receiver's byte count and the executor's word index, apart: one register for both
+        # took every state of both machines into its input (an ECP5-85 node's path at 125 MHz).
+        received, index = Signal(16), Signal(16)
         args = Signal(8 * p.READ_HEADER)  # the first payload bytes: every command's arguments
         got, byte = rx.bytes.valid, rx.bytes.payload
         execute, refuse, reason = Signal(), Signal(), Signal(8)
         done = Signal()  # the executor has handed the whole answer to the sender
         frame_errors = Signal(32)
         m.d.comb += [rx_crc.data.eq(byte), store.data.eq(byte.replicate(2)),
-                     store.addr.eq(index[1:]), store.en.eq(0)]
+                     store.addr.eq(received[1:]), store.en.eq(0)]
         m.d.sync += [execute.eq(0), refuse.eq(0)]  # one-cycle pulses, set below
         with m.FSM(name="receive"):
             with m.State("sync"):
@@ -210,20 +213,20 @@ class Trainer(wiring.Component):
             with m.State("length1"):
                 m.d.comb += rx_crc.valid.eq(got)
                 with m.If(got):
-                    m.d.sync += [length[8:].eq(byte), index.eq(0), args.eq(0)]
+                    m.d.sync += [length[8:].eq(byte), received.eq(0), args.eq(0)]
                     m.next = "payload"
                     with m.If(Cat(length[:8], byte) == 0):
                         m.next = "crc1"
             with m.State("payload"):
                 m.d.comb += rx_crc.valid.eq(got)
                 with m.If(got):
-                    with m.If(index < p.MAX_PAYLOAD):
-                        m.d.comb += store.en.eq(Mux(index[0], 0b10, 0b01))
+                    with m.If(received < p.MAX_PAYLOAD):
+                        m.d.comb += store.en.eq(Mux(received[0], 0b10, 0b01))
                     for k in range(p.READ_HEADER):
-                        with m.If(index == k):
+                        with m.If(received == k):
                             m.d.sync += args.word_select(k, 8).eq(byte)
-                    m.d.sync += index.eq(index + 1)
-                    with m.If(index == length - 1):
+                    m.d.sync += received.eq(received + 1)
+                    with m.If(received == length - 1):
                         m.next = "crc1"
             with m.State("crc1"):
                 m.d.comb += rx_crc.valid.eq(got)

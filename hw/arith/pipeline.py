@@ -8,6 +8,7 @@ from amaranth.lib import memory
 
 from mapping.memories import tree_levels
 
+from ..base.counter import up_down
 from ..base.ram import NO_RW_CHECK, ram_attrs
 
 
@@ -112,8 +113,8 @@ class CreditedOutput:
             m.d.sync += tail.eq(Mux(tail == depth - 1, 0, tail + 1))
         with m.If(pop):
             m.d.sync += head.eq(Mux(head == depth - 1, 0, head + 1))
-        m.d.sync += [stored.eq(stored + push - pop),
-                     Assert(~(push & (stored == depth)), "credited output: an output beyond the credits")]
+        up_down(m, stored, push, pop)
+        m.d.sync += Assert(~(push & (stored == depth)), "credited output: an output beyond the credits")
         outstanding = Signal(range(depth + 1))
-        following = outstanding + produced - (out.valid & out.ready)
-        m.d.sync += [outstanding.eq(following), self.room.eq(following < depth)]
+        following = up_down(m, outstanding, produced, out.valid & out.ready)
+        m.d.sync += self.room.eq(following(lambda value: value < depth))

@@ -1,5 +1,6 @@
-"""Registered flags: a modulo counter whose first and last flags are registers, and
-:func:`next_value`, for a flag of any register.
+"""Registered flags: a modulo counter whose first and last flags are registers,
+:func:`next_value`, for a flag of any register, and :func:`up_down`, a count moved by late
+handshakes.
 
 Engines and sample gates decide their ready from "is this the first / last step", and
 that decision sits on paths through several blocks (an engine's window ready, a FIFO's
@@ -19,6 +20,22 @@ def next_value(m, register):
     m.d.comb += value.eq(register)
     m.d.sync += register.eq(value)
     return value
+
+
+def up_down(m, register, up, down):
+    """``register`` becomes ``register + up - down`` (one-bit steps) at each clock edge. Both
+    candidates (one more, one less) come from the register alone and the steps only choose
+    between them, so a late handshake meets one multiplexer instead of entering the carry
+    chain of ``register + up - down`` (a FIFO's level, moved by its consumer's ready, was an
+    ECP5-85 node's path at 125 MHz). Returns ``after(f)``: ``f`` of the next value, chosen the
+    same way (a flag registered from the next count)."""
+    more, less = register + 1, register - 1
+
+    def after(f):
+        return Mux(up & ~down, f(more), Mux(down & ~up, f(less), f(register)))
+
+    m.d.sync += register.eq(after(lambda value: value))
+    return after
 
 
 class ModuloCounter:

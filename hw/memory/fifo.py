@@ -29,6 +29,7 @@ from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..base.checks import refuse
+from ..base.counter import up_down
 from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
 
 
@@ -89,7 +90,8 @@ class Fifo(wiring.Component):
             m.d.sync += [head.eq(successor(head)), self.o.valid.eq(1)]
         with m.Elif(pop):
             m.d.sync += self.o.valid.eq(0)
-        m.d.sync += [stored.eq(stored + written - fetch), self.level.eq(self.level + push - pop)]
+        up_down(m, stored, written, fetch)
+        up_down(m, self.level, push, pop)
         in_register = written if self.input_register else 0
         m.d.sync += [  # checked at clock edges
             Assert(~(written & (stored == depth)), f"{kind}: write into a full memory"),
