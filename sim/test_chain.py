@@ -120,6 +120,7 @@ def _relayed(mapping):
     return [[(b.owner, b.host) for b in node.relays] for node in mapping.nodes]
 
 
+@pytest.mark.bench  # CI: rows two links away, below, whose rows 8..9 are the same host
 def test_fc_rows_hosted_on_the_upstream_node_train_bit_exact():
     # With 6% of the block RAM, node 2 (end of conv2 and fc) keeps fc's rows 2..9 in node
     # 1's BPRAM: node 1 streams them to node 2's FP and EB engines every sample and sums
@@ -170,12 +171,15 @@ def _rebalanced(*blocks):
     return derive
 
 
-def test_host_that_computes_the_same_layer_trains_bit_exact():
-    # node 3 keeps its fc rows 1..9 on node 2, which computes fc's input channel 30 itself
-    mapping, _ = _train(CHAIN, seed=6, bram_fraction=SPLIT_FC, derive=_rebalanced((3, 2, (1, 10))))
+def test_host_that_computes_the_same_layer_and_rows_kept_two_links_downstream_train_bit_exact():
+    # Node 3 keeps its fc rows 1..9 on node 2, which computes fc's input channel 30 itself; node
+    # 1 keeps its fc rows 4..9 on node 3, so node 2 also relays their weights backward and their
+    # gradients forward (one run for both: each alone repeats the other's chain).
+    mapping, _ = _train(CHAIN, seed=6, bram_fraction=SPLIT_FC, derive=_rebalanced((3, 2, (1, 10)), (1, 3, (4, 10))))
     assert [[(s.layer, s.in_range) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", (0, 1)), ("conv2", (0, 4))], [("fc", (0, 30))], [("fc", (30, 31))], [("fc", (31, 32))]]
-    assert _hosted(mapping) == [(3, 2, "fc", (1, 10))]
+    assert _hosted(mapping) == [(3, 2, "fc", (1, 10)), (1, 3, "fc", (4, 10))]
+    assert _relayed(mapping) == [[], [], [(1, 3)], []]
 
 
 # Some rows of node 2 on node 3 is the same dataflow as all of them, which also leaves node 2
@@ -188,15 +192,7 @@ def test_rows_hosted_downstream_and_upstream_at_once_train_bit_exact(rows):
     assert _hosted(mapping) == [(3, 2, "fc", (1, 10)), (2, 3, "fc", rows)]
 
 
-def test_rows_kept_two_links_downstream_train_bit_exact():
-    # node 1 keeps its fc rows 4..9 on node 3: node 2 relays the weights backward and the
-    # gradients forward
-    mapping, _ = _train(CHAIN, seed=11, bram_fraction=SPLIT_FC, derive=_rebalanced((1, 3, (4, 10))))
-    assert _hosted(mapping) == [(1, 3, "fc", (4, 10))]
-    assert _relayed(mapping) == [[], [], [(1, 3)], []]
-
-
-@pytest.mark.slow
+@pytest.mark.bench  # CI: the same chain over lossy link cores (sim/test_chain_links.py), which stall every link
 def test_four_node_chain_with_random_stalls_on_every_link_stays_bit_exact():
     _train(CHAIN, seed=3, stall=0.3)
 
@@ -233,14 +229,16 @@ def test_hosted_rows_with_random_stalls_on_every_link_stay_bit_exact():
 def test_ocp_layer_split_over_two_nodes_reduces_its_errors_across_the_link():
     # conv2 (2 -> 16 channels) by OCP on both nodes: node 1 sends its partial input-error sums
     # of all conv2 input channels backwards, node 0 adds its own and rounds (EB reduction);
-    # every link stalls 20% of the cycles (3,323 cycles)
+    # every link stalls 20% of the cycles; one mini-batch of two samples (a second repeats its
+    # dataflow)
     network = infer("ocp-split", (1, 8, 8), [
         zoo.conv("conv1", 2, 3, pad=1), Layer("relu", "relu1"), zoo.conv("conv2", 16, 3, pad=1),
         Layer("relu", "relu2"), Layer("maxpool", "pool2", kernel=2, stride=2, padding=0),
         Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
-    inputs, labels, params = random_data(network, 4, 21)
+    inputs, labels, params = random_data(network, 2, 21)
     mapping = map_network(network, parse_cluster("ecp5-85:2"), batch=2, lr=LR, **GENERATOR_OPTIONS)
     assert [[(s.layer, s.mode, s.out_range) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", "ocp", (0, 2)), ("conv2", "ocp", (0, 9))], [("conv2", "ocp", (9, 16)), ("fc", "icp", (0, 10))]]
     run = train_chain(network, mapping, inputs, labels, params, stall=0.2)
+    print(f"\nOCP split over ecp5-85:2 with stalls: {run.cycles} cycles")
     assert_bit_exact(run.params, run.golden, params)
