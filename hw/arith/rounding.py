@@ -19,8 +19,9 @@ stage 1..R            key rounds (sample)           | index delayed; stage 1 spl
                                                     | acc into acc >> shift and its low
                                                     | ``shift`` bits, stage 2 clamps the
                                                     | first to 17 bits; both delayed
-stage R+1..2R         noise rounds (key ^ index)    | the split acc delayed
-stage 2R+1            high + carry(low + r) (r: low ``shift`` bits of the noise)
+stage R+1..2R         noise rounds (key ^ index)    | the split acc delayed; stage 2R
+                                                    | also holds high + 1
+stage 2R+1            high or high + 1, by carry(low + r) (r: low ``shift`` bits of the noise)
 stage 2R+2            saturate to 16 bits
 ====================  =====================================================
 
@@ -132,10 +133,14 @@ class StochasticRounder(wiring.Component):
             high = [stage(clamp(stage(acc[lane] >> self.shift), -top - 2, top), signed(numerics.WORD_BITS + 1))
                     for lane in range(self.lanes)]
             low = [stage(acc[lane][:self.shift]) for lane in range(self.lanes)]
-            high = [delay(h, 2 * len(numerics.MIX_ROUNDS) - 2) for h in high]
+            # The high part and its successor wait side by side, so the last stage only chooses
+            # between them by the carry (the carry chain of low + r, then the 17-bit add of
+            # the carry, was an ECP5-85 node's path at 125 MHz).
+            high = [delay(h, 2 * len(numerics.MIX_ROUNDS) - 3) for h in high]
+            high = [(stage(h), stage(h + 1, signed(numerics.WORD_BITS + 1))) for h in high]
             low = [delay(b, 2 * len(numerics.MIX_ROUNDS) - 1) for b in low]
-            sums = [stage(h + (b + mix_final(n)[:self.shift])[self.shift])
-                    for h, b, n in zip(high, low, noise)]
+            sums = [stage(Mux((b + mix_final(n)[:self.shift])[self.shift], h_more, h))
+                    for (h, h_more), b, n in zip(high, low, noise)]
             values = [stage(saturate(s, numerics.WORD_BITS), signed(numerics.WORD_BITS)) for s in sums]
         else:
             acc = acc_layout(payload.acc.as_value())

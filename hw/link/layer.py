@@ -463,6 +463,11 @@ class LinkLayer(wiring.Component):
             with m.If(replay_timer == cfg.replay_timeout):
                 m.d.sync += [send_seq.eq(oldest), replay_timer.eq(0)]
                 increment("replays")
+        with m.Else():
+            # Held at zero until the link is up, from the state register alone: zeroed on the
+            # way into UP, the training's decision ran into the timer's reset (node 0's worst
+            # path at 125 MHz, 1.3 ns logic, 7.6 ns routing).
+            m.d.sync += replay_timer.eq(0)
         with m.If(ctrl_ok):
             for c in range(N):
                 limit = body[ctrl_payload_start + c * K:ctrl_payload_start + (c + 1) * K]
@@ -480,8 +485,7 @@ class LinkLayer(wiring.Component):
                     m.d.sync += send_seq.eq(ack_seq + 1)
         with m.If(entering_up):
             # Re-trained: replay whatever was unacknowledged and tell the partner where we are.
-            m.d.sync += [send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1),
-                         replay_timer.eq(0)]
+            m.d.sync += [send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1)]
 
         for name, event in events.items():
             counter, counted = getattr(self.counters, name), Signal(name=f"{name}_counted")
