@@ -103,32 +103,6 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
     assert leds == [(1, 0, 0), (1, 1, 0), (1, 0, 0)]
 
 
-def test_every_run_starts_from_a_reset_chain_and_the_weights_in_memory():
-    """Two runs on one board, the second from the weights the first left in memory: each run
-    begins with STOP (the chain's reset; the weights keep their values), so the second trains
-    bit-exactly as the golden model does from the first's result, its counters from zero, its
-    rounding noise from sample 0. (The host tool's run is one such run; a board that trained
-    before needs nothing else.) One sample per run, mini-batch 1, on the Verilator backend (the
-    UART path on Amaranth's simulator is the host command's test above)."""
-    mapping = _mapping(zoo.micro, "lfe5um5g-45f:2", batch=1)
-    trainer = Trainer(mapping, divisor=DIVISOR)
-    network = zoo.micro()
-    inputs, labels, params = golden.random_data(network, 2, 3)
-    with VerilatedBoards([trainer]) as boards:
-        client = Client(boards.transports, mapping, trainer.nodes)
-        client.check()
-        client.load(params)
-        expected = params
-        for run in range(2):
-            part = slice(run, run + 1)
-            status = client.train(inputs[part], labels[part])
-            assert [(node["samples"], node["updates"]) for node in status.nodes] == [(1, 1)] * 2
-            before = expected
-            expected, _ = golden.train(network, before, inputs[part], labels[part], batch=1, lr=LR, mode="fixed",
-                                       formats=mapping.nodes[0].formats, fp_stale=stale_per_layer(mapping))
-            assert_bit_exact(client.read_back(params), expected, before)
-
-
 @pytest.mark.slow
 def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
     """On the Verilator backend (sim/verilated_board.py), the host tool's whole session with
@@ -138,7 +112,11 @@ def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
     the samples into the first board (LABEL, IMAGE; the second refuses them), waits for the
     last update (STATUS of both) and reads every weight back (READ): bit-exact with the golden
     model, the loss the last board reports is the golden model's, and the link trained and
-    carried every stream without a replay or a CRC error."""
+    carried every stream without a replay or a CRC error. Then a second run from the weights
+    the first left in memory: each run begins with STOP (the chain's reset; the weights keep
+    their values), so it trains bit-exactly as the golden model does from the first's result,
+    its counters from zero, its rounding noise from sample 0 (a board that trained before
+    needs nothing else)."""
     network = zoo.tiny()
     inputs, labels, params = golden.random_data(network, SAMPLES, 1)
     mapping = _mapping(cluster="ecp5-85:2")
@@ -154,10 +132,17 @@ def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
         status = client.train(inputs, labels, report_every=SAMPLES)
         final = client.read_back(params)
         print(f"\n{boards.cycles} cycles at {DIVISOR} cycles per UART bit")
+        again_inputs, again_labels, _ = golden.random_data(network, BATCH, 3)
+        again = client.train(again_inputs, again_labels)
+        final_again = client.read_back(params)
     formats = mapping.nodes[0].formats
     expected, record = golden.train(network, params, inputs, labels, batch=BATCH, lr=LR, mode="fixed",
                                     formats=formats, fp_stale=stale_per_layer(mapping))
     assert_bit_exact(final, expected, params)
+    expected_again, _ = golden.train(network, expected, again_inputs, again_labels, batch=BATCH, lr=LR, mode="fixed",
+                                     formats=formats, fp_stale=stale_per_layer(mapping))
+    assert_bit_exact(final_again, expected_again, expected)
+    assert [(node["samples"], node["updates"]) for node in again.nodes] == [(BATCH, 1)] * 2
     assert status.links_up == [0b11, 0b11]
     assert [node["updates"] for node in status.nodes] == [SAMPLES // BATCH] * 2
     assert [node["samples"] for node in status.nodes] == [SAMPLES] * 2
