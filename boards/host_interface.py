@@ -310,6 +310,14 @@ class Trainer(wiring.Component):
         # --- executor ----------------------------------------------------------------------
         node_index, mem, addr, lane, count = (args[0:8], args[8:16], args[16:32], args[32:48],
                                               args[48:64])
+        # The argument checks, registered: length and arguments are final two UART bytes
+        # before ``execute`` (the CRC's), and as comparisons in front of the executor's decode
+        # they ran into its state (node 0's latest inputs at 125 MHz).
+        write_bad, read_bad, start_bad = (Signal(name=name) for name in ("write_bad", "read_bad", "start_bad"))
+        m.d.sync += [write_bad.eq((length < p.WRITE_HEADER) | length[0] | (node_index >= len(nodes))),
+                     read_bad.eq((length != p.READ_HEADER) | (node_index >= len(nodes))
+                                 | (count > p.MAX_PAYLOAD // 2)),
+                     start_bad.eq(length != 8)]
         word = Signal(16)
         first = Signal(16)  # words of arguments before the data
         m.d.comb += load.addr.eq(index)
@@ -368,14 +376,13 @@ class Trainer(wiring.Component):
                             m.d.sync += snapshot.eq(status)
                             m.next = "send_snapshot"
                         with m.Case(p.WRITE):
-                            with m.If((length < p.WRITE_HEADER) | length[0] | (node_index >= len(nodes))):
+                            with m.If(write_bad):
                                 m.next = "bad_argument"
                             with m.Else():
                                 m.d.sync += [index.eq(p.WRITE_HEADER // 2), first.eq(p.WRITE_HEADER // 2)]
                                 m.next = "write_fetch"
                         with m.Case(p.READ):
-                            with m.If((length != p.READ_HEADER) | (node_index >= len(nodes))
-                                      | (count > p.MAX_PAYLOAD // 2)):
+                            with m.If(read_bad):
                                 m.next = "bad_argument"
                             with m.Else():
                                 answer(p.READ | p.REPLY, count << 1)
@@ -390,7 +397,7 @@ class Trainer(wiring.Component):
                                     m.d.sync += [first.eq(0), channel.eq(0)]
                                     m.next = "feed_fetch"
                         with m.Case(p.START):
-                            with m.If(length != 8):
+                            with m.If(start_bad):
                                 m.next = "bad_argument"
                             with m.Else():
                                 m.d.sync += [total_samples.eq(args[:32]), expected_updates.eq(args[32:64]),

@@ -91,11 +91,10 @@ def payload(gb, group, values):
 def run_batches(pair, batches, rng, stall):
     """Accumulate each mini-batch's beats, update, and read the ParamRam back after each update.
 
-    Returns (contents after each update as (rows, banks, words), update durations in
-    cycles, cycles on which ``i`` offered a beat and was refused).
+    Returns (contents after each update as (rows, banks, words), update durations in cycles).
     """
     gb, ram = pair.gb, pair.ram
-    contents, durations, refused = [], [], [0]
+    contents, durations = [], []
 
     async def bench(ctx):
         for number, beats in batches:
@@ -107,22 +106,18 @@ def run_batches(pair, batches, rng, stall):
             ctx.set(gb.update, 0)
             cycles = 1
             while True:
-                _, _, done, busy, ready = await ctx.tick().sample(gb.done, gb.busy, gb.i.ready)
-                assert busy and not ready
+                _, _, done, busy = await ctx.tick().sample(gb.done, gb.busy)
+                assert busy
                 cycles += 1
                 if done:
                     break
-            _, _, done, busy, ready = await ctx.tick().sample(gb.done, gb.busy, gb.i.ready)
-            assert not done and not busy and ready  # done pulses once; accumulation resumes
+            _, _, done, busy = await ctx.tick().sample(gb.done, gb.busy)
+            assert not done and not busy  # done pulses once; accumulation resumes
             durations.append(cycles)
             contents.append(await read_param_rows(ctx, ram))
 
-    async def watch(ctx):
-        async for _, _, valid, ready in ctx.tick().sample(gb.i.valid, gb.i.ready):
-            refused[0] += valid and not ready
-
-    simulate(pair, bench, processes=[watch], deadline=20000)
-    return contents, durations, refused[0]
+    simulate(pair, bench, deadline=20000)
+    return contents, durations
 
 
 def golden_layer_update(w, gsum, lr, batch, out_total, in_total, kernel, out_range, in_range):
@@ -164,7 +159,7 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
     # Mini-batch 7 has rows whose sums saturate the update; 8 checks the sums were cleared.
     batches = [(7, gradient_beats(rng, out_channels, banks, words, 60, big_rows=(0, 3))),
                (8, gradient_beats(rng, out_channels, banks, words, 40))]
-    contents, durations, refused = run_batches(Pair(gb, ram), batches, rng, stall)
+    contents, durations = run_batches(Pair(gb, ram), batches, rng, stall)
 
     tensor = numerics.tensor_id(0, numerics.WEIGHT_UPDATE)
     index = full_index(out_total, in_total, kernel, out_range, in_range)
@@ -179,7 +174,6 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
             assert (want == numerics.WORD_MIN).any() and (want == numerics.WORD_MAX).any()
         w = want
     # Full rate: a beat is taken on every cycle it is offered outside the update.
-    assert refused == 0
     # One word per cycle, plus the strobe, the first address's read and the pipeline.
     assert durations == [out_channels * words + 5 + gb.rounder.latency] * 2
 
@@ -212,7 +206,7 @@ def test_folded_weight_update_matches_numpy_over_two_batches(out_channels, in_ch
     # Row 0 (address 0, bank 0) and row P (address 1, bank 0) hold real weights that saturate.
     batches = [(7, gradient_beats(rng, rows, banks, words, 60, big_rows=(0, banks))),
                (8, gradient_beats(rng, rows, banks, words, 40))]
-    contents, durations, refused = run_batches(Pair(gb, ram), batches, rng, stall)
+    contents, durations = run_batches(Pair(gb, ram), batches, rng, stall)
 
     tensor = numerics.tensor_id(0, numerics.WEIGHT_UPDATE)
     index = full_index(out_total, in_total, kernel, out_range, in_range).reshape(weights.shape)
@@ -226,7 +220,6 @@ def test_folded_weight_update_matches_numpy_over_two_batches(out_channels, in_ch
         if number == 7:
             assert (want == numerics.WORD_MIN).any() and (want == numerics.WORD_MAX).any()
         w = want
-    assert refused == 0
     # One cycle per chunk holding a real weight, plus the strobe, the first read and the
     # pipeline: the performance model's update walk for the slice.
     chunks = {(5, 1): 5 * 5 * 9, (5, 4): (2 + 2 + 1) * (5 + 5 + 3), (5, 36): 3 * 3,
@@ -245,7 +238,7 @@ def test_update_with_exact_shifts(shift):
     weights = random_words(rng, (out_channels, words))
     ram = ParamRam(banks=banks, rows=gb.rows, words=words, init=weights)
     beats = gradient_beats(rng, out_channels, banks, words, 20, magnitude=1 << 9)
-    contents, durations, _ = run_batches(Pair(gb, ram), [(1, beats)], rng, 0.3)
+    contents, durations = run_batches(Pair(gb, ram), [(1, beats)], rng, 0.3)
     want = sgd(weights, summed(beats, gb.layout), lr, shift, 9, 1,
                np.arange(out_channels * words, dtype=np.uint64).reshape(out_channels, words))
     np.testing.assert_array_equal(contents[0], banked(want, banks, ram.rows))
@@ -266,7 +259,7 @@ def test_bias_update_of_the_last_icp_slice():
     # terms of 2**11 keep most of them inside the word range, two of 2**15 saturate.
     beats = gradient_beats(rng, out_channels, banks, 1, 30, big_rows=(1, 4, 6), magnitude=1 << 11,
                            big=32000)
-    contents, _, refused = run_batches(Pair(gb, ram), [(5, beats), (6, beats[:9])], rng, 0.3)
+    contents, _ = run_batches(Pair(gb, ram), [(5, beats), (6, beats[:9])], rng, 0.3)
     index = np.arange(*out_range, dtype=np.uint64).reshape(-1, 1)
     tensor, shift = numerics.tensor_id(3, numerics.BIAS_UPDATE), FORMATS.bias_update_shift
     b = biases
@@ -278,7 +271,6 @@ def test_bias_update_of_the_last_icp_slice():
     steps = numerics.requantize(summed(beats, gb.layout) * lr, shift, FORMATS.seed, tensor, 5,
                                 index)
     assert (np.abs(steps) < numerics.WORD_MAX).sum() >= 3 and (np.abs(steps) > numerics.WORD_MAX).any()
-    assert refused == 0
 
 
 def test_from_slice_refuses_biases_of_a_slice_that_does_not_own_them():
@@ -315,6 +307,25 @@ def test_update_strobe_while_updating_fails_the_simulation():
             await ctx.tick()
 
     with pytest.raises(AssertionError, match="gradient buffer: update strobe while updating"):
+        simulate(pair, bench, deadline=10)
+
+
+def test_beat_during_the_update_fails_the_simulation():
+    # The buffer never refuses a beat: the update gate must hold PG from the strobe to done.
+    gb = GradientBuffer(out_channels=2, in_channels=1, kernel=1, banks=1, shift=4, lr=1, seed=0, tensor=0)
+    pair = Pair(gb, ParamRam(banks=1, rows=2, words=1))
+
+    async def bench(ctx):
+        ctx.set(gb.update, 1)
+        await ctx.tick()
+        ctx.set(gb.update, 0)
+        await ctx.tick()
+        ctx.set(gb.i.payload, {"row": 1, "values": [[1]]})
+        ctx.set(gb.i.valid, 1)
+        for _ in range(2):
+            await ctx.tick()
+
+    with pytest.raises(AssertionError, match="gradient buffer: a beat during the update"):
         simulate(pair, bench, deadline=10)
 
 

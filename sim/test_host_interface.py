@@ -56,6 +56,13 @@ def test_frames_refused_weights_written_and_read_back():
     status = client.status()
     assert (status.frame_errors, status.error, status.training) == (1, True, False)
     assert [node["samples"] for node in status.nodes] == [0, 0]
+    # Bad arguments are refused: a node past the chain, a READ of more words than a frame
+    # holds, a START without both counts.
+    for command, args in ((p.WRITE, bytes([2, 0, 0, 0, 0, 0]) + p.words([1])),
+                          (p.READ, bytes([1, 3, 0, 0, 0, 0]) + p.words([p.MAX_PAYLOAD // 2 + 1])),
+                          (p.START, p.words([1, 0]))):
+        with pytest.raises(BoardError, match=f"^board 0 refused command 0x{command:02x}: bad argument$"):
+            client.request(command, args)
 
 
 def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path, monkeypatch, capsys):

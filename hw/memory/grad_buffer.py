@@ -71,11 +71,12 @@ word written) the update takes ``chunks + 5 + rounder latency`` cycles
 (``LayerSlice.update_cycles``; latency 10 for shift > 0). A bias RAM's port A belongs
 to the SFU, still busy with the last sample when the update starts, so the bias update
 (``shared``, one lane) reads through port B in a cycle of its own per address, when no
-result is written: ``O + G + 5 + rounder latency`` cycles. Meanwhile ``i`` is not ready
-and ``busy`` is high.
+result is written: ``O + G + 5 + rounder latency`` cycles. Meanwhile ``busy`` is high.
 
-The ParamRam's ``upd`` port belongs to the update while ``busy``: FP (and EB, when
-``shared``) must be idle, as hw.memory.update_gate arranges (asserted inside ParamRam).
+``i`` is always ready: no beat may arrive from the strobe to ``done``, and the ParamRam's
+``upd`` port belongs to the update while ``busy``: PG must have delivered the mini-batch's
+last beat and FP (and EB, when ``shared``) must be idle, as hw.memory.update_gate arranges
+(asserted here and inside ParamRam).
 """
 
 from amaranth.hdl import Array, Assert, Cat, Const, Module, Mux, Signal, signed
@@ -249,9 +250,12 @@ class GradientBuffer(WeightWalk, wiring.Component):
         m.d.comb += reading.eq(loading if self.shared else
                                loading | (feeding & advance & address_end & ~last_word))
 
-        # Accumulation, stage 0: accept a beat and read its address.
-        accept = self.i.valid & self.i.ready
-        m.d.comb += self.i.ready.eq(~self.busy & ~self.update)
+        # Accumulation, stage 0: accept a beat and read its address. The buffer never refuses
+        # a beat: it adds one per cycle, and the update gate lets none arrive from the strobe
+        # to ``done`` (asserted below). A ready from the update's state ran through the PG
+        # engine's handshakes into its window and error FIFOs (node 0's worst path at 125 MHz).
+        accept = self.i.valid
+        m.d.comb += self.i.ready.eq(1)
         sums = read_register(m, mem, Mux(self.busy, read_addr, self.i.payload.row), accept | reading)
         # Stage 1: add and write back, forwarding the previous cycle's write.
         values_shape = self.i.payload.shape()["values"].shape
@@ -276,7 +280,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
             write.data.eq(Mux(clearing, 0, new_sum)),
         ]
         m.d.sync += [  # checked at clock edges
-            Assert(~(s1_valid & clearing), "gradient buffer: accumulation during the update"),
+            Assert(~(self.i.valid & (self.busy | self.update)), "gradient buffer: a beat during the update"),
             Assert(~(accept & (self.i.payload.row > self.rows - 1)),
                    "gradient buffer: gradient row beyond the slice's addresses"),
         ]
