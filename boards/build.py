@@ -20,7 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hw.build import heartbeat, load_mapping
-from hw.synth import CriticalPath, SynthResult, cache_file, late_endpoints, run_tool, synthesize_rtlil, yosys_names
+from hw.synth import CriticalPath, SynthResult, cache_file, late_endpoints, run_tool, synthesize_rtlil, yosys_rtlil
 from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, output_folder, positive_int, positive_number
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
@@ -162,7 +162,7 @@ def build(args, log=print):
                 (out / name).write_text(content) if isinstance(content, str) else (out / name).write_bytes(content)
         if "top.il" in plan.files:
             il = out / "top.il"
-            il.write_text(yosys_names(plan.files["top.il"]))
+            il.write_text(yosys_rtlil(plan.files["top.il"]))
         else:  # Amaranth's Vivado flow hands over Verilog
             il = out / "top.v"
         if board.family != "ecp5":

@@ -96,15 +96,23 @@ class SynthResult:
         return self.count(FF_CELLS[self.family])
 
 
-def yosys_names(text):
-    """RTLIL ``text`` with array elements renamed: Amaranth names them `x[0]`; Yosys's ABC9
-    names its per-bit wires the same way and then trips over the clash (YosysHQ/yosys#4349),
-    so brackets become parentheses."""
+# Where the project's own source files lie: their names in the RTLIL's ``src`` attributes are
+# made relative to it (``yosys_rtlil``), so a netlist, the reports made from it and the caches
+# keyed by it are the same in any checkout.
+_PROJECT = f"{Path(__file__).resolve().parents[1]}/"
+
+
+def yosys_rtlil(text):
+    """RTLIL ``text`` as the project hands it to Yosys: array elements renamed (Amaranth names
+    them `x[0]`; Yosys's ABC9 names its per-bit wires the same way and then trips over the
+    clash, YosysHQ/yosys#4349, so brackets become parentheses) and the project's source files
+    named relative to the checkout (a ``src`` attribute lists locations separated by ``|``)."""
+    text = re.sub(r'(?<=["|])' + re.escape(_PROJECT), "", text)
     return re.sub(r"\\\S+", lambda n: n.group(0).replace("[", "(").replace("]", ")"), text)
 
 
 def write_rtlil(design, path, name="top", ports=None):
-    Path(path).write_text(yosys_names(rtlil.convert(design, name=name, ports=ports)))
+    Path(path).write_text(yosys_rtlil(rtlil.convert(design, name=name, ports=ports)))
     return path
 
 
@@ -274,10 +282,6 @@ def nextpnr_ecp5_options(device):
     return [f"--um5g-{match.group(1)}k", "--package", "CABGA381", "--speed", "8"]
 
 
-# Where the project's own source lines start in the file names nextpnr reports.
-_PROJECT = f"{Path(__file__).resolve().parents[1]}/"
-
-
 @dataclass(frozen=True)
 class CriticalPath:
     """nextpnr's worst register-to-register path, condensed."""
@@ -292,8 +296,8 @@ class CriticalPath:
         """From one entry of ``critical_paths`` in nextpnr's JSON report."""
         segments = path["path"]
         routing = sum(seg["delay"] for seg in segments if seg["type"] == "routing")
-        origins = [origin.removeprefix(_PROJECT) for seg in segments for origin in seg.get("sources", ())
-                   if origin.startswith(_PROJECT)]
+        # The project's files are named relative to the checkout (yosys_rtlil), Amaranth's absolute.
+        origins = [origin for seg in segments for origin in seg.get("sources", ()) if not Path(origin).is_absolute()]
         return cls(_cell_port(segments[0]["from"]), _cell_port(segments[-1]["to"]),
                    sum(seg["delay"] for seg in segments) - routing, routing,
                    tuple(dict.fromkeys(origins)))

@@ -2,10 +2,14 @@
 the host client's checks."""
 
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from amaranth.back import rtlil
+
+import hw
 
 from boards import protocol as p
 from boards.boards import BOARDS, board_list, get_board
@@ -15,8 +19,9 @@ from boards.client import BoardError, Client
 from boards.host import main as host_main
 from boards.link_pins import SIDES, _pads, _resource_pins, plan_link_pins
 from boards.top import BoardTop
-from hw.synth import late_endpoints
 from hw.link.ddr_phy import data_pins
+from hw.memory.fifo import Fifo
+from hw.synth import CriticalPath, late_endpoints, yosys_rtlil
 from mapping.devices import get_device
 from mapping.errors import SpecError
 from tests.cli_refusal import refusal
@@ -86,6 +91,28 @@ def test_late_endpoints_group_a_registers_mapped_cells_and_skip_other_clocks():
         ("slice.fifo.level", 2, 9.1), ("lgb.mem.0.62", 1, 8.2), ("lgb.delayed$87", 1, 8.1)]
     with pytest.raises(ValueError, match="no detailed net timings"):
         late_endpoints({"critical_paths": []}, "$glbnet$clk", 8.0)
+
+
+def test_netlists_name_the_projects_sources_relative_to_the_checkout():
+    # So the synthesis and bitstream caches, keyed by the netlist, serve any checkout, and the
+    # worst path names the project's lines (nextpnr reports the netlist's source attributes).
+    text = rtlil.convert(Fifo(8, 4))
+    checkout = Path(hw.__file__).absolute().parents[1]
+    assert f'src "{checkout}/hw/memory/fifo.py:' in text
+    portable = yosys_rtlil(text)
+    assert str(checkout) not in portable and 'src "hw/memory/fifo.py:' in portable
+    assert yosys_rtlil(f'attribute \\src "{checkout}/a.py:1|{checkout}/b.py:2"\nwire \\x[0]') == \
+        'attribute \\src "a.py:1|b.py:2"\nwire \\x(0)'
+
+    def hop(kind, delay, sources=()):
+        return {"type": kind, "delay": delay, "from": {"cell": "a", "port": "Q"}, "to": {"cell": "b", "port": "D"},
+                "sources": list(sources)}
+
+    path = CriticalPath.from_report({"path": [
+        hop("clk-to-q", 0.5), hop("routing", 3.0, ["hw/memory/fifo.py:40", "/usr/lib/amaranth/lib/stream.py:9"]),
+        hop("logic", 0.25), hop("routing", 1.0, ["hw/memory/fifo.py:40", "hw/base/counter.py:7"])]})
+    assert (path.logic_ns, path.routing_ns) == (0.75, 4.0)
+    assert path.origins == ("hw/memory/fifo.py:40", "hw/base/counter.py:7")
 
 
 def test_a_chain_of_smaller_devices_fits_one_85f():
