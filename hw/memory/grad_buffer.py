@@ -90,6 +90,7 @@ from ..arith.mult import Multiplier
 from ..arith.rounding import (INDEX_BITS, SAMPLE_BITS, StochasticRounder,
                               saturate)
 from ..base.checks import positive, refuse
+from ..base.counter import next_value
 from ..base.layouts import bias_grads_layout, grads_layout
 from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
 from ..base.signatures import UpdatePortSignature
@@ -225,8 +226,10 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # of bank 0 at the address.
         cb, cw = self.chunk_banks, self.chunk_words
         bank_chunks, word_chunks = -(-self.banks // cb), -(-words // cw)
-        g, i = Signal(range(self.rows)), Signal(range(self.passes))
-        pn, jn = Signal(range(bank_chunks)), Signal(range(word_chunks))
+        g, i = Signal(range(self.rows), name="g"), Signal(range(self.passes), name="i")
+        pn, jn = Signal(range(bank_chunks), name="pn"), Signal(range(word_chunks), name="jn")
+        # Assigned through their next values: the walk's flags below are registers of them.
+        g_next, i_next, pn_next, jn_next = (next_value(m, r) for r in (g, i, pn, jn))
         chunk = Signal(range(bank_chunks * word_chunks))
         # chunk == 0, kept as a register: it clears an address's sums, so it drives the write
         # address and enable of every accumulator RAM cell (the CI bitstream's worst path ran
@@ -238,15 +241,28 @@ class GradientBuffer(WeightWalk, wiring.Component):
         advance = rounder.i.ready  # the whole update pipeline moves together
 
         # The walk's position: chunks of padding only (past S in the last pass, past O in the
-        # last group) are skipped, padded words within a chunk masked.
-        last_pass, last_group = i == self.passes - 1, g >= self.rows - self.passes
-        row_end = jn == Mux(last_pass, -(-self.last_words // cw), word_chunks) - 1
-        address_end = row_end & (pn == Mux(last_group, -(-self.last_banks // cb), bank_chunks) - 1)
-        last_word = address_end & (g == self.rows - 1)
+        # last group) are skipped, padded words within a chunk masked. Its flags are registers,
+        # loaded from the position's next value, and so is the next address: compared in front
+        # of the read of the next address, ``jn`` ran into every LPRAM port-A cell's address
+        # and into the FP engine's weight register (node 1's worst path at 100 MHz, 1.3 ns
+        # logic, 7.6 ns routing).
+        def flags(g, i, pn, jn):
+            last_pass, last_group = i == self.passes - 1, g >= self.rows - self.passes
+            row_end = jn == Mux(last_pass, -(-self.last_words // cw), word_chunks) - 1
+            address_end = row_end & (pn == Mux(last_group, -(-self.last_banks // cb), bank_chunks) - 1)
+            return Cat(last_pass, last_group, row_end, address_end, address_end & (g == self.rows - 1))
+
+        walk_flags = Signal(5)
+        last_pass, last_group, row_end, address_end, last_word = walk_flags
+        following = Signal(range(self.rows + 1))  # g + 1
+        m.d.sync += [walk_flags.eq(flags(g_next, i_next, pn_next, jn_next)), following.eq(g_next + 1)]
+        with m.If(self.busy):
+            m.d.sync += Assert((walk_flags == flags(g, i, pn, jn)) & (following == g + 1),
+                               "gradient buffer: the walk's flags disagree with its position")
         # Both memories' reads of an address are held while its chunks are taken. The next
         # address is read in the last chunk's cycle (through the ParamRam's idle FP port), or,
         # ``shared``, in a LOAD cycle of its own.
-        read_addr = Mux(loading, g, g + 1)
+        read_addr = Mux(loading, g, following)
         m.d.comb += reading.eq(loading if self.shared else
                                loading | (feeding & advance & address_end & ~last_word))
 
@@ -288,8 +304,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.update):
-                    m.d.sync += [batch.eq(self.batch), g.eq(0), i.eq(0), pn.eq(0), jn.eq(0), chunk.eq(0),
-                                 first_chunk.eq(1), index.eq(self.index_base), bank_base.eq(self.index_base),
+                    m.d.comb += [g_next.eq(0), i_next.eq(0), pn_next.eq(0), jn_next.eq(0)]
+                    m.d.sync += [batch.eq(self.batch), chunk.eq(0), first_chunk.eq(1), index.eq(self.index_base), bank_base.eq(self.index_base),
                                  pass_base.eq(self.index_base)]
                     m.next = "LOAD"
             with m.State("LOAD"):
@@ -302,16 +318,19 @@ class GradientBuffer(WeightWalk, wiring.Component):
                         m.next = "FLUSH"
                     with m.Elif(address_end):
                         next_base = pass_base + Mux(last_pass, self.group_step, words)
-                        m.d.sync += [g.eq(g + 1), i.eq(Mux(last_pass, 0, i + 1)), pn.eq(0), jn.eq(0), chunk.eq(0),
-                                     first_chunk.eq(1), index.eq(next_base), bank_base.eq(next_base), pass_base.eq(next_base)]
+                        m.d.comb += [g_next.eq(following), i_next.eq(Mux(last_pass, 0, i + 1)), pn_next.eq(0),
+                                     jn_next.eq(0)]
+                        m.d.sync += [chunk.eq(0), first_chunk.eq(1), index.eq(next_base), bank_base.eq(next_base), pass_base.eq(next_base)]
                         if self.shared:
                             m.next = "LOAD"
                     with m.Elif(row_end):
                         next_bank = bank_base + cb * self.index_stride
-                        m.d.sync += [pn.eq(pn + 1), jn.eq(0), chunk.eq(chunk - jn + word_chunks),
+                        m.d.comb += [pn_next.eq(pn + 1), jn_next.eq(0)]
+                        m.d.sync += [chunk.eq(chunk - jn + word_chunks),
                                      first_chunk.eq(0), index.eq(next_bank), bank_base.eq(next_bank)]
                     with m.Else():
-                        m.d.sync += [jn.eq(jn + 1), chunk.eq(chunk + 1), first_chunk.eq(0), index.eq(index + cw)]
+                        m.d.comb += jn_next.eq(jn + 1)
+                        m.d.sync += [chunk.eq(chunk + 1), first_chunk.eq(0), index.eq(index + cw)]
             with m.State("FLUSH"):
                 with m.If(self.done):
                     m.next = "IDLE"
