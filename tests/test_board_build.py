@@ -22,11 +22,12 @@ def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
     # --for-hardware` writes it, built through `--mapping` at the 100 MHz of mapping/devices.py.
     # Node 0 of two, so its down link (link endpoint, DDR PHY on the Versa's header pins) is in.
     # nextpnr-ecp5 0.11, seed 1, router2 with timing-driven rip-up (router1's routing time on an
-    # earlier CI node went from 95 s to 682 s between versions): 126.7 MHz at ed4736f, 161 s in
-    # the suite's run (the link's received clock above 200 MHz; worst path: conv1's LGB forward
-    # flag into its accumulator memory's write data, 1.9 ns logic, 6.0 ns routing). Its routing
-    # is what varies from change to change: 109.7 MHz at f57a5dd, 105.7 MHz at f4206fa,
-    # 124.6 MHz at d47e622, 93.0 MHz at 9e399be (docs/boards.md, "Measured").
+    # earlier CI node went from 95 s to 682 s between versions): 111.5 MHz at 294ce23, 182 s in
+    # the suite's run from a fresh clone (the link's received clock above 200 MHz; worst path:
+    # conv1's SFU pooling stage into its mask FIFO's input register, 2.8 ns logic, 6.2 ns
+    # routing). Its routing is what varies from change to change: 126.7 MHz at ed4736f,
+    # 109.7 MHz at f57a5dd, 105.7 MHz at f4206fa, 124.6 MHz at d47e622, 93.0 MHz at 9e399be
+    # (docs/boards.md, "Measured").
     mapping = map_network(zoo.micro(), parse_cluster(CI_BITSTREAM["cluster"]),
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
