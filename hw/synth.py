@@ -99,7 +99,8 @@ class SynthResult:
 # Where the project's own source files lie: their names in the RTLIL's ``src`` attributes are
 # made relative to it (``yosys_rtlil``), so a netlist, the reports made from it and the caches
 # keyed by it are the same in any checkout.
-_PROJECT = f"{Path(__file__).resolve().parents[1]}/"
+# Unresolved, as Python names the files Amaranth records (a checkout under a symbolic link).
+_PROJECT = f"{Path(__file__).absolute().parents[1]}/"
 
 
 def yosys_rtlil(text):

@@ -173,7 +173,6 @@ def test_weight_update_matches_golden_over_two_batches(banks, stall):
         if number == 7:  # saturation really happened, both ways
             assert (want == numerics.WORD_MIN).any() and (want == numerics.WORD_MAX).any()
         w = want
-    # Full rate: a beat is taken on every cycle it is offered outside the update.
     # One word per cycle, plus the strobe, the first address's read and the pipeline.
     assert durations == [out_channels * words + 5 + gb.rounder.latency] * 2
 

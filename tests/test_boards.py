@@ -10,7 +10,6 @@ import pytest
 from amaranth.back import rtlil
 
 import hw
-
 from boards import protocol as p
 from boards.boards import BOARDS, board_list, get_board
 from boards.build import board_mapping, held_nodes, parse_args

@@ -150,6 +150,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
             refuse(self, f"gradient buffer: a bias buffer updates one word per cycle, not {lanes}")
         self.out_channels, self.banks, self.bias, self.family = out_channels, banks, bias, family
         self.lanes = lanes
+        # Chunks per address: of banks (pn counts them) and of each bank's words (jn).
+        self.bank_chunks, self.word_chunks = -(-banks // self.chunk_banks), -(-self.words // self.chunk_words)
         # A bias RAM's FP-side port belongs to the SFU, busy with the last sample's outputs
         # when the update starts: the bias update reads and writes through port B alone.
         self.shared = bias
@@ -175,11 +177,13 @@ class GradientBuffer(WeightWalk, wiring.Component):
         })
 
     def _extra_layout(self):
-        """What travels with a chunk through the rounder: its words' old values, which of
-        them are real, and their destination."""
-        chunks = -(-self.banks // self.chunk_banks) * -(-self.words // self.chunk_words)
+        """What travels with a chunk through the rounder: its words' old values, its place in
+        the walk (``at``: which of its words are real follows from it) and its destination."""
+        bank_chunks, word_chunks = self.bank_chunks, self.word_chunks
+        at = data.StructLayout({"pn": range(bank_chunks), "jn": range(word_chunks), "last_group": 1,
+                                "last_pass": 1})
         return data.StructLayout({"w": data.ArrayLayout(signed(numerics.WORD_BITS), self.lanes),
-                                  "mask": self.lanes, "addr": range(self.rows), "chunk": range(chunks),
+                                  "at": at, "addr": range(self.rows), "chunk": range(bank_chunks * word_chunks),
                                   "last": 1})
 
     def _terms(self, values):
@@ -225,7 +229,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # chunk's first word, ``bank_base`` of word 0 of its first bank, ``pass_base`` of word 0
         # of bank 0 at the address.
         cb, cw = self.chunk_banks, self.chunk_words
-        bank_chunks, word_chunks = -(-self.banks // cb), -(-words // cw)
+        bank_chunks, word_chunks = self.bank_chunks, self.word_chunks
         g, i = Signal(range(self.rows), name="g"), Signal(range(self.passes), name="i")
         pn, jn = Signal(range(bank_chunks), name="pn"), Signal(range(word_chunks), name="jn")
         # Assigned through their next values: the walk's flags below are registers of them.
@@ -305,8 +309,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.update):
                     m.d.comb += [g_next.eq(0), i_next.eq(0), pn_next.eq(0), jn_next.eq(0)]
-                    m.d.sync += [batch.eq(self.batch), chunk.eq(0), first_chunk.eq(1), index.eq(self.index_base), bank_base.eq(self.index_base),
-                                 pass_base.eq(self.index_base)]
+                    m.d.sync += [batch.eq(self.batch), chunk.eq(0), first_chunk.eq(1), index.eq(self.index_base),
+                                 bank_base.eq(self.index_base), pass_base.eq(self.index_base)]
                     m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.comb += loading.eq(1)
@@ -320,7 +324,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
                         next_base = pass_base + Mux(last_pass, self.group_step, words)
                         m.d.comb += [g_next.eq(following), i_next.eq(Mux(last_pass, 0, i + 1)), pn_next.eq(0),
                                      jn_next.eq(0)]
-                        m.d.sync += [chunk.eq(0), first_chunk.eq(1), index.eq(next_base), bank_base.eq(next_base), pass_base.eq(next_base)]
+                        m.d.sync += [chunk.eq(0), first_chunk.eq(1), index.eq(next_base), bank_base.eq(next_base),
+                                     pass_base.eq(next_base)]
                         if self.shared:
                             m.next = "LOAD"
                     with m.Elif(row_end):
@@ -353,18 +358,16 @@ class GradientBuffer(WeightWalk, wiring.Component):
             # multiply Yosys gave one of the ECP5's multipliers on node 0 of the default chain.
             return Array(candidates)[chunk].as_signed()
 
-        # The walk's position travels with the chunk, and each lane's mask is formed from it at
-        # the rounder's input: formed from ``pn`` and ``jn`` themselves, the masks of every lane
-        # pulled those registers apart, and conv1's ``jn`` into the enable of its ``pn`` was node 0's
-        # worst path at 125 MHz (1.0 ns logic, 8.4 ns routing).
-        position = data.StructLayout({"pn": range(bank_chunks), "jn": range(word_chunks), "last_group": 1,
-                                      "last_pass": 1})
-        side_layout = data.StructLayout({"valid": 1, "index": INDEX_BITS, "extra": self._extra_layout(),
-                                         "at": position})
+        # The walk's position travels with the chunk, and each lane's mask is formed from it on
+        # the way into the ParamRam: formed from ``pn`` and ``jn`` themselves, the masks of every
+        # lane pulled those registers apart, and conv1's ``jn`` into the enable of its ``pn`` was
+        # node 0's worst path at 125 MHz (1.0 ns logic, 8.4 ns routing).
+        side_layout = data.StructLayout({"valid": 1, "index": INDEX_BITS, "extra": self._extra_layout()})
         side = Signal(side_layout)
+        at = side.extra.at
         m.d.comb += [side.valid.eq(feeding), side.index.eq(index), side.extra.addr.eq(g),
-                     side.extra.chunk.eq(chunk), side.extra.last.eq(last_word), side.at.pn.eq(pn),
-                     side.at.jn.eq(jn), side.at.last_group.eq(last_group), side.at.last_pass.eq(last_pass)]
+                     side.extra.chunk.eq(chunk), side.extra.last.eq(last_word), at.pn.eq(pn), at.jn.eq(jn),
+                     at.last_group.eq(last_group), at.last_pass.eq(last_pass)]
         products, offsets = [], []
         for a in range(cb):
             for c in range(cw):
@@ -389,16 +392,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
             with m.If(advance):
                 m.d.sync += delayed.eq(side)
             side = delayed
-        at = side.at
         m.d.comb += [rounder.i.valid.eq(side.valid), rounder.i.payload.sample.eq(batch),
                      rounder.i.payload.extra.eq(side.extra)]
-        for a in range(cb):
-            for c in range(cw):
-                # pn*cb + a < real_banks and jn*cw + c < real_words, as bounds on the chunk
-                # counts: no multiply. (Assigned after ``extra``: the mask replaces its field.)
-                m.d.comb += rounder.i.payload.extra.mask[a * cw + c].eq(
-                    (at.pn < Mux(at.last_group, _chunks_below(self.last_banks - a, cb), _chunks_below(self.banks - a, cb)))
-                    & (at.jn < Mux(at.last_pass, _chunks_below(self.last_words - c, cw), _chunks_below(words - c, cw))))
         for lane, (product, offset) in enumerate(zip(products, offsets)):
             m.d.comb += [rounder.i.payload.acc[lane].eq(product),
                          rounder.i.payload.index[lane].eq(side.index + offset)]
@@ -409,12 +404,18 @@ class GradientBuffer(WeightWalk, wiring.Component):
         blocked = reading if self.shared else Const(0)
         new_words = [saturate(out.extra.w[lane] - out.value[lane], numerics.WORD_BITS)[:numerics.WORD_BITS]
                      for lane in range(self.lanes)]  # sliced to the word: Cat packs them
+        # Lane (a, c) holds a real word when pn*cb + a < real_banks and jn*cw + c < real_words,
+        # as bounds on the chunk counts: no multiply.
+        at = out.extra.at
+        real = [(at.pn < Mux(at.last_group, _chunks_below(self.last_banks - a, cb), _chunks_below(self.banks - a, cb)))
+                & (at.jn < Mux(at.last_pass, _chunks_below(self.last_words - c, cw), _chunks_below(words - c, cw)))
+                for a in range(cb) for c in range(cw)]
         value, mask = [], []
         for p in range(self.banks):
             for j in range(words):
                 lane = (p % cb) * cw + j % cw
                 value.append(new_words[lane])
-                mask.append(out.extra.mask[lane] & (out.extra.chunk == (p // cb) * word_chunks + j // cw))
+                mask.append(real[lane] & (out.extra.chunk == (p // cb) * word_chunks + j // cw))
         m.d.comb += [
             rounder.o.ready.eq(~blocked),
             self.upd.read.eq(reading),
