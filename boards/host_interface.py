@@ -32,7 +32,7 @@ streams of that side (images and labels too, on a board without node 0) travel o
 Only the board holding node 0 takes LABEL and IMAGE.
 """
 
-from amaranth.hdl import Cat, Const, Instance, Module, Mux, ResetInserter, Signal, Value, signed
+from amaranth.hdl import Assert, Cat, Const, Instance, Module, Mux, ResetInserter, Signal, Value, signed
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
@@ -355,6 +355,14 @@ class Trainer(wiring.Component):
         wait = Signal(2)
         read_word = Signal(16)
 
+        # Whether every word of a WRITE, LABEL or IMAGE is taken, a register loaded with the
+        # index (the comparison of index and length in front of the fetch states' decisions held
+        # node 0's executor state late at 125 MHz).
+        fetched_all = Signal()
+
+        def advance():
+            m.d.sync += [index.eq(index + 1), fetched_all.eq(index + 1 == length[1:])]
+
         def answer(code, size):
             m.d.comb += [sender.start.eq(1), sender.command.eq(code), sender.length.eq(size)]
 
@@ -379,7 +387,8 @@ class Trainer(wiring.Component):
                             with m.If(write_bad):
                                 m.next = "bad_argument"
                             with m.Else():
-                                m.d.sync += [index.eq(p.WRITE_HEADER // 2), first.eq(p.WRITE_HEADER // 2)]
+                                m.d.sync += [index.eq(p.WRITE_HEADER // 2), first.eq(p.WRITE_HEADER // 2),
+                                             fetched_all.eq(length[1:] == p.WRITE_HEADER // 2)]
                                 m.next = "write_fetch"
                         with m.Case(p.READ):
                             with m.If(read_bad):
@@ -394,7 +403,7 @@ class Trainer(wiring.Component):
                                 with m.If(length[0]):
                                     m.next = "bad_argument"
                                 with m.Else():
-                                    m.d.sync += [first.eq(0), channel.eq(0)]
+                                    m.d.sync += [first.eq(0), channel.eq(0), fetched_all.eq(length[1:] == 0)]
                                     m.next = "feed_fetch"
                         with m.Case(p.START):
                             with m.If(start_bad):
@@ -430,13 +439,15 @@ class Trainer(wiring.Component):
                     m.next = "wait"
             # WRITE: one word per two cycles (the buffer's read takes one).
             with m.State("write_fetch"):
-                with m.If(index == length[1:]):
+                m.d.sync += Assert(fetched_all == (index == length[1:]), "host interface: fetched_all disagrees")
+                with m.If(fetched_all):
                     m.next = "acknowledge"
                 with m.Else():
                     m.next = "write_word"
             with m.State("write_word"):
                 m.d.comb += [word.eq(load.data), host_write.eq(1)]
-                m.d.sync += [index.eq(index + 1), *next_word]
+                m.d.sync += next_word
+                advance()
                 m.next = "write_fetch"
             # READ: a word is on the node's host port three cycles after the read (hw/node/top.py).
             with m.State("read_issue"):
@@ -462,7 +473,8 @@ class Trainer(wiring.Component):
             if feeds:
                 # LABEL / IMAGE: one beat per label word, per ``channels`` pixel words.
                 with m.State("feed_fetch"):
-                    with m.If(index == length[1:]):
+                    m.d.sync += Assert(fetched_all == (index == length[1:]), "host interface: fetched_all disagrees")
+                    with m.If(fetched_all):
                         m.next = "acknowledge"
                     with m.Else():
                         m.next = "feed_word"
@@ -470,10 +482,11 @@ class Trainer(wiring.Component):
                     with m.If(command == p.LABEL):
                         m.d.comb += [label_in.payload.eq(load.data[:LABEL_BITS]), label_in.valid.eq(1)]
                         with m.If(label_in.ready):
-                            m.d.sync += index.eq(index + 1)
+                            advance()
                             m.next = "feed_fetch"
                     with m.Else():
-                        m.d.sync += [pixel.eq(Cat(pixel[WORD_BITS:], load.data)), index.eq(index + 1)]
+                        m.d.sync += pixel.eq(Cat(pixel[WORD_BITS:], load.data))
+                        advance()
                         with m.If(channel == channels - 1):
                             m.d.sync += channel.eq(0)
                             m.next = "feed_pixel"

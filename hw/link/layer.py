@@ -360,9 +360,21 @@ class LinkLayer(wiring.Component):
             counted = Mux(timer == limit, timer, timer + 1)
             m.d.sync += [flag.eq(Mux(restart, bool(threshold(0)), threshold(counted))),
                          Assert(flag == threshold(timer), f"link layer: {name} disagrees with its timer")]
-        urgent_ctrl = nak_pending | (update_pending & flags["ack_due"]) | flags["refresh_due"]
         idle_due = flags["idle_due"]
-        replaying = send_seq != next_seq
+        # The rest of the decision's inputs are registered too, a cycle late: the comparison of
+        # the sequence numbers and the control frame's triggers (with them, the decision into
+        # the staged words' valids and the credit counts' enables was eleven LUTs deep, node 0's
+        # latest link inputs at 125 MHz). Late to open only delays a frame; late to close cannot
+        # start a wrong one, since a frame keeps the sender busy for three cycles after its start
+        # and ``send_seq`` moves otherwise only by a rewind, after which the sender waits a cycle
+        # (``rewound``) for ``replaying`` to see it.
+        urgent_ctrl, ctrl_pending, replaying, rewound = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [urgent_ctrl.eq(nak_pending | (update_pending & flags["ack_due"]) | flags["refresh_due"]),
+                     ctrl_pending.eq(update_pending), replaying.eq(send_seq != next_seq), rewound.eq(0)]
+        with m.If(~busy & ~rewound):
+            m.d.sync += Assert(replaying == (send_seq != next_seq), "link layer: replaying disagrees")
+        with m.If(starting_data):
+            m.d.sync += Assert(send_seq == next_seq, "link layer: a new frame while replaying")
 
         _saturating_increment(m, ctrl_timer, cfg.refresh_interval)  # reset below when one starts
 
@@ -407,7 +419,9 @@ class LinkLayer(wiring.Component):
         with m.Elif(state == TrainState.CONFIRM):
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_TS2)]
             _saturating_increment(m, said, cfg.train_count)
-        with m.Elif(~idle_due & urgent_ctrl | ~idle_due & ~replaying & ~any_eligible & update_pending):
+        with m.Elif(rewound):
+            m.d.comb += [emit.ctrl.eq(1), emit.data.eq(K_IDLE)]
+        with m.Elif(~idle_due & urgent_ctrl | ~idle_due & ~replaying & ~any_eligible & ctrl_pending):
             start_frame(TxMode.CTRL)
             m.d.comb += starting_ctrl.eq(1)
             m.d.sync += [frame_payload.eq(cfg.ctrl_payload_flits), nak_pending.eq(0), ack_pending.eq(0),
@@ -461,7 +475,7 @@ class LinkLayer(wiring.Component):
             with m.If(in_flight != 0):
                 _saturating_increment(m, replay_timer, cfg.replay_timeout)
             with m.If(replay_timer == cfg.replay_timeout):
-                m.d.sync += [send_seq.eq(oldest), replay_timer.eq(0)]
+                m.d.sync += [rewound.eq(1), send_seq.eq(oldest), replay_timer.eq(0)]
                 increment("replays")
         with m.Else():
             # Held at zero until the link is up, from the state register alone: zeroed on the
@@ -479,13 +493,13 @@ class LinkLayer(wiring.Component):
                 with m.If(newly_acked != 0):
                     m.d.sync += replay_timer.eq(0)
                 with m.If(nak):
-                    m.d.sync += [send_seq.eq(ack_seq + 1), replay_timer.eq(0)]
+                    m.d.sync += [rewound.eq(1), send_seq.eq(ack_seq + 1), replay_timer.eq(0)]
                     increment("replays")
                 with m.Elif((send_seq - oldest)[:S] < newly_acked):  # replaying what is now acked
-                    m.d.sync += send_seq.eq(ack_seq + 1)
+                    m.d.sync += [rewound.eq(1), send_seq.eq(ack_seq + 1)]
         with m.If(entering_up):
             # Re-trained: replay whatever was unacknowledged and tell the partner where we are.
-            m.d.sync += [send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1)]
+            m.d.sync += [rewound.eq(1), send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1)]
 
         for name, event in events.items():
             counter, counted = getattr(self.counters, name), Signal(name=f"{name}_counted")
