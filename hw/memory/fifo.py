@@ -20,6 +20,12 @@ earliest), so the logic in front of ``i.payload`` does not also carry the wires 
 (a block RAM's data pins are often far from it). ``level`` and ``i.ready`` are unchanged: the
 registered beat counts, and the memory always has room for it.
 
+``pop_register=True`` counts a beat taken from ``o`` in ``level`` and ``full`` a cycle late, from
+a register, so ``o.ready`` reaches one flip-flop instead of the level's adder and the full
+flag (a queue whose consumer is far from its producer: the SFU's mask FIFO, between the
+forward and the backward pass). ``level`` then counts a taken beat one cycle longer, and
+``i.ready`` rises a cycle later after a pop: never more beats than the memory holds.
+
 ``family``: the device family the memory is built for (``ram_style`` by
 ``mapping.resources.ram_style``); None for simulation.
 """
@@ -38,11 +44,11 @@ class Fifo(wiring.Component):
 
     KIND = "fifo"  # names the queue in refusals and simulation assertions
 
-    def __init__(self, shape, depth, *, family=None, input_register=False):
+    def __init__(self, shape, depth, *, family=None, input_register=False, pop_register=False):
         if depth < 1:
             refuse(self, f"{self.KIND}: depth = {depth} must be at least 1")
         self.shape, self.depth, self.family = shape, depth, family
-        self.input_register = input_register
+        self.input_register, self.pop_register = input_register, pop_register
         self.width = Shape.cast(shape).width
         super().__init__({
             "i": In(stream.Signature(shape)),
@@ -64,6 +70,11 @@ class Fifo(wiring.Component):
         push = self.i.valid & self.i.ready
         pop = self.o.valid & self.o.ready
         fetch = (stored != 0) & (~self.o.valid | self.o.ready)  # refill the output register
+        if self.pop_register:
+            counted_pop = Signal()
+            m.d.sync += counted_pop.eq(pop)
+        else:
+            counted_pop = pop
 
         if self.input_register:
             written, data = Signal(), Signal.like(self.i.payload)
@@ -74,9 +85,9 @@ class Fifo(wiring.Component):
         # the producer's handshake, and through a pipeline's stall chain (a mask FIFO's level ->
         # its SFU -> the PAB's pop was an ECP5-45 node's worst path, 8.2 ns of routing).
         full = Signal()
-        with m.If(push & ~pop):
+        with m.If(push & ~counted_pop):
             m.d.sync += full.eq(self.level == depth - 1)
-        with m.Elif(pop & ~push):
+        with m.Elif(counted_pop & ~push):
             m.d.sync += full.eq(0)
         write = mem.write_port()
         m.d.comb += [
@@ -91,12 +102,13 @@ class Fifo(wiring.Component):
         with m.Elif(pop):
             m.d.sync += self.o.valid.eq(0)
         up_down(m, stored, written, fetch)
-        up_down(m, self.level, push, pop)
+        up_down(m, self.level, push, counted_pop)
         in_register = written if self.input_register else 0
+        uncounted = counted_pop if self.pop_register else 0  # taken last cycle, still counted
         m.d.sync += [  # checked at clock edges
             Assert(~(written & (stored == depth)), f"{kind}: write into a full memory"),
             Assert(~(fetch & (stored == 0)), f"{kind}: read from an empty memory"),
-            Assert(self.level == stored + self.o.valid + in_register,
+            Assert(self.level == stored + self.o.valid + in_register + uncounted,
                    f"{kind}: level disagrees with the contents"),
             Assert(full == (self.level == depth), f"{kind}: full flag disagrees with the level"),
         ]
