@@ -71,13 +71,27 @@ def ecppll_settings(input_mhz, output_mhz):
     return params, achieved
 
 
+def ecppll_at_least(input_mhz, output_mhz):
+    """:func:`ecppll_settings` for the nearest frequency the PLL makes that is not below
+    ``output_mhz``: the node never runs slower than the clock its mapping converts cycles at
+    (ecppll takes the nearest, which from the EVN's 12 MHz is 124 for 125; this gives 126)."""
+    target = output_mhz
+    while True:
+        params, achieved = ecppll_settings(input_mhz, target)
+        if achieved >= output_mhz - 1e-9:
+            return params, achieved
+        if target > 1.1 * output_mhz:
+            raise ValueError(f"no EHXPLLL setting makes {output_mhz:g} MHz or a little more from {input_mhz:g} MHz")
+        target += 0.5
+
+
 class BoardTop(Elaboratable):
     """``board`` (boards.boards.Board) holding nodes ``nodes`` of ``mapping`` at ``clock_mhz``."""
 
     def __init__(self, board, mapping, nodes, clock_mhz):
         self.board, self.clock_mhz = board, clock_mhz
         if board.family == "ecp5":
-            self.pll, self.clock_mhz = ecppll_settings(board.clock_mhz, clock_mhz)
+            self.pll, self.clock_mhz = ecppll_at_least(board.clock_mhz, clock_mhz)
         else:  # the oscillator clocks the nodes (an MMCM is Vivado's part of the flow)
             self.clock_mhz = board.clock_mhz
         self.trainer = Trainer(mapping, divisor=round(self.clock_mhz * 1e6 / board.uart_baud),

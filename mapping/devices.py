@@ -108,8 +108,11 @@ _DEVICES = [
         family="ecp5",
         dsp=156, bram_blocks=208, uram_blocks=0, lut=83_640, ff=83_640,
         transceivers=4, transceiver_gbps=5.0,
-        # ECP5 fabric with MULT18X18D and EBR in the loop closes at roughly
-        # 100-150 MHz with nextpnr; 100 MHz leaves room for the link cores.
+        # Measured in context on the EVN with the links and host interface (nextpnr-ecp5 0.11,
+        # seed 1, router1; docs/boards.md): the default mapping's nodes 0 and 1 (153 and 135 of
+        # the 156 multipliers) reach 127.8 and 131.3 MHz aiming at 124. Not yet raised: at 125
+        # the mapper balances the chain differently (docs/boards.md), and those nodes are
+        # not yet placed and routed.
         clock_mhz=100.0,
         # the EVN brings all four 5 Gb/s 8b/10b SERDES channels out to SMA
         # connectors: two per neighbour = 2 * 5 * 0.8 = 8 Gb/s.

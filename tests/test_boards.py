@@ -17,7 +17,7 @@ from boards.build import main as build_main
 from boards.client import BoardError, Client
 from boards.host import main as host_main
 from boards.link_pins import SIDES, _pads, _resource_pins, plan_link_pins
-from boards.top import BoardTop
+from boards.top import BoardTop, ecppll_at_least
 from hw.link.ddr_phy import data_pins
 from hw.memory.fifo import Fifo
 from hw.synth import CriticalPath, late_endpoints, yosys_rtlil
@@ -192,6 +192,17 @@ def test_a_node_of_a_longer_chain_has_its_link_on_the_planned_header_pins():
     assert 'LOCATE COMP "link_up_0__tx_data__io[0]" SITE "E14";' in lpf
     assert 'FREQUENCY PORT "link_up_0__rx_clk__io" 100000000.0 HZ;' in lpf
     assert sum("link_up_0__" in line and line.startswith("LOCATE") for line in lpf) == 20
+
+
+@pytest.mark.parametrize("oscillator, asked, made, dividers", [
+    (12, 125, 126.0, (2, 21, 5)),   # the EVN: ecppll's nearest is 124, below the node clock
+    (12, 100, 100.0, (3, 25, 6)),
+    (25, 60, 60.0, (5, 12, 10)),    # the ULX3S
+])
+def test_the_pll_never_runs_the_node_slower_than_asked(oscillator, asked, made, dividers):
+    params, achieved = ecppll_at_least(oscillator, asked)
+    assert achieved == made
+    assert (params["CLKI_DIV"], params["CLKFB_DIV"], params["CLKOP_DIV"]) == dividers
 
 
 def test_host_command_refuses_a_port_it_cannot_open(monkeypatch, capsys):
