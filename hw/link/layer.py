@@ -226,20 +226,27 @@ class LinkLayer(wiring.Component):
         ahead = Signal(S)
         m.d.comb += ahead.eq(seq - expected)
 
+        # Requests, raised into ``ack_pending`` and ``nak_pending`` after the sender's decision
+        # below, which clears them when a control frame starts: that frame's header was taken
+        # before this cycle's frame counted, so a request of the same cycle waits for the next.
+        ack_request, nak_request = Signal(), Signal()
+
         def request_nak():
             with m.If(~nak_sent):
-                m.d.sync += [nak_pending.eq(1), nak_sent.eq(1)]
+                m.d.comb += nak_request.eq(1)
+                m.d.sync += nak_sent.eq(1)
 
         commit = Signal()
         with m.If(data_ok):
             with m.If(ahead == 0):
                 m.d.comb += commit.eq(1)
-                m.d.sync += [expected.eq(expected + 1), ack_pending.eq(1), nak_sent.eq(0)]
+                m.d.comb += ack_request.eq(1)
+                m.d.sync += [expected.eq(expected + 1), nak_sent.eq(0)]
                 increment("frames_received")
             with m.Elif(ahead < cfg.seq_window):  # a frame before it was lost
                 request_nak()
             with m.Else():                        # a replayed duplicate: our ACK was lost
-                m.d.sync += ack_pending.eq(1)
+                m.d.comb += ack_request.eq(1)
         with m.Elif(frame_end & ~ctrl_ok):
             increment("crc_errors")
             request_nak()
@@ -454,9 +461,15 @@ class LinkLayer(wiring.Component):
             m.d.sync += since_idle.eq(0)
         with m.Else():
             _saturating_increment(m, since_idle, cfg.idle_interval)
-        # Set after the clears above: an update arriving while a control frame starts is kept.
+        # Set after the clears above: an update arriving while a control frame starts is kept
+        # (an ACK lost so waited for the next refresh, 512 cycles, as long as the partner's
+        # replay timeout, which then replayed frames that had arrived).
         with m.If(Cat(taken).any()):
             m.d.sync += credit_pending.eq(1)
+        with m.If(ack_request):
+            m.d.sync += ack_pending.eq(1)
+        with m.If(nak_request):
+            m.d.sync += nak_pending.eq(1)
 
         # ---- acknowledgements from the partner ---------------------------------------------
         ctrl_payload_start = (max_flits - cfg.ctrl_payload_flits) * W
