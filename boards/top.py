@@ -31,6 +31,7 @@ from amaranth.lib.wiring import In, connect
 
 from hw.link.ddr_phy import ECP5DDRPhy, data_pins
 from hw.link.layer import PhySignature
+from mapping.errors import SpecError
 
 from .host_interface import Trainer
 from .link_pins import SIDES, plan_link_pins
@@ -72,16 +73,15 @@ def ecppll_settings(input_mhz, output_mhz):
 
 
 def ecppll_at_least(input_mhz, output_mhz):
-    """:func:`ecppll_settings` for the nearest frequency the PLL makes that is not below
-    ``output_mhz``: the node never runs slower than the clock its mapping converts cycles at
-    (ecppll takes the nearest, which from the EVN's 12 MHz is 124 for 125; this gives 126)."""
+    """:func:`ecppll_settings` for the nearest frequency not below ``output_mhz``, the clock the mapping
+    converts cycles at (ecppll takes the nearest: from the EVN's 12 MHz, 124 for 125; this gives 126)."""
     target = output_mhz
     while True:
         params, achieved = ecppll_settings(input_mhz, target)
         if achieved >= output_mhz - 1e-9:
             return params, achieved
         if target > 1.1 * output_mhz:
-            raise ValueError(f"no EHXPLLL setting makes {output_mhz:g} MHz or a little more from {input_mhz:g} MHz")
+            raise SpecError(f"no EHXPLLL setting makes {output_mhz:g} MHz or a little more from {input_mhz:g} MHz")
         target += 0.5
 
 

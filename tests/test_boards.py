@@ -69,6 +69,8 @@ def test_status_unpacks_every_field():
     (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--clock", "nan"],
      "argument --clock: must be a positive finite number, got 'nan' (see python -m boards.build --help)"),
+    (["--board", "ecp5-5g-evn", "--node", "0", "--clock", "1000"],
+     "no EHXPLLL setting makes 1000 MHz or a little more from 12 MHz"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--late", "0"],
      "argument --late: must be a positive integer, got '0' (see python -m boards.build --help)"),
 ])
