@@ -109,8 +109,9 @@ _DEVICES = [
         dsp=156, bram_blocks=208, uram_blocks=0, lut=83_640, ff=83_640,
         transceivers=4, transceiver_gbps=5.0,
         # The default mapping's nodes on this part close timing at it in context on the EVN,
-        # with their links and the host interface (nextpnr-ecp5 0.11, seed 1, router1: 127.1
-        # and 130.1 MHz; docs/boards.md, "Measured"); the board top's PLL makes 126 from 12 MHz.
+        # with their links and the host interface (nextpnr-ecp5 0.11, seed 1, router1: node 0
+        # 127.1 MHz at 94d691c, node 1 130.1 at c17f31a; docs/boards.md, "Measured"); the
+        # board top's PLL makes 126 from 12 MHz.
         clock_mhz=125.0,
         # the EVN brings all four 5 Gb/s 8b/10b SERDES channels out to SMA
         # connectors: two per neighbour = 2 * 5 * 0.8 = 8 Gb/s.
