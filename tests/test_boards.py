@@ -12,7 +12,7 @@ from amaranth.back import rtlil
 import hw
 from boards import protocol as p
 from boards.boards import BOARDS, board_list, get_board
-from boards.build import board_mapping, held_nodes, parse_args
+from boards.build import board_mapping, held_nodes, parse_args, place_and_route
 from boards.build import main as build_main
 from boards.client import BoardError, Client
 from boards.host import main as host_main
@@ -140,6 +140,45 @@ def test_program_says_how_to_get_openfpgaloader(monkeypatch, tmp_path):
         boards.build.program(get_board("ulx3s-85f"), tmp_path / "top.bit", print)
     assert str(error.value) == ("openFPGALoader is not installed (Debian/Ubuntu: apt install openfpgaloader; "
                                 f"or https://github.com/trabucayre/openFPGALoader); the bitstream is {tmp_path}/top.bit")
+
+
+ROUTER2_FAILURE = ("ERROR: Failed to route arc 0.0 of net 'trainer.chain_reset', "
+                   "from X40/Y2/Q0_SLICE to X0/Y0/G_CLKI_TDCC0.")
+
+
+def fake_nextpnr(monkeypatch, failing, message=ROUTER2_FAILURE):
+    """boards.build's nextpnr calls, answered by a stand-in that fails with ``message`` (by
+    default router2's of the CI node at 549c014) for the routers in ``failing``."""
+    calls = []
+
+    def run_tool(tool, module, entry, argv, work, log, progress=None):
+        router = argv[argv.index("--router") + 1]
+        calls.append(router)
+        (work / log).write_text(message if router in failing else f"Info: routed by {router}\n")
+        if router in failing:
+            raise RuntimeError("nextpnr failed (exit status 1)")
+    monkeypatch.setattr("boards.build.run_tool", run_tool)
+    return calls
+
+
+def test_a_design_router2_cannot_route_is_routed_by_router1(monkeypatch, tmp_path):
+    calls, lines = fake_nextpnr(monkeypatch, {"router2"}), []
+    place_and_route(tmp_path, [], "router2", None, lines.append)
+    assert calls == ["router2", "router1"]
+    assert lines == ["router2 could not route an arc (Failed to route arc 0.0 of net 'trainer.chain_reset', "
+                     "from X40/Y2/Q0_SLICE to X0/Y0/G_CLKI_TDCC0.); routing again with router1"]
+    assert (tmp_path / "nextpnr-router2.log").read_text() == ROUTER2_FAILURE
+    assert (tmp_path / "nextpnr.log").read_text() == "Info: routed by router1\n"
+
+
+@pytest.mark.parametrize("router, message", [("router1", ROUTER2_FAILURE),
+                                             ("router2", "ERROR: Unable to place cell 'x'")])
+def test_other_nextpnr_failures_are_errors(monkeypatch, tmp_path, router, message):
+    # router1 has no fallback, and router2 failing for another reason is not retried
+    calls = fake_nextpnr(monkeypatch, {router}, message)
+    with pytest.raises(RuntimeError, match="nextpnr failed"):
+        place_and_route(tmp_path, [], router, None, print)
+    assert calls == [router]
 
 
 @pytest.mark.parametrize("name", ["versa-ecp5-5g", "ecp5-5g-evn", "ulx3s-85f"])
