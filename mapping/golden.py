@@ -52,6 +52,12 @@ version ``max(0, (s - k) // batch)`` (its first k samples of each mini-batch wer
 already in the pipeline before the update landed), EB of sample s uses ``s // batch``
 and PG of sample s accumulates into mini-batch ``s // batch``. The masks, argmaxes
 and input activations PG and EB use are those FP produced. k = 0 is aligned SGD.
+
+``eb_stale`` = e (every layer) moves EB of sample s to version ``max(0, (s - e) // batch)``;
+PG still accumulates into mini-batch ``s // batch`` and each update still starts from the
+newest version. e = 1 is the rule of an update that does not stop the engines (EB of a
+mini-batch's first sample runs while the update is written to a second copy of the
+weights, FP one sample staler: docs/weight_versions.md); the hardware does not build it.
 """
 
 from dataclasses import dataclass
@@ -403,9 +409,14 @@ def _stale_per_layer(network, fp_stale):
         if name not in names:
             raise SpecError(f"fp_stale: '{name}' is not a weighted layer of network {network.name} "
                             f"(those are {', '.join(names)})")
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
-            raise SpecError(f"fp_stale of layer '{name}' must be an integer >= 0, got {value!r}")
+        _check_staleness(value, f"fp_stale of layer '{name}'")
     return {name: int(fp_stale.get(name, 0)) for name in names}
+
+
+def _check_staleness(value, what):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        raise SpecError(f"{what} must be an integer >= 0, got {value!r}")
+    return int(value)
 
 
 def _checked_data(network, inputs, labels, batch):
@@ -429,12 +440,12 @@ def _zero_grads(params):
 
 
 def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=None, fp_stale=0,
-          resume=None):
+          eb_stale=0, resume=None):
     """Train on ``inputs`` (N, C, H, W) real values, ``labels`` (N,) class numbers, in order.
 
     ``params`` are words (fixed mode) or real values (float mode), as :func:`init_params`
     returns them; they are not modified. ``fp_stale`` is an int for every weighted
-    layer or {layer: int} (missing layers 0): see "Weight versions" above.
+    layer or {layer: int} (missing layers 0), ``eb_stale`` an int: see "Weight versions" above.
     ``resume``: the :class:`TrainRecord` of the previous call, whose final params
     ``params`` must be: the run continues at its next sample number and weight version
     (the same rounding noise and stale versions as one call over both inputs).
@@ -447,6 +458,7 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
     arith = arithmetic(mode, formats)
     params = _checked_params(network, params, arith)
     stale = _stale_per_layer(network, fp_stale)
+    eb_stale = _check_staleness(eb_stale, "eb_stale")
     inputs, labels = _checked_data(network, inputs, labels, batch)
     step = arith.step(lr, batch)
     first = network.weighted_layers[0].position
@@ -467,19 +479,20 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
         s = start + i
         m = s // batch
         # docs/weight_versions.md: FP of the first fp_stale samples of mini-batch m ran before
-        # the update of mini-batch m-1 reached the layer; EB and PG always use version m.
+        # the update of mini-batch m-1 reached the layer; EB uses version m unless eb_stale.
+        eb = max(0, (s - eb_stale) // batch)
         fp_params = {}
         for name, k in stale.items():
             version = record.fp_version[name][i] = max(0, (s - k) // batch)
             fp_params[name] = versions[version][name]
         for name in record.eb_version:
-            record.eb_version[name][i] = m
+            record.eb_version[name][i] = eb
         with np.errstate(over="ignore", invalid="ignore"):
             trace = forward(network, fp_params, inputs[i], arith, s)
             record.loss[i] = loss(trace.output, labels[i], arith)
         if not math.isfinite(record.loss[i]):
             raise Diverged(f"training diverged: the loss of sample {s} is {record.loss[i]}")
-        grads, _ = backward(network, versions[m], trace, labels[i], arith, s)
+        grads, _ = backward(network, versions[eb], trace, labels[i], arith, s)
         for info in network.weighted_layers:
             for g, total in zip(grads[info.name], gsums[info.name]):
                 if g is not None:
@@ -488,7 +501,7 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
         if s % batch == batch - 1:
             versions[m + 1] = _sgd_update(network, versions[m], gsums, step, arith, m)
             gsums = _zero_grads(params)
-            oldest = max(0, (s + 1 - max(stale.values())) // batch)
+            oldest = max(0, (s + 1 - max(*stale.values(), eb_stale)) // batch)
             versions = {v: p for v, p in versions.items() if v >= oldest}
     record.versions = versions
     return versions[(start + n) // batch], record

@@ -4,8 +4,10 @@
 
 Each weighted layer's ``fp_stale`` comes from mapping the network onto ``--cluster``
 exactly as ``hw.build`` does, so ``--update pipelined`` (the default) is the weight
-version schedule the chain runs (docs/weight_versions.md) and ``--update aligned`` is
-plain mini-batch SGD. Data: scikit-learn's bundled 8x8 digits (``digits``) or an .npz
+version schedule the chain runs (docs/weight_versions.md), ``--update aligned`` is
+plain mini-batch SGD and ``--update overlapped`` the schedule an update that does not stop
+the engines would run (EB on the previous sample's version, FP one sample staler; the
+hardware does not build it). Data: scikit-learn's bundled 8x8 digits (``digits``) or an .npz
 as mapping/data.py reads it (``x``, ``y`` and optionally ``x_test``, ``y_test``); without a
 test split of its own, a stratified 20% is held out. The sample count and so the rounding
 noise and the stale weight versions continue across epochs (``golden.train(resume=...)``).
@@ -35,6 +37,10 @@ DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
 # Inside the stale-gradient stability bound for the default chain's staleness, and the best
 # measured of 0.02-0.03 (docs/numerics.md); sim.train uses them too.
 DEFAULT_BATCH, DEFAULT_LR = 1, 0.02
+# --update: (each layer's fp_stale, eb_stale) from the mapping's fp_stale
+UPDATES = {"pipelined": lambda mapped: (mapped, 0),
+           "aligned": lambda mapped: ({}, 0),
+           "overlapped": lambda mapped: ({name: k + 1 for name, k in mapped.items()}, 1)}
 CHUNK = 240  # samples between progress lines
 # A fixed-point run cannot overflow to NaN: an epoch whose mean loss is this many times
 # the untrained net's has diverged.
@@ -48,6 +54,7 @@ class Run:
     name: str
     mode: str
     fp_stale: dict
+    eb_stale: int
     params: dict
     record: object = None
     curve: list = field(default_factory=list)  # (epoch, train loss, test accuracy)
@@ -71,7 +78,8 @@ def epoch(network, run, images, labels, *, batch, lr, formats, progress):
     for at in range(0, len(images), step):
         run.params, run.record = golden.train(
             network, run.params, images[at:at + step], labels[at:at + step], batch=batch, lr=lr,
-            mode=run.mode, formats=formats, fp_stale=run.fp_stale, resume=run.record)
+            mode=run.mode, formats=formats, fp_stale=run.fp_stale, eb_stale=run.eb_stale,
+            resume=run.record)
         losses.append(run.record.loss)
         progress(at + len(run.record.loss))
     return float(np.mean(np.concatenate(losses)))
@@ -131,8 +139,9 @@ def parse_args(argv):
     p.add_argument("--epochs", type=positive_int, default=5, help="passes over the training split")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster the staleness is mapped on")
     p.add_argument("--mode", choices=golden.MODES, default="fixed", help="the hardware's fixed point, or float")
-    p.add_argument("--update", choices=("pipelined", "aligned"), default="pipelined",
-                   help="the chain's stale weight versions, or plain mini-batch SGD")
+    p.add_argument("--update", choices=UPDATES, default="pipelined",
+                   help="the chain's stale weight versions, plain mini-batch SGD, or the versions of an "
+                        "update that does not stop the engines (not built in hardware)")
     add_loss_option(p, help=f"{LOSS_HELP}; docs/numerics.md")
     p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
     p.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
@@ -156,9 +165,10 @@ def _train_and_plot(args, out):
     formats = formats_of(args.loss)
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                           formats=formats, **GENERATOR_OPTIONS)
-    stale = mapping.fp_stale() if args.update == "pipelined" else {}
+    stale, eb_stale = UPDATES[args.update](mapping.fp_stale())
     print(f"{args.network} on {args.cluster}: fp_stale per layer "
-          f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}")
+          f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}"
+          + (" (FP one sample staler, EB on the previous sample's version)" if eb_stale else ""))
     data = load(args.data, network.input_shape, network.num_classes, seed=args.seed, limit=args.limit)
     real = golden.init_params(network, np.random.default_rng(args.seed), scale=args.init_scale)
     check = stability.margin(network, real, data.train_x[:8], data.train_y[:8], lr=args.lr, fp_stale=stale,
@@ -167,9 +177,9 @@ def _train_and_plot(args, out):
     if check.margin < 1:
         print("warning: lr * curvature is beyond the stale-gradient stability bound (docs/numerics.md)")
     params = golden.to_fixed(real, formats) if args.mode == "fixed" else real
-    runs = [Run(f"{args.mode} {args.update}", args.mode, stale, params)]
+    runs = [Run(f"{args.mode} {args.update}", args.mode, stale, eb_stale, params)]
     if not args.no_reference and (args.mode, args.update) != ("float", "aligned"):
-        runs.append(Run("float aligned", "float", {}, real))
+        runs.append(Run("float aligned", "float", {}, 0, real))
     print(f"{len(data.train_x)} training, {len(data.test_x)} test samples; batch {args.batch}, lr {args.lr:g}, "
           f"loss {args.loss}")
     try:

@@ -410,13 +410,16 @@ def test_same_seed_gives_identical_bits_and_another_seed_does_not():
 
 # --- pipelined schedule -----------------------------------------------------------------
 
-def plain_sgd(network, params, inputs, labels, batch, lr, arith):
-    """Textbook mini-batch SGD written out independently of golden.train."""
+def plain_sgd(network, params, inputs, labels, batch, lr, arith, fp_stale=0, eb_stale=0):
+    """Textbook mini-batch SGD written out independently of golden.train; with staleness,
+    FP of sample s runs on version max(0, (s - fp_stale) // batch) and EB on
+    max(0, (s - eb_stale) // batch) of the list of every version."""
+    versions = [params]
     for m in range(len(inputs) // batch):
         sums = {name: [None if v is None else np.zeros_like(v) for v in pair] for name, pair in params.items()}
         for s in range(m * batch, (m + 1) * batch):
-            trace = golden.forward(network, params, inputs[s], arith, s)
-            grads, _ = golden.backward(network, params, trace, labels[s], arith, s)
+            trace = golden.forward(network, versions[max(0, (s - fp_stale) // batch)], inputs[s], arith, s)
+            grads, _ = golden.backward(network, versions[max(0, (s - eb_stale) // batch)], trace, labels[s], arith, s)
             for name, pair in grads.items():
                 for j, g in enumerate(pair):
                     if g is not None:
@@ -438,6 +441,7 @@ def plain_sgd(network, params, inputs, labels, batch, lr, arith):
                     pair.append(numerics.saturate(value - step))
             new[info.name] = tuple(pair)
         params = new
+        versions.append(params)
     return params
 
 
@@ -459,6 +463,37 @@ def test_aligned_schedule_is_plain_minibatch_sgd(mode):
             assert (a == b).all() and (a != start).any()
     for name in record.fp_version:
         assert (record.fp_version[name] == np.arange(12) // 4).all()
+
+
+@pytest.mark.parametrize("mode", ["fixed", "float"])
+def test_stale_eb_is_sgd_on_the_versions_it_names(mode):
+    # eb_stale = 1, FP one staler: the rule of an update that does not stop the engines
+    network, batch, samples = zoo.tiny(), 2, 10
+    rng = np.random.default_rng(32)
+    arith = golden.arithmetic(mode, Formats())
+    params = random_params(network, rng)
+    if mode == "fixed":
+        params = golden.to_fixed(params, Formats())
+    inputs = rng.random((samples,) + network.input_shape)
+    labels = rng.integers(0, 10, samples)
+    trained, record = golden.train(network, params, inputs, labels, batch=batch, lr=0.2, mode=mode,
+                                   fp_stale=3, eb_stale=1)
+    expected = plain_sgd(network, params, inputs, labels, batch, 0.2, arith, fp_stale=3, eb_stale=1)
+    aligned, _ = golden.train(network, params, inputs, labels, batch=batch, lr=0.2, mode=mode, fp_stale=3)
+    for name in expected:
+        for a, b in zip(trained[name], expected[name]):
+            assert (a == b).all()
+    assert any((a != b).any() for name in trained for a, b in zip(trained[name], aligned[name]))
+    for name in record.eb_version:
+        assert record.eb_version[name].tolist() == [0, 0, 0, 1, 1, 2, 2, 3, 3, 4]
+
+
+def test_eb_stale_must_be_a_non_negative_integer():
+    network = zoo.tiny()
+    params = golden.init_params(network, np.random.default_rng(0), Formats())
+    with pytest.raises(SpecError) as error:
+        golden.train(network, params, np.zeros((1,) + network.input_shape), [0], batch=1, lr=0.1, eb_stale=-1)
+    assert str(error.value) == "eb_stale must be an integer >= 0, got -1"
 
 
 @pytest.mark.parametrize("stale", [1, 3, 6])
