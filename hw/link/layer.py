@@ -384,6 +384,10 @@ class LinkLayer(wiring.Component):
                      ctrl_pending.eq(update_pending), replaying.eq(send_seq != next_seq), rewound.eq(0)]
         with m.If(~busy & ~rewound):
             m.d.sync += Assert(replaying == (send_seq != next_seq), "link layer: replaying disagrees")
+
+        def rewind(seq):
+            """Replay from ``seq``; the sender waits a cycle for ``replaying`` to follow."""
+            return [rewound.eq(1), send_seq.eq(seq)]
         with m.If(starting_data):
             m.d.sync += Assert(send_seq == next_seq, "link layer: a new frame while replaying")
 
@@ -493,7 +497,7 @@ class LinkLayer(wiring.Component):
             with m.If(in_flight != 0):
                 _saturating_increment(m, replay_timer, cfg.replay_timeout)
             with m.If(replay_timer == cfg.replay_timeout):
-                m.d.sync += [rewound.eq(1), send_seq.eq(oldest), replay_timer.eq(0)]
+                m.d.sync += [*rewind(oldest), replay_timer.eq(0)]
                 increment("replays")
         with m.Else():
             # Held at zero until the link is up, from the state register alone: zeroed on the
@@ -511,13 +515,13 @@ class LinkLayer(wiring.Component):
                 with m.If(newly_acked != 0):
                     m.d.sync += replay_timer.eq(0)
                 with m.If(nak):
-                    m.d.sync += [rewound.eq(1), send_seq.eq(ack_seq + 1), replay_timer.eq(0)]
+                    m.d.sync += [*rewind(ack_seq + 1), replay_timer.eq(0)]
                     increment("replays")
                 with m.Elif((send_seq - oldest)[:S] < newly_acked):  # replaying what is now acked
-                    m.d.sync += [rewound.eq(1), send_seq.eq(ack_seq + 1)]
+                    m.d.sync += rewind(ack_seq + 1)
         with m.If(entering_up):
             # Re-trained: replay whatever was unacknowledged and tell the partner where we are.
-            m.d.sync += [rewound.eq(1), send_seq.eq(oldest), ack_pending.eq(1), credit_pending.eq(1)]
+            m.d.sync += [*rewind(oldest), ack_pending.eq(1), credit_pending.eq(1)]
 
         for name, event in events.items():
             counter, counted = getattr(self.counters, name), Signal(name=f"{name}_counted")
