@@ -1,6 +1,11 @@
 # Repository root on sys.path so tests import `sim.testbench` and the packages in place.
 
+import gc
 import time
+import warnings
+
+import pytest
+from amaranth.hdl import UnusedElaboratable
 
 from hw.synth import compile_yosys, yosys_compiled
 
@@ -28,3 +33,15 @@ def pytest_sessionstart(session):
     started = time.monotonic()
     compile_yosys(lambda line, flush: print(line, "...", end=" ", flush=flush))
     print(f"{time.monotonic() - started:.0f} s", flush=True)
+
+
+@pytest.fixture
+def unelaborated():
+    """For a test that builds components only for their ports, or has them refused before
+    elaboration: Amaranth warns (UnusedElaboratable) when such an object is collected, which
+    would happen, with no filter in force, in some later test; this collects them as the test
+    ends, the warning off."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        gc.collect()

@@ -67,7 +67,7 @@ def test_chain_cycles_per_sample_over_links_against_direct_wires():
     assert all(abs(f / d - 1) <= 0.02 for f, d in zip(fast, direct))   # the goal: within 2%
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")  # nodes built for their ports only
+@pytest.mark.usefixtures("unelaborated")
 def test_link_core_resources_per_node():
     """Yosys synth_ecp5 of the LinkEndpoints each node of the default chain carries (16-bit lanes,
     buffers sized for the mapping's PHY latency), each on its own with both directions of every

@@ -42,7 +42,7 @@ def test_chain_over_lossy_links_with_nodes_on_different_clocks_trains_bit_exact(
     assert run.link_counters[1][0]["retrains"] >= 1 and run.link_counters[1][1]["retrains"] >= 1
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")  # nodes built for their ports only
+@pytest.mark.usefixtures("unelaborated")
 def test_link_channels_of_the_default_chain():
     """Every stream between two neighbours is a channel of their link, both directions in one
     config, the same at both ends (channels in name order); a LinkedNode has a PHY port per neighbour (node 0's up port stays the host's)."""

@@ -125,7 +125,7 @@ def test_refuses_bad_widths(family, width):
         Multiplier(width, 16, family=family)
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.usefixtures("unelaborated")
 def test_a_misspelt_family_is_refused_not_simulated():
     with pytest.raises(ValueError) as error:
         Multiplier(family="ecp")

@@ -74,6 +74,7 @@ def test_status_unpacks_every_field():
     (["--board", "versa-ecp5-5g", "--node", "0", "--late", "0"],
      "argument --late: must be a positive integer, got '0' (see python -m boards.build --help)"),
 ])
+@pytest.mark.usefixtures("unelaborated")  # the board top of the PLL's refusal
 def test_build_refuses_in_one_line(argv, message, capsys):
     assert refusal(build_main, argv, capsys) == f"error: {message}"
 
