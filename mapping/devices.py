@@ -109,8 +109,8 @@ _DEVICES = [
         dsp=156, bram_blocks=208, uram_blocks=0, lut=83_640, ff=83_640,
         transceivers=4, transceiver_gbps=5.0,
         # The default mapping's nodes on this part close timing at it in context on the EVN,
-        # with their links and the host interface (nextpnr-ecp5 0.11, seed 1, router1: node 0
-        # 127.1 MHz at 94d691c, node 1 130.1 at c17f31a; docs/boards.md, "Measured"); the
+        # with their links and the host interface (nextpnr-ecp5 0.11, seed 1, router1, at
+        # c17f31a's code: node 0 127.0 MHz, node 1 130.1; docs/boards.md, "Measured"); the
         # board top's PLL makes 126 from 12 MHz.
         clock_mhz=125.0,
         # the EVN brings all four 5 Gb/s 8b/10b SERDES channels out to SMA
