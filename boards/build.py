@@ -139,7 +139,8 @@ def place_and_route(out, pnr_args, router, progress, log):
                  out, "nextpnr.log", progress)
 
     try:
-        return run(router)
+        run(router)
+        return
     except RuntimeError:
         failed = [line for line in (out / "nextpnr.log").read_text().splitlines() if "Failed to route arc" in line]
         if router != "router2" or not failed:

@@ -479,11 +479,11 @@ def test_stale_eb_is_sgd_on_the_versions_it_names(mode):
     trained, record = golden.train(network, params, inputs, labels, batch=batch, lr=0.2, mode=mode,
                                    fp_stale=3, eb_stale=1)
     expected = plain_sgd(network, params, inputs, labels, batch, 0.2, arith, fp_stale=3, eb_stale=1)
-    aligned, _ = golden.train(network, params, inputs, labels, batch=batch, lr=0.2, mode=mode, fp_stale=3)
+    eb_current, _ = golden.train(network, params, inputs, labels, batch=batch, lr=0.2, mode=mode, fp_stale=3)
     for name in expected:
         for a, b in zip(trained[name], expected[name]):
             assert (a == b).all()
-    assert any((a != b).any() for name in trained for a, b in zip(trained[name], aligned[name]))
+    assert any((a != b).any() for name in trained for a, b in zip(trained[name], eb_current[name]))
     for name in record.eb_version:
         assert record.eb_version[name].tolist() == [0, 0, 0, 1, 1, 2, 2, 3, 3, 4]
 

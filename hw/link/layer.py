@@ -384,12 +384,12 @@ class LinkLayer(wiring.Component):
                      ctrl_pending.eq(update_pending), replaying.eq(send_seq != next_seq), rewound.eq(0)]
         with m.If(~busy & ~rewound):
             m.d.sync += Assert(replaying == (send_seq != next_seq), "link layer: replaying disagrees")
+        with m.If(starting_data):
+            m.d.sync += Assert(send_seq == next_seq, "link layer: a new frame while replaying")
 
         def rewind(seq):
             """Replay from ``seq``; the sender waits a cycle for ``replaying`` to follow."""
             return [rewound.eq(1), send_seq.eq(seq)]
-        with m.If(starting_data):
-            m.d.sync += Assert(send_seq == next_seq, "link layer: a new frame while replaying")
 
         _saturating_increment(m, ctrl_timer, cfg.refresh_interval)  # reset below when one starts
 
