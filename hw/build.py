@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from mapping.cli import (LOSS_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder,
+from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder,
                          positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
@@ -42,6 +42,7 @@ def parse_args(argv):
     parser.add_argument("--lr", type=positive_number, help="learning rate the node is built for "
                         f"(without --mapping: {LEARNING_RATE})")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
+    parser.add_argument("--overlapped-update", action="store_true", default=None, help=OVERLAPPED_HELP)
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     return parser.parse_args(argv)
@@ -53,7 +54,8 @@ def load_mapping(args):
     from mapping.nodeconfig import Mapping
 
     options = {key: value for key, value in (("bram_fraction", args.bram_fraction), ("batch", args.batch),
-                                             ("lr", args.lr), ("loss", args.loss)) if value is not None}
+                                             ("lr", args.lr), ("loss", args.loss),
+                                             ("overlapped_update", args.overlapped_update)) if value is not None}
     if args.mapping:
         where = f"mapping file {args.mapping}"
         if options:

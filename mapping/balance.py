@@ -107,6 +107,7 @@ class FixedWords:
     line_buffer: int
     pab: int
     cost: MemoryCost
+    overlapped_update: bool = False  # LayerSlice.overlapped_update: more copies of the weights
 
 
 def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_cycles,
@@ -218,7 +219,8 @@ def layer_slice(sl, buffers, fp_stale=0, remote_weights=(), cycles_per_sample=0)
         act_ram_words=buffers.act_ram, line_buffer_words=buffers.line_buffer,
         pab_words=buffers.pab + sl.remote_rows * p.out_pixels,
         lgb_words=lgb, weights_offchip=sl.offchip, remote_weights=remote_weights,
-        flatten_from=p.flatten_from, fp_stale=fp_stale, cycles_per_sample=cycles_per_sample)
+        flatten_from=p.flatten_from, fp_stale=fp_stale, cycles_per_sample=cycles_per_sample,
+        overlapped_update=buffers.overlapped_update)
 
 
 def planned_slice(sl, buffers):

@@ -60,6 +60,9 @@ def fraction(text):
     return value
 
 
+OVERLAPPED_HELP = ("update the weights without stopping the engines: three copies of each slice's weights "
+                   "and two gradient sums, every layer one sample staler and EB one sample behind "
+                   "(docs/weight_versions.md)")
 LOSS_HELP = "the last node's loss: mse on the raw scores, or ce (softmax cross-entropy)"
 
 

@@ -76,7 +76,7 @@ GENERATOR_OPTIONS = {"offchip_fc": False, "buildable_balance": True}
 
 def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None, dsp_fraction=DSP_FRACTION,
                 bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None, fold_inputs=True,
-                offchip_fc=True, buildable_balance=False):
+                offchip_fc=True, buildable_balance=False, overlapped_update=False):
     """Map the training of ``network`` onto ``cluster`` (see module docstring).
 
     ``fold_inputs=False``: no engine folds input channels over several cycles (one
@@ -84,7 +84,9 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     ``offchip_fc=False``: fully connected weights stay on chip even on boards with
     DRAM (the generator keeps every weight on chip); ``buildable_balance=True``: weight
     balancing moves only what the generator builds, rows of fully connected slices,
-    all of a slice's to one node (:func:`mapping.balance.balance`)."""
+    all of a slice's to one node (:func:`mapping.balance.balance`); ``overlapped_update=True``:
+    the weight update does not stop the engines (LayerSlice.overlapped_update: more weight
+    copies, each layer one sample staler, EB one sample behind; docs/weight_versions.md)."""
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
@@ -124,7 +126,7 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     def settle(local_weights):
         return _settle(plans, node_budgets, family_of, describe, batch, local_weights=local_weights,
                        fold_inputs=fold_inputs, offchip_fc=offchip_fc,
-                       buildable_balance=buildable_balance)
+                       buildable_balance=buildable_balance, overlapped=overlapped_update)
 
     try:
         part, slices, blocks, hosted, stale = settle(local_weights=False)
@@ -137,7 +139,8 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
         except SpecError:
             raise balanced from None
     stale_of_layer = {sl.plan.name: stale[id(sl)] for sl in slices}
-    memory = _memory(slices, samples_held(plans, stale_of_layer), family_of, batch, buildable_balance)
+    memory = _memory(slices, samples_held(plans, stale_of_layer), family_of, batch, buildable_balance,
+                     overlapped_update)
     estimates = []
     for node, budget in enumerate(node_budgets):
         # with fewer samples in flight than balancing assumed, no memory is deeper
@@ -219,7 +222,7 @@ def _multipliers(sl, family):
 
 
 def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, fold_inputs,
-            offchip_fc, buildable_balance):
+            offchip_fc, buildable_balance, overlapped):
     """Partition and balance until the samples in flight the Act-RAMs were sized for
     cover those the resulting timing needs.
 
@@ -244,7 +247,7 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
             raise
         period = part.period
         slices = part.slices
-        memory = _memory(slices, samples_held(plans, estimate), family_of, batch, buildable_balance)
+        memory = _memory(slices, samples_held(plans, estimate), family_of, batch, buildable_balance, overlapped)
         try:
             blocks, hosted = balance.balance(slices, node_budgets, memory, describe,
                                              buildable=buildable_balance)
@@ -254,7 +257,8 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
                 raise refusals[0] from None  # the one at the shortest period
             period += period // 4
             continue
-        stale = perf.fp_stale(plans, slices, node_budgets, perf.period(slices, node_budgets, batch), batch)
+        stale = perf.fp_stale(plans, slices, node_budgets, perf.period(slices, node_budgets, batch), batch,
+                              overlapped)
         grown = {sl.plan.name: stale[id(sl)] for sl in slices if stale[id(sl)] > estimate[sl.plan.name]}
         if not grown:
             return part, slices, blocks, hosted, stale
@@ -264,11 +268,12 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
                        f"{MAX_STALE_ROUNDS} rounds: {estimate}")
 
 
-def _memory(slices, held, family_of, batch, exact):
+def _memory(slices, held, family_of, batch, exact, overlapped=False):
     """The model a mapping's node memory is priced with, the buffers of each slice sized for
     the samples its layer holds (``held``, by layer name): with ``exact`` (the generator's
     mappings) the memories hw/ builds, else the coarse model of mapping/balance.py."""
-    buffers = {id(sl): _buffers(sl, held[sl.plan.name], family_of, batch) for sl in slices}
+    buffers = {id(sl): replace(_buffers(sl, held[sl.plan.name], family_of, batch), overlapped_update=overlapped)
+               for sl in slices}
     if exact:
         return balance.ExactMemory(buffers, family_of)
     return balance.CoarseMemory(buffers, family_of)

@@ -252,8 +252,7 @@ def slice_memories(s):
     if local_rows(s):
         mems += _weight_memories("lpram", "lgb", s, local_rows(s))
     if s.owns_biases:
-        mems.append(Memory("bias_ram", ces * WORD_BITS, groups, dual_read=True, word_writes=True))
-        mems.append(Memory("bias_lgb", ces * ACC_BITS, groups))
+        mems += _weight_memories("bias_ram", "bias_lgb", s, None)
     if s.mode == "icp" and not s.first:
         mems += _fifo("pab", ces * ACC_BITS, max(PAB_MIN_DEPTH, math.ceil(s.pab_words / ces)))
     if s.mode == "ocp" and s.needs_eb and not s.last:
@@ -266,11 +265,21 @@ def slice_memories(s):
 
 
 def _weight_memories(ram, gradients, s, rows):
-    """LPRAM and LGB (or BPRAM and BGB) of ``rows`` output channels of slice ``s``'s layout."""
-    ces, row_words = s.fp.ces, s.fp.tiles * s.kernel * s.kernel  # an address: one pass of a group
-    depth = math.ceil(rows / ces) * passes(s)
-    return [Memory(ram, ces * row_words * WORD_BITS, depth, dual_read=True, word_writes=True),
-            Memory(gradients, ces * row_words * ACC_BITS, depth)]
+    """LPRAM and LGB (or BPRAM and BGB) of ``rows`` output channels of slice ``s``'s layout,
+    or with ``rows`` None its bias RAM and bias LGB. With ``s.overlapped_update`` the engines
+    read one of two copies while the walk writes the other and reads a third (hw/memory/
+    param_ram.VersionedParamRam), and PG adds into one gradient sum while the walk reads the
+    other (hw/memory/grad_buffer.py)."""
+    if rows is None:
+        width, depth = s.fp.ces, math.ceil(s.out_channels / s.fp.ces)
+    else:  # an address: one pass of a group
+        width, depth = s.fp.ces * s.fp.tiles * s.kernel * s.kernel, math.ceil(rows / s.fp.ces) * passes(s)
+    if not s.overlapped_update:
+        return [Memory(ram, width * WORD_BITS, depth, dual_read=True, word_writes=True),
+                Memory(gradients, width * ACC_BITS, depth)]
+    return ([Memory(f"{ram}.copy{n}", width * WORD_BITS, depth, dual_read=True, word_writes=True) for n in (0, 1)]
+            + [Memory(f"{ram}.walk", width * WORD_BITS, depth, word_writes=True)]
+            + [Memory(f"{gradients}.sums{n}", width * ACC_BITS, depth) for n in (0, 1)])
 
 
 def sfu_mask_bits(pool_kernel, relu):

@@ -129,6 +129,9 @@ class LayerSlice(ChannelRanges):
     fp_stale: int = 0
     cycles_per_sample: int = 0
     update_lanes: int = 1  # weight words the update rounds per cycle (update_chunk)
+    # The update that does not stop the engines (docs/weight_versions.md): two copies of the
+    # weights for the engines and one for the walk, two gradient sums; EB one sample behind.
+    overlapped_update: bool = False
 
 
     @property
@@ -152,7 +155,7 @@ class LayerSlice(ChannelRanges):
 
     def update_cycles(self, weight_update_shift):
         """Cycles of the weight update's walk over the slice's local rows, during which its
-        engines wait (hw/memory/grad_buffer.py): one cycle per chunk of ``update_lanes`` words
+        engines wait unless ``overlapped_update`` (hw/memory/grad_buffer.py): one cycle per chunk of ``update_lanes`` words
         (:func:`update_chunk`), padding skipped, then the read of the first address and the
         pipeline (the multipliers and the rounder)."""
         local = self.local_out_channels
@@ -167,12 +170,13 @@ class LayerSlice(ChannelRanges):
         return bank_chunks * word_chunks + UPDATE_PIPELINE + rounder_latency(weight_update_shift)
 
     def bias_update_cycles(self, bias_update_shift):
-        """The bias update's walk (one lane, the bias RAM's port B shared by reads and writes):
-        a word per bias, a cycle per address, then the pipeline; 0 without biases."""
+        """The bias update's walk (one lane): a word per bias, then the pipeline; 0 without
+        biases. Unless ``overlapped_update`` (where the walk has a copy of its own) the bias
+        RAM's port B is shared by the walk's reads and writes, a cycle per address more."""
         if not self.owns_biases:
             return 0
-        groups = math.ceil(self.out_channels / self.fp.ces)
-        return self.out_channels + groups + UPDATE_PIPELINE + rounder_latency(bias_update_shift)
+        reads = 0 if self.overlapped_update else math.ceil(self.out_channels / self.fp.ces)
+        return self.out_channels + reads + UPDATE_PIPELINE + rounder_latency(bias_update_shift)
 
 
 # The update walk's cycles besides its chunks: the strobe, the first read, the operand
@@ -240,9 +244,19 @@ class NodeConfig:
                       if b.owner_slice is not None], default=0)
 
     @property
+    def overlapped_update(self):
+        """The node's slices update without stopping their engines (LayerSlice.overlapped_update)."""
+        return any(s.overlapped_update for s in self.slices)
+
+    @property
     def cycles_per_sample_with_updates(self):
-        """``cycles_per_sample`` plus the node's update walk once per mini-batch."""
-        return self.cycles_per_sample + self.update_cycles / self.training.batch
+        """``cycles_per_sample`` plus the node's update walk once per mini-batch; an overlapped
+        walk only for the part of it longer than a sample period (EB's sample on the old
+        weights)."""
+        walk = self.update_cycles
+        if self.overlapped_update:
+            walk = max(0, walk - self.cycles_per_sample)
+        return self.cycles_per_sample + walk / self.training.batch
 
     def to_dict(self):
         return asdict(self)

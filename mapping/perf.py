@@ -151,8 +151,11 @@ def _first_error_rows(plan):
     return min(plan.sfu_shape[1], pooled)
 
 
-def fp_stale(plans, slices, node_budgets, tau, batch):
-    """Samples in flight between FP and PG of every slice (keyed by id(slice))."""
+def fp_stale(plans, slices, node_budgets, tau, batch, overlapped=False):
+    """Samples in flight between FP and PG of every slice (keyed by id(slice)). ``overlapped``:
+    one more everywhere, for the update that does not stop the engines: EB of a mini-batch's
+    first sample still uses the old weights, and so FP of one more sample
+    (docs/weight_versions.md)."""
     layers = _by_layer(slices, len(plans))
     hop = [LINK_LATENCY_CYCLES / node_budgets[n].clock_hz / tau for n in range(len(node_budgets))]
     dram_weights = [0] * len(node_budgets)
@@ -201,7 +204,7 @@ def fp_stale(plans, slices, node_budgets, tau, batch):
         # connected layer's Act-RAM takes whole samples, and up to B more (beyond that the
         # two gates would wait for each other: "No circular wait").
         cap = stale + (1 if plans[l].kind == "conv" else batch)
-    return result
+    return {key: stale + overlapped for key, stale in result.items()}
 
 
 def link_traffic(plans, slices, blocks, n):

@@ -40,7 +40,7 @@ DEFAULT_BATCH, DEFAULT_LR = 1, 0.02
 # --update: (each layer's fp_stale, eb_stale) from the mapping's fp_stale
 UPDATES = {"pipelined": lambda mapped: (mapped, 0),
            "aligned": lambda mapped: ({}, 0),
-           "overlapped": lambda mapped: ({name: k + 1 for name, k in mapped.items()}, 1)}
+           "overlapped": lambda mapped: (mapped, 1)}  # mapped with overlapped_update: one sample staler
 CHUNK = 240  # samples between progress lines
 # A fixed-point run cannot overflow to NaN: an epoch whose mean loss is this many times
 # the untrained net's has diverged.
@@ -164,7 +164,7 @@ def _train_and_plot(args, out):
     network = get(args.network)
     formats = formats_of(args.loss)
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
-                          formats=formats, **GENERATOR_OPTIONS)
+                          formats=formats, overlapped_update=args.update == "overlapped", **GENERATOR_OPTIONS)
     stale, eb_stale = UPDATES[args.update](mapping.fp_stale())
     print(f"{args.network} on {args.cluster}: fp_stale per layer "
           f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}"

@@ -47,15 +47,17 @@ UPDATE_SAMPLES = 128
 
 
 @pytest.mark.bench
+@pytest.mark.parametrize("overlapped", [False, True], ids=["stalled", "overlapped"])
 @pytest.mark.parametrize("batch", [1, 4, 16, UPDATE_SAMPLES])
-def test_chain_cycles_per_sample_with_weight_updates(batch):
+def test_chain_cycles_per_sample_with_weight_updates(batch, overlapped):
     """The default chain over 128 samples at mini-batch ``batch`` (128: a single update at the
     end, the rate with no update in the way), on Verilator: the mean rate over the second half,
     updates included, against the model's rate with the update walks
-    (``NodeConfig.cycles_per_sample_with_updates`` of the slowest node)."""
+    (``NodeConfig.cycles_per_sample_with_updates`` of the slowest node); with the update that
+    stops the engines or the one that does not (``overlapped_update``)."""
     network = zoo.tiny()
     mapping = map_network(network, parse_cluster(CHAIN), batch=batch, lr=LR, bram_fraction=0.9,
-                          **GENERATOR_OPTIONS)
+                          overlapped_update=overlapped, **GENERATOR_OPTIONS)
     inputs, labels, params = random_data(network, UPDATE_SAMPLES, 4)
     run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000, backend="verilator",
                       profile="quick")
@@ -70,4 +72,11 @@ def test_chain_cycles_per_sample_with_weight_updates(batch):
           f"{measured:.1f} cycles/sample measured, {model:.1f} predicted with the update walks "
           f"({measured / model - 1:+.1%}); engines alone {max(cfg.cycles_per_sample for cfg in mapping.nodes)}"
           f"\n{report(mapping, run)}")
-    assert measured == pytest.approx(model, rel=0.05)  # within 5% at 1, 4, 16 and 128 (docs/node_dataflow.md)
+    if overlapped and batch == 1:
+        # Not the model's 95: at a mini-batch of one, conv2's FP waits for its copies to swap,
+        # which waits for its EB of the next sample, whose errors wait for fc's swap, which
+        # waits for fc's FP of conv2's output: a loop of gates one sample long that the model
+        # does not count (docs/node_dataflow.md, "Weight updates"). Measured 133.0.
+        assert measured == pytest.approx(133.0, rel=0.02)
+    else:  # within 5% at 1, 4, 16 and 128 (docs/node_dataflow.md)
+        assert measured == pytest.approx(model, rel=0.05)

@@ -63,6 +63,15 @@ def stale_per_layer(mapping):
     return stale
 
 
+def eb_stale(mapping):
+    """EB's staleness in the golden model: 1 where the chain updates without stopping its
+    engines (``LayerSlice.overlapped_update``, docs/weight_versions.md), else 0."""
+    modes = {s.overlapped_update for node in mapping.nodes for s in node.slices}
+    if len(modes) > 1:
+        raise ValueError("slices disagree on overlapped_update")
+    return int(modes.pop())
+
+
 def _store(params, rows, layer_slice, ram, contents):
     """A ParamRam's ``contents`` (rows * banks, words) into ``params`` (golden layout): the
     weights of LayerSlice ``rows``, or with ``rows`` None the biases of ``layer_slice``."""
@@ -201,12 +210,14 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
     through the VPI before the run, so any weights reuse it)."""
     rams = list(top.param_rams())
     count = len(top.nodes)
-    with VerilatedModel(top, [f"{name}.mem" for name, *_ in rams], profile=profile, threads=threads) as model:
+    paths = [f"{name}.{path}" for name, *_, ram in rams for path in ram.memory_paths]
+    with VerilatedModel(top, paths, profile=profile, threads=threads) as model:
         started, cpu = time.monotonic(), time.process_time()
         for name, rows, layer_slice, ram in rams:
             width = numerics.WORD_BITS * ram.banks * ram.words
-            model.write_memory(f"{name}.mem", [_row(words) for words in _initial(params, rows, layer_slice, ram)],
-                               width)
+            initial = [_row(words) for words in _initial(params, rows, layer_slice, ram)]
+            for path in ram.memory_paths:  # every copy of the weights (VersionedParamRam)
+                model.write_memory(f"{name}.{path}", initial, width)
         model.set("total_samples", feed.samples)
         model.push("act", feed.pixels)
         model.push("label", feed.labels)
@@ -227,7 +238,7 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
             raise AssertionError(f"simulation still running after {feed.deadline} cycles")
         for name, rows, layer_slice, ram in rams:
             lanes = ram.banks * ram.words
-            contents = [_lanes(v, lanes) for v in model.read_memory(f"{name}.mem", ram.rows,
+            contents = [_lanes(v, lanes) for v in model.read_memory(f"{name}.{ram.memory_paths[0]}", ram.rows,
                                                                     numerics.WORD_BITS * lanes)]
             _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
         seconds, cpu = time.monotonic() - started, time.process_time() - cpu
@@ -272,7 +283,7 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     beats = [input_beats(cfg) for cfg in mapping.nodes]
     starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
-                                    formats=formats, fp_stale=stale_per_layer(mapping))
+                                    formats=formats, fp_stale=stale_per_layer(mapping), eb_stale=eb_stale(mapping))
     return ChainRun(final, cycles, starts, expected, record, seconds, cpu, counters, windows)
 
 

@@ -103,6 +103,26 @@ def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
     assert all(c2_start < c1_start < c2_end for (c1_start, _), (c2_start, c2_end) in zip(conv1, conv2))
 
 
+def test_four_node_chain_trains_bit_exact_with_the_update_that_does_not_stop_the_engines():
+    # overlapped_update (docs/weight_versions.md): every layer one sample staler than above,
+    # EB on the previous mini-batch's weights for a mini-batch's first sample, so the walks
+    # run beside the engines. Over five mini-batches of 3 the slowest node runs at its
+    # engines' 80 cycles per sample (113.3 above, with the walks stopping them); the model
+    # counts node 3's 95-cycle walk past one sample period, 80 + 15 / 3.
+    mapping, run = _train(CHAIN, seed=1, samples=15, overlapped_update=True)
+    assert [[s.fp_stale for s in node.slices] for node in mapping.nodes] == [[7, 6], [6], [6], [3]]
+    assert [cfg.update_cycles for cfg in mapping.nodes] == [31, 31, 31, 95]
+    assert mapping.nodes[3].cycles_per_sample_with_updates == 85
+    assert mean_cycles_per_sample(run, 3, BATCH) == 80
+
+
+def test_fc_rows_hosted_on_another_node_train_bit_exact_with_the_overlapped_update():
+    # The BPRAM keeps three copies and the BGB two sums, as an LPRAM and its LGB do (so at 6%
+    # of the block RAM, as above, the mapping does not fit; at 7% node 1 hosts nine fc rows).
+    mapping, _ = _train("ecp5-85:3", seed=5, bram_fraction=0.07, overlapped_update=True)
+    assert _hosted(mapping) == [(2, 1, "fc", (1, 10))]
+
+
 def test_folded_conv_and_fc_engines_train_bit_exact():
     # 40 multipliers per node: conv2's 4 input channels fold over one 3x3 tile (4 passes),
     # fc's 32 over one tile (32 passes)

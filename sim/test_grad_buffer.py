@@ -16,7 +16,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 
 from hw.memory.grad_buffer import GradientBuffer
-from hw.memory.param_ram import ParamRam
+from hw.memory.param_ram import ParamRam, VersionedParamRam
 from mapping import golden, numerics
 from mapping.network import Layer, infer
 from mapping.nodeconfig import Training
@@ -354,3 +354,61 @@ def test_memory_shape_and_ram_style():
     folded_slice = layer_slice(in_channels=(0, 5), out_channels=(0, 34), ces=2, tiles=2)
     folded_lgb = GradientBuffer.from_slice(folded_slice, FORMATS, training, family="ecp5")
     assert memories(folded_lgb)["mem"] == (2 * 2 * 9 * numerics.ACC_BITS, 17 * 3, "block")
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.4])
+def test_overlapped_update_sums_the_next_batch_while_it_walks(stall):
+    """The update that does not stop the engines (``overlapped_batch``): PG's beats of mini-batch
+    m + 1 go on into the second sums while the walk of m reads the first and writes version
+    m + 1 into the engines' idle copy and the walk's copy; the engines read version m until
+    ``swap``. Three mini-batches, so each sum is walked, cleared and filled again."""
+    rng = np.random.default_rng(int(stall * 10))
+    banks, kernel, batch = 2, 3, 2
+    out_range, in_range, out_total, in_total = (1, 6), (0, 2), 8, 2
+    out_channels, words, lr = 5, 2 * kernel * kernel, 3000
+    s = replace(layer_slice(in_channels=in_range, out_channels=out_range, kernel=kernel, ces=banks,
+                            in_total=in_total, out_total=out_total, position=0), overlapped_update=True)
+    weights = random_words(rng, (out_channels, words))
+    training = Training(batch=batch, lr=0.1, lr_constant=lr, bias_lr_constant=lr)
+    gb = GradientBuffer.from_slice(s, FORMATS, training)
+    ram = VersionedParamRam.from_slice(s, init=weights)
+    sample_beats = gb.sample_beats  # an address per output pixel: 3 groups x 8 x 8 pixels
+    assert sample_beats == 3 * 64
+    batches = [gradient_beats(rng, out_channels, banks, words, batch * sample_beats) for _ in range(3)]
+    engines_saw, walked = [], []
+
+    async def feeder(ctx):
+        for beats in batches:
+            await put(ctx, gb.i, [payload(gb, group, values) for group, values in beats], rng, stall)
+
+    async def updater(ctx):
+        for number in range(len(batches)):
+            # the strobe once the mini-batch's last beat is in, the next mini-batch's arriving
+            while gb_beats[0] < (number + 1) * batch * sample_beats:
+                await ctx.tick()
+            ctx.set(gb.update, 1)
+            ctx.set(gb.batch, number)
+            await ctx.tick()
+            ctx.set(gb.update, 0)
+            await ctx.tick().until(gb.done)
+            await ctx.tick()
+            engines_saw.append(await read_param_rows(ctx, ram))  # walked, not swapped: version m
+            ctx.set(ram.swap, 1)
+            await ctx.tick()
+            ctx.set(ram.swap, 0)
+            walked.append(await read_param_rows(ctx, ram))  # after the swap: version m + 1
+
+    gb_beats = [0]
+
+    async def counter(ctx):
+        async for _, _, valid, ready in ctx.tick().sample(gb.i.valid, gb.i.ready):
+            gb_beats[0] += bool(valid and ready)
+
+    simulate(Pair(gb, ram), feeder, updater, processes=[counter], deadline=20000)
+    tensor = numerics.tensor_id(0, numerics.WEIGHT_UPDATE)
+    index = full_index(out_total, in_total, kernel, out_range, in_range)
+    w = weights
+    for number, beats in enumerate(batches):
+        np.testing.assert_array_equal(engines_saw[number], banked(w, banks, ram.rows))
+        w = sgd(w, summed(beats, gb.layout), lr, FORMATS.weight_update_shift, tensor, number, index)
+        np.testing.assert_array_equal(walked[number], banked(w, banks, ram.rows))

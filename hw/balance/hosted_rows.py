@@ -19,8 +19,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from ..memory.grad_buffer import GradientBuffer
-from ..memory.param_ram import ParamRam, WeightLayout, slice_weights
-from ..memory.update_gate import COUNT_BITS, SampleGate, UpdateGate
+from ..memory.param_ram import ParamRam, VersionedParamRam, WeightLayout, slice_weights
+from ..memory.update_gate import COUNT_BITS, OverlappedGate, SampleGate, UpdateGate
 from .blocks import RowStreams
 from .weight_stream import RowStreamer
 
@@ -38,7 +38,8 @@ class HostedRows(wiring.Component):
         rows = self.rows = block.owner_slice
         self.block, self.formats, self.training, self.family = block, formats, training, family
         self.layout = WeightLayout.from_slice(rows)
-        self.bpram = ParamRam.from_slice(rows, init=slice_weights(rows, params)[0], family=family)
+        ram = VersionedParamRam if rows.overlapped_update else ParamRam
+        self.bpram = ram.from_slice(rows, init=slice_weights(rows, params)[0], family=family)
         super().__init__({"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                           "streams": Out(RowStreams(block))})
 
@@ -48,8 +49,10 @@ class HostedRows(wiring.Component):
         bpram = m.submodules.bpram = self.bpram
         bgb = m.submodules.bgb = GradientBuffer.from_slice(rows, self.formats, self.training,
                                                            family=self.family)
-        gate = m.submodules.gate = UpdateGate(batch=self.training.batch, fp_stale=rows.fp_stale,
-                                              needs_eb=rows.needs_eb)
+        gate = m.submodules.gate = (OverlappedGate if rows.overlapped_update else UpdateGate)(
+            batch=self.training.batch, fp_stale=rows.fp_stale, needs_eb=rows.needs_eb)
+        if rows.overlapped_update:
+            m.d.comb += bpram.swap.eq(gate.swap)
         connect(m, bgb.upd, bpram.upd)
         m.d.comb += [gate.total_samples.eq(self.total_samples), bgb.update.eq(gate.update_start),
                      bgb.batch.eq(gate.batch_index), gate.update_done.eq(bgb.done),

@@ -79,6 +79,8 @@ last beat and FP (and EB, when ``shared``) must be idle, as hw.memory.update_gat
 (asserted here and inside ParamRam).
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Assert, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -90,11 +92,11 @@ from ..arith.mult import Multiplier
 from ..arith.rounding import (INDEX_BITS, SAMPLE_BITS, StochasticRounder,
                               saturate)
 from ..base.checks import positive, refuse
-from ..base.counter import next_value
+from ..base.counter import ModuloCounter, next_value
 from ..base.layouts import bias_grads_layout, grads_layout
 from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
 from ..base.signatures import UpdatePortSignature
-from .param_ram import WeightWalk
+from .param_ram import WeightLayout, WeightWalk
 
 STEP_BITS = 64  # lr * gsum: |gsum| < 2**47 and lr < 2**16: the product fits a signed 64-bit value
 LR_BITS = numerics.WORD_BITS + 1  # the unsigned 16-bit constant as a signed operand
@@ -124,7 +126,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
     """
 
     def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor, tiles=None,
-                 out_offset=0, in_offset=0, in_total=None, bias=False, lanes=1, family=None):
+                 out_offset=0, in_offset=0, in_total=None, bias=False, lanes=1, family=None, overlapped_batch=None,
+                 sample_beats=None):
         in_total = in_offset + in_channels if in_total is None else in_total
         positive(self, "gradient buffer", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                  banks=banks)
@@ -148,13 +151,19 @@ class GradientBuffer(WeightWalk, wiring.Component):
             refuse(self, f"gradient buffer: {error}")
         if bias and lanes != 1:
             refuse(self, f"gradient buffer: a bias buffer updates one word per cycle, not {lanes}")
+        if overlapped_batch is not None and not (overlapped_batch >= 1 and sample_beats is not None
+                                                 and sample_beats >= 1):
+            refuse(self, f"gradient buffer: overlapped_batch = {overlapped_batch} samples of sample_beats = "
+                         f"{sample_beats} beats are not a mini-batch")
         self.out_channels, self.banks, self.bias, self.family = out_channels, banks, bias, family
+        self.overlapped_batch, self.sample_beats = overlapped_batch, sample_beats
         self.lanes = lanes
         # Chunks per address: of banks (pn counts them) and of each bank's words (jn).
         self.bank_chunks, self.word_chunks = -(-banks // self.chunk_banks), -(-self.words // self.chunk_words)
         # A bias RAM's FP-side port belongs to the SFU, busy with the last sample's outputs
         # when the update starts: the bias update reads and writes through port B alone.
-        self.shared = bias
+        # With ``overlapped_batch`` the walk reads a copy of its own (VersionedParamRam).
+        self.shared = bias and overlapped_batch is None
         kk = kernel * kernel
         self.index_base = (out_offset * in_total + in_offset) * kk
         self.index_stride = in_total * kk  # from one output channel to the next
@@ -167,14 +176,15 @@ class GradientBuffer(WeightWalk, wiring.Component):
                                          acc_width=STEP_BITS, extra=self._extra_layout())
         self.lr = lr
         beat = bias_grads_layout(self.rows, banks) if bias else grads_layout(self.rows, banks, self.words)
-        super().__init__({
+        members = {
             "i": In(stream.Signature(beat)),
             "update": In(1),
             "batch": In(SAMPLE_BITS),
             "busy": Out(1),
             "done": Out(1),
             "upd": Out(UpdatePortSignature(self.rows, banks, self.words, shared=self.shared)),
-        })
+        }
+        super().__init__(members)
 
     def _extra_layout(self):
         """What travels with a chunk through the rounder: its words' old values, its place in
@@ -198,6 +208,9 @@ class GradientBuffer(WeightWalk, wiring.Component):
         s = layer_slice
         common = dict(out_channels=s.out_channels, banks=s.fp.ces, seed=formats.seed,
                       out_offset=s.out_range[0], family=family)
+        if s.overlapped_update:  # PG's beats: one per address (the slice's, for biases) and output pixel
+            common.update(overlapped_batch=training.batch,
+                          sample_beats=s.out_shape[1] * s.out_shape[2] * WeightLayout.from_slice(s).rows)
         if not bias:
             return cls(in_channels=s.in_channels, kernel=s.kernel, tiles=s.fp.tiles, in_offset=s.in_range[0],
                        in_total=s.in_shape[0], shift=formats.weight_update_shift,
@@ -210,17 +223,46 @@ class GradientBuffer(WeightWalk, wiring.Component):
                    lr=training.bias_lr_constant, bias=True,
                    tensor=numerics.tensor_id(s.position, numerics.BIAS_UPDATE), **common)
 
+    def _banks(self, m, mems, accept, reading, read_addr):
+        """The two sums of ``overlapped_batch``: PG adds into ``adding`` (the next after each
+        mini-batch's last beat, counted) while the walk reads and clears
+        ``walked`` (the next after each update). Returns (reads, ``adding``, its value for the
+        beat in stage 1); ``reads.sums`` is the walk's read, ``reads.added`` stage 1's."""
+        adding, s1_adding, walked = Signal(), Signal(), Signal()
+        last_beat = ModuloCounter(m, self.overlapped_batch * self.sample_beats, accept).last
+        with m.If(accept & last_beat):
+            m.d.sync += adding.eq(~adding)
+        with m.If(self.done):
+            m.d.sync += walked.eq(~walked)
+        with m.If(accept):
+            m.d.sync += s1_adding.eq(adding)
+        data = []
+        for n, mem in enumerate(mems):
+            walking = self.busy & (walked == n)
+            data.append(read_register(m, mem, Mux(walking, read_addr, self.i.payload.row),
+                                      Mux(walking, reading, accept & (adding == n))))
+        layout = mems[0].shape
+        reads = SimpleNamespace(sums=layout(Mux(walked, data[1], data[0])),
+                                added=layout(Mux(s1_adding, data[1], data[0])), walked=walked)
+        return reads, adding, s1_adding
+
     def elaborate(self, platform):
         m = Module()
         m.submodules.rounder = rounder = self.rounder
         words, lanes = self.words, self.banks * self.words
         sum_layout = data.ArrayLayout(signed(numerics.ACC_BITS), lanes)
-        m.submodules.mem = mem = memory.Memory(shape=sum_layout, depth=self.rows, init=[],
-                                               attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
+        # ``overlapped_batch``: two sums, PG adding into one while the walk reads the other.
+        mems = [memory.Memory(shape=sum_layout, depth=self.rows, init=[],
+                              attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
+                for _ in range(1 if self.overlapped_batch is None else 2)]
+        if len(mems) == 1:
+            m.submodules.mem = mems[0]
+        else:
+            m.submodules.sums0, m.submodules.sums1 = mems
         # One enable per lane, all driven together: in RTLIL (where enables are per bit)
         # the same as one enable, but Amaranth's simulator expands a single enable into one
         # Python expression per data bit, which Python cannot compile beyond ~2500 bits.
-        write = mem.write_port(granularity=1)
+        writes = [mem.write_port(granularity=1) for mem in mems]
 
         # Update state: address a = g*v + i (``g`` holds a), pass i, and the chunk at the
         # address: bank chunk pn (banks pn*cb ..) and word chunk jn (words jn*cw ..), flat
@@ -276,7 +318,10 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # engine's handshakes into its window and error FIFOs (node 0's worst path at 125 MHz).
         accept = self.i.valid
         m.d.comb += self.i.ready.eq(1)
-        sums = read_register(m, mem, Mux(self.busy, read_addr, self.i.payload.row), accept | reading)
+        if len(mems) == 1:
+            sums = read_register(m, mems[0], Mux(self.busy, read_addr, self.i.payload.row), accept | reading)
+        else:
+            walks, adding, s1_adding = self._banks(m, mems, accept, reading, read_addr)
         # Stage 1: add and write back, forwarding the previous cycle's write.
         values_shape = self.i.payload.shape()["values"].shape
         s1_valid, s1_row = Signal(), Signal(range(self.rows))
@@ -287,20 +332,33 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # was the CI bitstream's worst path (8 ns of routing).
         forward = Signal()
         prev_sum, new_sum = Signal(sum_layout, reset_less=True), Signal(sum_layout)
-        m.d.sync += [s1_valid.eq(accept), forward.eq(accept & s1_valid & (self.i.payload.row == s1_row)),
-                     prev_sum.eq(new_sum)]
+        same_row = self.i.payload.row == s1_row
+        if len(mems) == 1:
+            old_sums = sums
+        else:  # a mini-batch's last beat and the next one's first add into different sums
+            same_row &= adding == s1_adding
+            sums, old_sums = walks.sums, walks.added
+        m.d.sync += [s1_valid.eq(accept), forward.eq(accept & s1_valid & same_row), prev_sum.eq(new_sum)]
         with m.If(accept):
             m.d.sync += [s1_row.eq(self.i.payload.row), s1_values.eq(self.i.payload.values)]
-        old = sum_layout(Mux(forward, prev_sum, sums))
+        old = sum_layout(Mux(forward, prev_sum, old_sums))
         m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
         # An address's sums are cleared in its first chunk's cycle (their read is held).
-        m.d.comb += [
-            write.en.eq((s1_valid | clearing).replicate(lanes)),
-            write.addr.eq(Mux(clearing, g, s1_row)),
-            write.data.eq(Mux(clearing, 0, new_sum)),
-        ]
+        for n, write in enumerate(writes):
+            walked = Const(1) if len(mems) == 1 else walks.walked == n
+            written = s1_valid if len(mems) == 1 else s1_valid & (s1_adding == n)
+            clears = clearing if len(mems) == 1 else clearing & walked
+            m.d.comb += [
+                write.en.eq((written | clears).replicate(lanes)),
+                write.addr.eq(Mux(clears, g, s1_row)),
+                write.data.eq(Mux(clears, 0, new_sum)),
+            ]
+        if len(mems) == 1:
+            during = self.busy | self.update
+        else:  # into the sums the walk reads
+            during = (self.busy | self.update) & (adding == walks.walked)
         m.d.sync += [  # checked at clock edges
-            Assert(~(self.i.valid & (self.busy | self.update)), "gradient buffer: a beat during the update"),
+            Assert(~(self.i.valid & during), "gradient buffer: a beat during the update"),
             Assert(~(accept & (self.i.payload.row > self.rows - 1)),
                    "gradient buffer: gradient row beyond the slice's addresses"),
         ]

@@ -220,6 +220,21 @@ class WeightWalk:
         return self.layout.words
 
 
+def _from_slice(cls, layer_slice, init, family):
+    """The LPRAM (a ``cls``) of a ``mapping.nodeconfig.LayerSlice`` (:meth:`WeightLayout.from_slice`).
+
+    ``init``: the slice's weights, (O, S, K, K) or (O, S*K*K); they are folded.
+    """
+    try:
+        layout = WeightLayout.from_slice(layer_slice)
+    except ValueError as error:
+        raise ValueError(f"param ram: {error}") from None
+    ram = cls(banks=layout.banks, rows=layout.rows, words=layout.words, family=family,
+              init=None if init is None else layout.fold(init).reshape(-1, layout.words))
+    ram.layout = layout
+    return ram
+
+
 class ParamRam(wiring.Component):
     """Weight memory of ``banks`` x ``rows`` rows of ``words`` words (see the module docstring).
 
@@ -249,18 +264,11 @@ class ParamRam(wiring.Component):
 
     @classmethod
     def from_slice(cls, layer_slice, init=None, family=None):
-        """The LPRAM of a ``mapping.nodeconfig.LayerSlice`` (:meth:`WeightLayout.from_slice`).
+        return _from_slice(cls, layer_slice, init, family)
 
-        ``init``: the slice's weights, (O, S, K, K) or (O, S*K*K); they are folded.
-        """
-        try:
-            layout = WeightLayout.from_slice(layer_slice)
-        except ValueError as error:
-            raise ValueError(f"param ram: {error}") from None
-        ram = cls(banks=layout.banks, rows=layout.rows, words=layout.words, family=family,
-                  init=None if init is None else layout.fold(init).reshape(-1, layout.words))
-        ram.layout = layout
-        return ram
+    # ``memory_paths``: the memories below this component a simulator loads; the first holds
+    # the trained weights (as ``mem``).
+    memory_paths = ("mem",)
 
     def elaborate(self, platform):
         m = Module()
@@ -312,4 +320,81 @@ class ParamRam(wiring.Component):
         ]
         m.d.sync += Assert(~(en_a & upd.write & (addr_a == upd.write_addr)),
                            "param ram: port A reads the row the update writes in the same cycle")
+        return m
+
+
+class VersionedParamRam(wiring.Component):
+    """A ParamRam for the update that does not stop the engines (docs/weight_versions.md, "An
+    update that does not stop the engines"): the same ports, three ParamRams behind them.
+
+    The engines (ports ``a`` and ``b``) read copy ``current`` (0 or 1) while the update walk
+    writes the next version into the other copy and, word for word, into ``walk``, the copy
+    it reads the present version from (port ``upd``). Neither engine port is shared with the
+    walk, so FP and EB run while it does; ``swap`` (a one-cycle pulse, given once the walk
+    is done and the engines are between the samples of two versions, hw.memory.update_gate.
+    OverlappedGate) makes the copy just written the engines'. Three copies, not two:
+    the walk needs the present version's words, and both ports of the engines' copy are
+    theirs (the fully connected slice of the default chain reads every address on both
+    every sample).
+
+    The host writes a word into all three copies and reads ``walk``, which holds the latest
+    version. ``mem``: the walk copy's memory (testbenches read the trained weights from it);
+    ``memory_paths``: every copy's memory below this component, for a simulator to load (the
+    walk copy's first).
+    """
+
+    COPIES = ("copy0", "copy1", "walk")
+
+    def __init__(self, *, banks, rows, words, init=None, family=None):
+        self.copies = [ParamRam(banks=banks, rows=rows, words=words, init=init, family=family)
+                       for _ in self.COPIES]
+        self.banks, self.rows, self.words, self.family = banks, rows, words, family
+        self.layout = None
+        super().__init__({
+            "a": In(WeightPortSignature(rows, banks, words)),
+            "b": In(WeightPortSignature(rows, banks, words)),
+            "upd": In(UpdatePortSignature(rows, banks, words)),
+            "host": In(HostPortSignature(rows, banks, words)),
+            "swap": In(1),
+        })
+
+    @classmethod
+    def from_slice(cls, layer_slice, init=None, family=None):
+        return _from_slice(cls, layer_slice, init, family)
+
+    @property
+    def mem(self):
+        return self.copies[-1].mem
+
+    @property
+    def memory_paths(self):
+        return (f"{self.COPIES[-1]}.mem",) + tuple(f"{name}.mem" for name in self.COPIES[:-1])
+
+    def elaborate(self, platform):
+        m = Module()
+        engines, walk = self.copies[:2], self.copies[2]
+        for name, copy in zip(self.COPIES, self.copies):
+            m.submodules[name] = copy
+        current = Signal()  # the engines' copy
+        with m.If(self.swap):
+            m.d.sync += current.eq(~current)
+        a, b, upd, host = self.a, self.b, self.upd, self.host
+        for n, copy in enumerate(engines):
+            theirs = current == n
+            m.d.comb += [copy.a.addr.eq(a.addr), copy.a.en.eq(a.en & theirs),
+                         copy.b.addr.eq(b.addr), copy.b.en.eq(b.en & theirs),
+                         copy.upd.write.eq(upd.write & ~theirs)]
+        # Read data follow the copy read: ``current`` changes only between samples, when
+        # neither engine holds a read (the gate's swap waits for both to finish).
+        m.d.comb += [a.data.eq(Mux(current, engines[1].a.data, engines[0].a.data)),
+                     b.data.eq(Mux(current, engines[1].b.data, engines[0].b.data))]
+        wiring.connect(m, wiring.flipped(upd), walk.upd)
+        for copy in engines:
+            m.d.comb += [copy.upd.write_addr.eq(upd.write_addr), copy.upd.mask.eq(upd.mask),
+                         copy.upd.value.eq(upd.value)]
+        for copy in self.copies:
+            m.d.comb += [copy.host.addr.eq(host.addr), copy.host.lane.eq(host.lane),
+                         copy.host.write.eq(host.write), copy.host.value.eq(host.value)]
+        m.d.comb += [walk.host.read.eq(host.read), host.data.eq(walk.host.data)]
+        m.d.sync += Assert(~(self.swap & (a.en | b.en)), "param ram: copies swapped while an engine reads")
         return m

@@ -32,27 +32,22 @@ from ..base.counter import ModuloCounter, next_value
 COUNT_BITS = 32
 
 
+# The ports of both gates: engine events in, allows and the update's strobe out.
+GATE_PORTS = {
+    "fp_start": In(1), "fp_done": In(1), "eb_start": In(1), "eb_done": In(1), "pg_start": In(1), "pg_done": In(1),
+    "update_done": In(1), "total_samples": In(COUNT_BITS),
+    "fp_allow": Out(1), "eb_allow": Out(1), "pg_allow": Out(1),
+    "update_start": Out(1),  # one-cycle pulse
+    "batch_index": Out(COUNT_BITS),  # mini-batches applied so far (the update's SR sample number)
+}
+
+
 class UpdateGate(wiring.Component):
-    fp_start: In(1)
-    fp_done: In(1)
-    eb_start: In(1)
-    eb_done: In(1)
-    pg_start: In(1)
-    pg_done: In(1)
-    update_done: In(1)
-    total_samples: In(COUNT_BITS)
-
-    fp_allow: Out(1)
-    eb_allow: Out(1)
-    pg_allow: Out(1)
-    update_start: Out(1)   # one-cycle pulse
-    batch_index: Out(COUNT_BITS)  # mini-batches applied so far (the update's SR sample number)
-
     def __init__(self, *, batch, fp_stale, needs_eb=True):
         if batch < 1 or fp_stale < 0:
             refuse(self, f"update gate: batch = {batch} must be >= 1 and fp_stale = {fp_stale} >= 0")
         self.batch, self.fp_stale, self.needs_eb = batch, fp_stale, needs_eb
-        super().__init__()
+        super().__init__(GATE_PORTS)
 
     def elaborate(self, platform):
         m = Module()
@@ -120,6 +115,81 @@ class UpdateGate(wiring.Component):
         with m.If(finishing):
             m.d.comb += updating_next.eq(0)
             m.d.sync += self.batch_index.eq(self.batch_index + 1)
+        return m
+
+
+class OverlappedGate(wiring.Component):
+    """The gate of the update that does not stop the engines (docs/weight_versions.md): FP of
+    sample s uses version max(0, (s - fp_stale) // B), EB version max(0, (s - 1) // B), PG of
+    s adds into the sums of mini-batch s // B, as ``mapping.golden.train(..., eb_stale=1)``
+    (``fp_stale`` includes the sample the rule adds, ``mapping.perf.fp_stale(overlapped=True)``).
+
+    The weights live in a VersionedParamRam: the engines read one copy while the walk of
+    mini-batch m writes version m + 1 into the other. The walk (``update_start``) starts once
+    PG has finished sample (m + 1)B - 1 and the copies were swapped after walk m - 1; PG
+    goes on into the other gradient sum meanwhile, up to the end of mini-batch m + 1 (the
+    sums of m + 2 are the walk's until it is done). ``swap`` pulses once walk m is done,
+    FP has finished sample (m + 1)B - 1 + fp_stale and EB sample (m + 1)B, the last samples
+    of version m; FP starts no later sample and EB none past (m + 1)B before it. So the
+    engines wait only where the walk is longer than EB's sample on the old version.
+
+    Same ports as :class:`UpdateGate` (``batch_index`` counts the walks done: the next
+    walk's rounding sample number) and ``swap``. ``total_samples`` (0 = unbounded) lets the
+    last swap happen once FP and EB have finished every sample there is. Counts are kept
+    whole (COUNT_BITS): this gate is not the default and was not timed on a device.
+    """
+
+    def __init__(self, *, batch, fp_stale, needs_eb=True):
+        if batch < 1 or fp_stale < 1:
+            refuse(self, f"overlapped update gate: batch = {batch} must be >= 1 and fp_stale = {fp_stale} >= 1")
+        self.batch, self.fp_stale, self.needs_eb = batch, fp_stale, needs_eb
+        super().__init__({**GATE_PORTS, "swap": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        b = self.batch
+
+        def count(pulse, first=0, step=1):
+            """A register counting ``pulse`` by ``step`` from ``first``, and its next value."""
+            register = Signal(COUNT_BITS, init=first)
+            following = next_value(m, register)
+            with m.If(pulse):
+                m.d.comb += following.eq(register + step)
+            return register, following
+
+        walks, _ = count(self.update_start)
+        walked, walked_next = count(self.update_done)
+        swaps, _ = count(self.swap)
+        # Sample limits: an engine starts sample n only while n < its limit.
+        fp_limit, fp_limit_next = count(self.swap, b + self.fp_stale, b)
+        eb_limit, eb_limit_next = count(self.swap, b + 1, b)
+        pg_limit, pg_limit_next = count(self.update_done, 2 * b, b)
+        walk_need, _ = count(self.update_start, b, b)  # PG samples finished before the next walk
+        finished = {}
+        for name in ("fp", "eb", "pg"):
+            started, started_next = count(getattr(self, f"{name}_start"))
+            finished[name], _ = count(getattr(self, f"{name}_done"))
+            limit, limit_next = {"fp": (fp_limit, fp_limit_next), "eb": (eb_limit, eb_limit_next),
+                                 "pg": (pg_limit, pg_limit_next)}[name]
+            allow = Signal(init=1, name=f"{name}_allowed")  # registered from the next counts
+            m.d.sync += [allow.eq(started_next < limit_next),
+                         Assert(allow == (started < limit), f"overlapped update gate: {name} allow disagrees")]
+            m.d.comb += getattr(self, f"{name}_allow").eq(allow)
+
+        def all_done(name, limit):
+            done = finished[name]
+            return (done >= limit) | ((self.total_samples != 0) & (done >= self.total_samples))
+
+        walk_ready, walk_pending = Signal(), Signal()
+        m.d.sync += [walk_ready.eq((finished["pg"] >= walk_need) & (swaps == walks)),
+                     walk_pending.eq(walk_ready & ~walk_pending & (swaps == walks))]
+        swap_ready, swap_pending = Signal(), Signal()
+        eb_ready = all_done("eb", eb_limit) if self.needs_eb else 1
+        m.d.sync += [swap_ready.eq((walked > swaps) & all_done("fp", fp_limit) & eb_ready),
+                     swap_pending.eq(swap_ready & ~swap_pending & (walked > swaps))]
+        m.d.comb += [self.update_start.eq(walk_pending), self.swap.eq(swap_pending),
+                     self.batch_index.eq(walked)]
+        m.d.sync += Assert(~(self.update_start & (walks != walked)), "overlapped update gate: a walk while walking")
         return m
 
 

@@ -31,8 +31,8 @@ from ..memory.fifo import Fifo
 from ..memory.grad_buffer import GradientBuffer
 from ..memory.line_buffer import LineBuffer
 from ..memory.pab import PartialActivationBuffer
-from ..memory.param_ram import ParamRam, WeightLayout, slice_weights
-from ..memory.update_gate import COUNT_BITS, BothDone, SampleGate, UpdateGate
+from ..memory.param_ram import ParamRam, VersionedParamRam, WeightLayout, slice_weights
+from ..memory.update_gate import COUNT_BITS, BothDone, OverlappedGate, SampleGate, UpdateGate
 from ..streams.channels import ChannelConcat, ChannelFork
 from ..streams.flatten import Flatten, Unflatten
 from .ports import ChainLink
@@ -136,13 +136,17 @@ class SliceUnit(wiring.Component):
         _, bias = slice_weights(s, params)
         # Built here rather than in elaborate() so a testbench can read the weights back and
         # watch the updates (sim.chain.train_chain, trace_updates).
-        self.gate = UpdateGate(batch=training.batch, fp_stale=s.fp_stale, needs_eb=s.needs_eb)
-        self.lpram = (ParamRam.from_slice(local, init=slice_weights(local, params)[0], family=family)
+        # The update that does not stop the engines: a gate and weight memories of its own.
+        gate, ram = (OverlappedGate, VersionedParamRam) if s.overlapped_update else (UpdateGate, ParamRam)
+        self.gate = gate(batch=training.batch, fp_stale=s.fp_stale, needs_eb=s.needs_eb)
+        self.lpram = (ram.from_slice(local, init=slice_weights(local, params)[0], family=family)
                       if local is not None else None)
         self.owns_bias = s.owns_biases
-        self.bias_ram = (ParamRam(banks=s.fp.ces, rows=-(-s.out_channels // s.fp.ces), words=1,
-                                  init=bias.reshape(-1, 1), family=family, shared_update=True)
-                         if self.owns_bias else None)
+        bias_ram = dict(banks=s.fp.ces, rows=-(-s.out_channels // s.fp.ces), words=1, init=bias.reshape(-1, 1),
+                        family=family)
+        if not s.overlapped_update:
+            bias_ram.update(shared_update=True)
+        self.bias_ram = ram(**bias_ram) if self.owns_bias else None
         up, down = slice_ports(s)
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "up": In(ChainLink(up)), "down": Out(ChainLink(down))}
@@ -183,6 +187,7 @@ class SliceUnit(wiring.Component):
                                                                family=self.family)
             connect(m, lgb.upd, lpram.upd)
             m.d.comb += [lgb.update.eq(gate.update_start), lgb.batch.eq(gate.batch_index)]
+            self._swap(m, lpram)
             updated.append(lgb.done)
         if self.owns_bias:
             bias_ram = m.submodules.bias_ram = self.bias_ram
@@ -191,6 +196,7 @@ class SliceUnit(wiring.Component):
             connect(m, bias_lgb.upd, bias_ram.upd)
             m.d.comb += [bias_lgb.update.eq(gate.update_start), bias_lgb.batch.eq(gate.batch_index),
                          bias_ram.b.en.eq(0)]
+            self._swap(m, bias_ram)
             updated.append(bias_lgb.done)
         if not updated:
             # Every row lives on another node and there are no biases: the gate still counts
@@ -203,6 +209,10 @@ class SliceUnit(wiring.Component):
             updated = [_both_done(m, "updates_done", *updated, most_ahead=1)]
         m.d.comb += gate.update_done.eq(updated[0])
         return gate, lgb, bias_lgb
+
+    def _swap(self, m, ram):
+        if self.slice.overlapped_update:
+            m.d.comb += ram.swap.eq(self.gate.swap)
 
     def _build_forward(self, m, gate):
         """Input split, Act-RAM, FP line buffer and engine, PAB (ICP) and SFU where the
@@ -327,8 +337,10 @@ class SliceUnit(wiring.Component):
         if bias_lgb is not None:
             bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, oh * ow * pg.rows, "bias_lgb")
             # PG starts no sample past its mini-batch's last until the update, which waits for
-            # both sources' B samples: neither gets more than B ahead.
-            m.d.comb += gate.pg_done.eq(_both_done(m, "grads_done", pg_done, bias_done, most_ahead=gate.batch))
+            # both sources' B samples: neither gets more than B ahead (2B where the update does
+            # not stop PG, which waits only for the update of the mini-batch before).
+            ahead = gate.batch * (2 if s.overlapped_update else 1)
+            m.d.comb += gate.pg_done.eq(_both_done(m, "grads_done", pg_done, bias_done, most_ahead=ahead))
         else:
             m.d.comb += gate.pg_done.eq(pg_done)
 

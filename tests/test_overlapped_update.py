@@ -1,0 +1,63 @@
+"""The mapping of the update that does not stop the engines (``overlapped_update``,
+docs/weight_versions.md): one more sample of staleness everywhere, three copies of the
+weights and two gradient sums in the memory plan, and a rate that counts only the part of
+a walk longer than a sample period."""
+
+import pytest
+
+from mapping import memories, zoo
+from mapping.cluster import parse_cluster
+from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.__main__ import main as mapping_main
+
+CHAIN = "ecp5-85:2+ecp5-45:2"
+
+
+def _map(overlapped, batch=4, cluster=CHAIN, **options):
+    return map_network(zoo.tiny(), parse_cluster(cluster), batch=batch, network_name="tiny",
+                       overlapped_update=overlapped, **GENERATOR_OPTIONS, **options)
+
+
+@pytest.mark.parametrize("batch", [1, 4, 16])
+def test_every_layer_is_one_sample_staler(batch):
+    stalled, overlapped = _map(False, batch), _map(True, batch)
+    assert [[s.fp_stale + 1 for s in n.slices] for n in stalled.nodes] == \
+        [[s.fp_stale for s in n.slices] for n in overlapped.nodes]
+    assert all(s.overlapped_update for n in overlapped.nodes for s in n.slices)
+    assert not any(s.overlapped_update for n in stalled.nodes for s in n.slices)
+
+
+def test_the_rate_counts_only_the_walk_past_a_sample_period():
+    # Node 3's fc walk is 95 cycles against its 80-cycle period: 15 per mini-batch of 4
+    # (stopping the engines, all 95); node 0's 31-cycle walks fit in its period.
+    stalled, overlapped = _map(False), _map(True)
+    assert [n.update_cycles for n in overlapped.nodes] == [31, 31, 31, 95]
+    assert [n.cycles_per_sample_with_updates for n in overlapped.nodes] == [80, 64, 64, 80 + 15 / 4]
+    assert [n.cycles_per_sample_with_updates for n in stalled.nodes] == [80 + 31 / 4, 64 + 31 / 4, 64 + 31 / 4,
+                                                                         80 + 95 / 4]
+
+
+def test_memory_plan_holds_three_weight_copies_and_two_gradient_sums():
+    mapping = _map(True)
+    fc = mapping.nodes[3].slices[0]
+    names = [mem.name for mem in memories.slice_memories(fc)]
+    assert [n for n in names if n.startswith(("lpram", "lgb", "bias"))] == [
+        "lpram.copy0", "lpram.copy1", "lpram.walk", "lgb.sums0", "lgb.sums1",
+        "bias_ram.copy0", "bias_ram.copy1", "bias_ram.walk", "bias_lgb.sums0", "bias_lgb.sums1"]
+    for node in mapping.nodes:  # what the mapper planned is what hw/ builds
+        assert memories.node_bram_blocks(node) == node.estimate.bram_blocks
+    assert [n.estimate.bram_blocks for n in mapping.nodes] == [3, 4, 5, 22]
+    assert [n.estimate.bram_blocks for n in _map(False).nodes] == [3, 4, 5, 10]
+
+
+def test_the_bias_walk_reads_its_own_copy():
+    # Stopping the engines, the bias walk reads and writes through one port of the bias RAM, a
+    # cycle per address more; with a copy of its own, a word per cycle.
+    fc_stalled, fc = _map(False).nodes[3].slices[0], _map(True).nodes[3].slices[0]
+    assert fc.bias_update_cycles(1) == fc_stalled.bias_update_cycles(1) - 10  # 10 addresses of one bias
+
+
+def test_mapping_cli_writes_the_option(tmp_path):
+    mapping_main(["--network", "tiny", "--cluster", CHAIN, "--for-hardware", "--overlapped-update",
+                  "--out", str(tmp_path)])
+    assert '"overlapped_update": true' in (tmp_path / "mapping.json").read_text()
