@@ -182,6 +182,10 @@ class LayerSlice(ChannelRanges):
 # The update walk's cycles besides its chunks: the strobe, the first read, the operand
 # register, the multipliers.
 UPDATE_PIPELINE = 5
+# From an overlapped walk's last word to the next walk's strobe (hw.memory.update_gate.
+# OverlappedGate): the done count, the swap's condition and pulse, the swap count, the next
+# walk's condition and strobe, each a register.
+OVERLAPPED_SWAP_CYCLES = 6
 
 
 def update_chunk(lanes, banks, words):
@@ -250,13 +254,14 @@ class NodeConfig:
 
     @property
     def cycles_per_sample_with_updates(self):
-        """``cycles_per_sample`` plus the node's update walk once per mini-batch; an overlapped
-        walk only for the part of it longer than a sample period (EB's sample on the old
-        weights)."""
-        walk = self.update_cycles
-        if self.overlapped_update:
-            walk = max(0, walk - self.cycles_per_sample)
-        return self.cycles_per_sample + walk / self.training.batch
+        """``cycles_per_sample`` plus the node's update walk once per mini-batch. An overlapped
+        walk stops the engines only for the part of it longer than a sample period (EB's
+        sample on the old weights), but the walks follow one another with the swap of the
+        copies between them (OVERLAPPED_SWAP_CYCLES): a mini-batch takes no less than that."""
+        walk, batch, engines = self.update_cycles, self.training.batch, self.cycles_per_sample
+        if not self.overlapped_update:
+            return engines + walk / batch
+        return max(engines + max(0, walk - engines) / batch, (walk + OVERLAPPED_SWAP_CYCLES) / batch)
 
     def to_dict(self):
         return asdict(self)

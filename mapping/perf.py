@@ -202,8 +202,11 @@ def fp_stale(plans, slices, node_budgets, tau, batch, overlapped=False):
         # update waits for the next one's, its PG's input backs up, and the backlog costs
         # every later mini-batch: docs/weight_versions.md, "Updates in sequence"); a fully
         # connected layer's Act-RAM takes whole samples, and up to B more (beyond that the
-        # two gates would wait for each other: "No circular wait").
-        cap = stale + (1 if plans[l].kind == "conv" else batch)
+        # two gates would wait for each other: "No circular wait"). Where the update does not
+        # stop the engines, one more before a fully connected layer: the FIFO in front of its
+        # FP gate holds whole samples (a window each, at least PAB_MIN_DEPTH), and without it
+        # the two layers' gates wait for each other every sample at B = 1 (docs/weight_versions.md).
+        cap = stale + (1 if plans[l].kind == "conv" else batch + overlapped)
     return {key: stale + overlapped for key, stale in result.items()}
 
 

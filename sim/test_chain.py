@@ -104,13 +104,13 @@ def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
 
 
 def test_four_node_chain_trains_bit_exact_with_the_update_that_does_not_stop_the_engines():
-    # overlapped_update (docs/weight_versions.md): every layer one sample staler than above,
-    # EB on the previous mini-batch's weights for a mini-batch's first sample, so the walks
+    # overlapped_update (docs/weight_versions.md): every layer a sample staler than above (conv2
+    # two), EB on the previous mini-batch's weights for a mini-batch's first sample, so the walks
     # run beside the engines. Over five mini-batches of 3 the slowest node runs at its
     # engines' 80 cycles per sample (113.3 above, with the walks stopping them); the model
     # counts node 3's 95-cycle walk past one sample period, 80 + 15 / 3.
     mapping, run = _train(CHAIN, seed=1, samples=15, overlapped_update=True)
-    assert [[s.fp_stale for s in node.slices] for node in mapping.nodes] == [[7, 6], [6], [6], [3]]
+    assert [[s.fp_stale for s in node.slices] for node in mapping.nodes] == [[8, 7], [7], [7], [3]]
     assert [cfg.update_cycles for cfg in mapping.nodes] == [31, 31, 31, 95]
     assert mapping.nodes[3].cycles_per_sample_with_updates == 85
     assert mean_cycles_per_sample(run, 3, BATCH) == 80

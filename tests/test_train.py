@@ -45,18 +45,22 @@ def test_cli_trains_lenet_digits_on_real_digits(tmp_path, capsys):
 
 
 def test_cli_trains_with_the_overlapped_update(tmp_path, capsys):
-    # The versions of an update that does not stop the engines: EB on the previous sample's
-    # version, FP one sample staler than the mapping's (golden.train's eb_stale)
+    # The versions of the update that does not stop the engines: EB on the previous sample's
+    # version, FP staler (golden.train's eb_stale; the mapping made with overlapped_update:
+    # 4, 3, 2, 1 for the pipelined update)
     train.main(["--limit", "300", "--epochs", "2", "--lr", "0.05", "--update", "overlapped", "--no-reference",
                 "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert ("fp_stale per layer conv1=4, conv2=3, fc1=2, fc2=1; update overlapped (FP one sample staler, "
+    assert ("fp_stale per layer conv1=7, conv2=6, fc1=4, fc2=2; update overlapped (FP one sample staler, "
             "EB on the previous sample's version)") in out
     with open(tmp_path / "curves.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["run"], r["epoch"]) for r in rows] == [("fixed overlapped", str(e)) for e in range(3)]
-    # Fixed point is exact: the pipelined update's first epoch ends at 0.455079 on the same data
-    assert rows[1]["train_loss"] == "0.464199" and float(rows[-1]["test_accuracy"]) >= 0.4  # measured 0.45
+    # Fixed point is exact: the pipelined update's first epoch ends at 0.455079 on the same data;
+    # on 240 samples at lr 0.05 (beyond the stability bound at this staleness, as printed) the
+    # accuracy still rises from the untrained net's 0.17 (measured 0.28)
+    assert rows[1]["train_loss"] == "0.460041" and rows[2]["train_loss"] == "0.416190"
+    assert float(rows[-1]["test_accuracy"]) > float(rows[0]["test_accuracy"]) + 0.1
 
 
 def test_cli_trains_with_softmax_cross_entropy(tmp_path, capsys):
