@@ -383,6 +383,7 @@ def check_mapping(mapping):
     name what does not exist: devices, families, modes, layer geometry, the channel ranges
     of each layer's slices along the chain, weight blocks (docs/nodeconfig.md)."""
     layers = {}  # layer name -> (path, slice) of its first slice
+    update_mode = None  # (path, slice) of the chain's first slice
     for i, node in enumerate(mapping.nodes):
         where = f"nodes[{i}]"
         if node.index != i:
@@ -403,6 +404,11 @@ def check_mapping(mapping):
                             f"{node.training.lr} positive")
         for j, s in enumerate(node.slices):
             check_slice(s, f"{where}.slices[{j}]")
+            first_path, first = update_mode = update_mode or (f"{where}.slices[{j}]", s)
+            if s.overlapped_update != first.overlapped_update:  # one weight-version rule per chain
+                raise SpecError(f"{where}.slices[{j}].overlapped_update: {_show(s.overlapped_update)}, but "
+                                f"{first_path} has {_show(first.overlapped_update)}: the update stops the "
+                                f"engines everywhere or nowhere")
             path, seen = layers.setdefault(s.layer, (f"{where}.slices[{j}]", s))
             for key in _LAYER_FIELDS:
                 if getattr(s, key) != getattr(seen, key):

@@ -102,6 +102,11 @@ CASES = {
                 "aligned exactly"),
     "loss": (lambda d: d["nodes"][0]["formats"].update(loss="softmax"),
              "nodes[0].formats: loss = 'softmax' is not one of mse, ce"),
+    "one slice's update overlapped": (lambda d: slice_of(d, 1).update(overlapped_update=True),
+                                      "nodes[1].slices[0].overlapped_update: true, but nodes[0].slices[0] has "
+                                      "false: the update stops the engines everywhere or nowhere"),
+    "overlapped update as text": (lambda d: slice_of(d, 0).update(overlapped_update="yes"),
+                                  'nodes[0].slices[0].overlapped_update: expected true or false, got "yes"'),
 }
 
 

@@ -77,6 +77,15 @@ result is written: ``O + G + 5 + rounder latency`` cycles. Meanwhile ``busy`` is
 ``upd`` port belongs to the update while ``busy``: PG must have delivered the mini-batch's
 last beat and FP (and EB, when ``shared``) must be idle, as hw.memory.update_gate arranges
 (asserted here and inside ParamRam).
+
+Two sums
+--------
+With ``overlapped_batch`` (the update that does not stop the engines, docs/weight_versions.md)
+the buffer keeps two sums memories: PG's beats go into one, switching after each mini-batch's
+last beat (``overlapped_batch`` samples of ``sample_beats`` beats, counted here), while the walk
+reads and clears the other; so beats keep arriving during the walk, only never into the sums
+it walks (asserted; hw.memory.update_gate.OverlappedGate arranges it). The walk reads the
+weights from a VersionedParamRam's copy of its own, so a bias buffer is not ``shared`` then.
 """
 
 from types import SimpleNamespace

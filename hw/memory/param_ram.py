@@ -60,6 +60,12 @@ is one word through port B's word writes. No extra block-RAM port and no extra r
 register, only two address muxes and a lane mux. Using it while an engine or the update
 uses that port is an ``Assert``.
 
+Versions
+--------
+:class:`VersionedParamRam` has the same ports over three ParamRams, for the update that
+does not stop the engines: the engines read one copy while the update walks the next version
+into the other (docs/weight_versions.md).
+
 BPRAM
 -----
 A BPRAM (weights hosted for another node, paper Fig. 6) is an ordinary ParamRam laid

@@ -20,6 +20,9 @@ finished every sample there is, which is still independent of timing.
 
 Engines raise ``*_start`` for one cycle when they begin a sample (only while
 ``*_allow`` is high) and ``*_done`` when they finish one.
+
+:class:`OverlappedGate` is the gate of the update that does not stop the engines (EB one
+sample behind, the weights in a VersionedParamRam).
 """
 
 from amaranth.hdl import Assert, Const, Module, Signal
