@@ -24,6 +24,7 @@ from hw.memory.fifo import Fifo
 from hw.memory.grad_buffer import GradientBuffer
 from hw.memory.param_ram import ParamRam
 from hw.synth import SynthResult, synthesize
+from mapping.memories import cost as memories_cost, hosted_memories
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.nodeconfig import Training
@@ -165,6 +166,22 @@ def test_hosted_rows_in_block_ram(tmp_path):
     assert result.bram == (predicted_blocks("ecp5", 4 * 18, 64, True)
                            + predicted_blocks("ecp5", 4 * 48, 64, False)) == 4 + 6
     assert bram_cells(result) == {"DP16KD": 10}
+    assert result.cells.get("MULT18X18D") == result.dsp == 3
+
+
+def test_hosted_rows_of_the_overlapped_update_in_block_ram(tmp_path):
+    # The same block with the update that does not stop the engines: the BPRAM's two engine
+    # copies as above (4 blocks each), the walk's copy read by the walk only (512 x 36: 2
+    # blocks), the BGB's two sums (6 blocks each): what mapping/memories.py plans.
+    block, config = hosted_fc_block()
+    owner = replace(block.owner_slice, overlapped_update=True)
+    hosted = HostedRows(replace(block, owner_slice=owner), config.formats, config.training, family="ecp5")
+    assert memories(hosted) == {"bpram.copy0.mem": (4 * 16, 64, "block"), "bpram.copy1.mem": (4 * 16, 64, "block"),
+                                "bpram.walk.mem": (4 * 16, 64, "block"),
+                                "bgb.sums0": (4 * 48, 64, "block"), "bgb.sums1": (4 * 48, 64, "block")}
+    result = synth(hosted, "ecp5", tmp_path)
+    assert result.bram == memories_cost(hosted_memories(owner, 8), "ecp5").bram_blocks == 2 * 4 + 2 + 2 * 6
+    assert bram_cells(result) == {"DP16KD": 22}
     assert result.cells.get("MULT18X18D") == result.dsp == 3
 
 
