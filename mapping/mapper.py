@@ -240,7 +240,7 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
                              describe=describe,
                              batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
                              local_weights=local_weights, buildable_balance=buildable_balance,
-                             fold_inputs=fold_inputs, offchip_fc=offchip_fc)
+                             fold_inputs=fold_inputs, offchip_fc=offchip_fc, overlapped_update=overlapped)
         except SpecError:
             if refusals:  # no longer period partitions: balancing was what failed
                 raise refusals[0] from None

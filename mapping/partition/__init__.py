@@ -83,7 +83,7 @@ class Partition:
 
 def partition(plans, node_budgets, *, samples_held, link_latency_cycles, describe, batch=1,
               local_weights=False, buildable_balance=False, at_least=0, fold_inputs=True,
-              offchip_fc=True):
+              offchip_fc=True, overlapped_update=False):
     """The fine phase; ``local_weights`` makes every node hold all its weights itself
     (no balancing), ``buildable_balance`` all its conv weights (the generator balances
     only fully connected rows), otherwise only their width is reserved (see the package docstring).
@@ -91,11 +91,13 @@ def partition(plans, node_budgets, *, samples_held, link_latency_cycles, describ
     partition with smaller buffers; ``describe()`` names the network and cluster in
     refusals; ``batch`` the mini-batch (FC weights in DRAM); ``fold_inputs=False`` gives
     every input channel of a slice its own tile and ``offchip_fc=False`` keeps fully
-    connected weights on chip (both as hw/ generates)."""
+    connected weights on chip (both as hw/ generates); ``overlapped_update`` plans the weight
+    copies of the update that does not stop the engines (with ``buildable_balance``)."""
     part = Partitioner(plans, node_budgets, samples_held=samples_held, link_latency_cycles=link_latency_cycles,
                        describe=describe, batch=batch, local_weights=local_weights,
                        buildable_balance=buildable_balance, fold_inputs=fold_inputs,
-                       offchip_fc=offchip_fc, search_ends=SEARCH_ENDS)  # read when called: one setting
+                       offchip_fc=offchip_fc, overlapped_update=overlapped_update,
+                       search_ends=SEARCH_ENDS)  # read when called: one setting
     period = part.min_period(at_least)
     choices = part.feasible(period)
     cuts = part.cuts(period, choices)

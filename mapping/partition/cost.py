@@ -31,7 +31,7 @@ chip like convolution weights (the simulated hardware's small FC layers).
 """
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -196,8 +196,10 @@ class SliceCosts:
     chain: layer l has units ``starts[l]`` to ``starts[l + 1]``."""
 
     def __init__(self, plans, node_budgets, *, samples_held, link_latency_cycles, describe, batch,
-                 local_weights=False, buildable_balance=False, fold_inputs=True, offchip_fc=True):
+                 local_weights=False, buildable_balance=False, fold_inputs=True, offchip_fc=True,
+                 overlapped_update=False):
         self.describe = describe
+        self.overlapped_update = overlapped_update
         self.fold_inputs = fold_inputs
         self.batch = batch
         self.local_weights = local_weights
@@ -305,7 +307,8 @@ class SliceCosts:
             sl = Slice(plan, node, lo, lo + units, shape, offchip, first, last)
             if not self.weights_stay(plan):
                 sl.remote_rows = sl.out_channels - min(shape.P, sl.out_channels)
-            return balance.exact_slice_memory(sl, buffers, family)
+            return balance.exact_slice_memory(sl, replace(buffers, overlapped_update=self.overlapped_update),
+                                              family)
         if self.weights_stay(plan):
             return buffers.cost + balance.weight_memory_of(plan, units, shape, family, offchip)
         return buffers.cost + balance.weight_floor(plan, units, shape, family, offchip)
