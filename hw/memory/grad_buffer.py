@@ -185,15 +185,14 @@ class GradientBuffer(WeightWalk, wiring.Component):
                                          acc_width=STEP_BITS, extra=self._extra_layout())
         self.lr = lr
         beat = bias_grads_layout(self.rows, banks) if bias else grads_layout(self.rows, banks, self.words)
-        members = {
+        super().__init__({
             "i": In(stream.Signature(beat)),
             "update": In(1),
             "batch": In(SAMPLE_BITS),
             "busy": Out(1),
             "done": Out(1),
             "upd": Out(UpdatePortSignature(self.rows, banks, self.words, shared=self.shared)),
-        }
-        super().__init__(members)
+        })
 
     def _extra_layout(self):
         """What travels with a chunk through the rounder: its words' old values, its place in
@@ -354,9 +353,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
         m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
         # An address's sums are cleared in its first chunk's cycle (their read is held).
         for n, write in enumerate(writes):
-            walked = Const(1) if len(mems) == 1 else walks.walked == n
-            written = s1_valid if len(mems) == 1 else s1_valid & (s1_adding == n)
-            clears = clearing if len(mems) == 1 else clearing & walked
+            written, clears = ((s1_valid, clearing) if len(mems) == 1 else
+                               (s1_valid & (s1_adding == n), clearing & (walks.walked == n)))
             m.d.comb += [
                 write.en.eq((written | clears).replicate(lanes)),
                 write.addr.eq(Mux(clears, g, s1_row)),

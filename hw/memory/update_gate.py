@@ -161,34 +161,31 @@ class OverlappedGate(wiring.Component):
             return register, following
 
         walks, _ = count(self.update_start)
-        walked, walked_next = count(self.update_done)
+        walked, _ = count(self.update_done)
         swaps, _ = count(self.swap)
         # Sample limits: an engine starts sample n only while n < its limit.
-        fp_limit, fp_limit_next = count(self.swap, b + self.fp_stale, b)
-        eb_limit, eb_limit_next = count(self.swap, b + 1, b)
-        pg_limit, pg_limit_next = count(self.update_done, 2 * b, b)
+        limits = {"fp": count(self.swap, b + self.fp_stale, b), "eb": count(self.swap, b + 1, b),
+                  "pg": count(self.update_done, 2 * b, b)}
         walk_need, _ = count(self.update_start, b, b)  # PG samples finished before the next walk
         finished = {}
-        for name in ("fp", "eb", "pg"):
+        for name, (limit, limit_next) in limits.items():
             started, started_next = count(getattr(self, f"{name}_start"))
             finished[name], _ = count(getattr(self, f"{name}_done"))
-            limit, limit_next = {"fp": (fp_limit, fp_limit_next), "eb": (eb_limit, eb_limit_next),
-                                 "pg": (pg_limit, pg_limit_next)}[name]
             allow = Signal(init=1, name=f"{name}_allowed")  # registered from the next counts
             m.d.sync += [allow.eq(started_next < limit_next),
                          Assert(allow == (started < limit), f"overlapped update gate: {name} allow disagrees")]
             m.d.comb += getattr(self, f"{name}_allow").eq(allow)
 
-        def all_done(name, limit):
-            done = finished[name]
+        def all_done(name):
+            done, (limit, _) = finished[name], limits[name]
             return (done >= limit) | ((self.total_samples != 0) & (done >= self.total_samples))
 
         walk_ready, walk_pending = Signal(), Signal()
         m.d.sync += [walk_ready.eq((finished["pg"] >= walk_need) & (swaps == walks)),
                      walk_pending.eq(walk_ready & ~walk_pending & (swaps == walks))]
         swap_ready, swap_pending = Signal(), Signal()
-        eb_ready = all_done("eb", eb_limit) if self.needs_eb else 1
-        m.d.sync += [swap_ready.eq((walked > swaps) & all_done("fp", fp_limit) & eb_ready),
+        eb_ready = all_done("eb") if self.needs_eb else 1
+        m.d.sync += [swap_ready.eq((walked > swaps) & all_done("fp") & eb_ready),
                      swap_pending.eq(swap_ready & ~swap_pending & (walked > swaps))]
         m.d.comb += [self.update_start.eq(walk_pending), self.swap.eq(swap_pending),
                      self.batch_index.eq(walked)]
