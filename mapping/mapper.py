@@ -176,8 +176,9 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     if buildable_balance:
         _check_inventory(nodes, describe)
         _check_generated(nodes, describe)
-        # The generated nodes stop their engines for the weight update's walk
-        # (docs/node_dataflow.md, "Weight updates"); the samples/s above do not count it.
+        # The generated nodes stop their engines for the weight update's walk, or with
+        # overlapped_update for the part of it past a sample period (docs/node_dataflow.md,
+        # "Weight updates"); the samples/s above do not count it.
         result["samples_per_s_with_updates"] = min(
             [summary["link_samples_per_s"]] + [budget.clock_hz / node.cycles_per_sample_with_updates
                                                for node, budget in zip(nodes, node_budgets)])

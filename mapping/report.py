@@ -9,9 +9,10 @@ def table(mapping):
     """The per-node table the CLI prints."""
     s = mapping.summary
     walks = ""
-    if "samples_per_s_with_updates" in s:  # hardware mappings: the engines stop for each update's walk
-        walks = (f"; {s['samples_per_s_with_updates']:.1f} with the weight update's walks at mini-batch "
-                 f"{mapping.nodes[0].training.batch}")
+    if "samples_per_s_with_updates" in s:  # hardware mappings: the update's walks may stop the engines
+        overlapped = " (overlapped)" if mapping.nodes[0].overlapped_update else ""
+        walks = (f"; {s['samples_per_s_with_updates']:.1f} with the weight update's walks{overlapped} at "
+                 f"mini-batch {mapping.nodes[0].training.batch}")
     lines = [f"{mapping.network} on {mapping.cluster}: {s['samples_per_s']:.1f} samples/s "
              f"({s['limited_by']} bound{walks}), {s['gops_per_device']:.0f} GOPS per device, "
              f"idle stages {100 * s['idle']:.2f}%, busiest link {s['busiest_link_gbps']:.1f} Gb/s of payload, "
