@@ -69,7 +69,8 @@ def test_the_bias_walk_reads_its_own_copy():
     assert fc.bias_update_cycles(1) == fc_stalled.bias_update_cycles(1) - 10  # 10 addresses of one bias
 
 
-def test_mapping_cli_writes_the_option(tmp_path):
+def test_mapping_cli_writes_the_option(tmp_path, capsys):
     mapping_main(["--network", "tiny", "--cluster", CHAIN, "--for-hardware", "--overlapped-update",
                   "--out", str(tmp_path)])
     assert '"overlapped_update": true' in (tmp_path / "mapping.json").read_text()
+    assert "with the weight update's walks (overlapped) at mini-batch 1)" in capsys.readouterr().out
