@@ -139,7 +139,8 @@ class OverlappedGate(wiring.Component):
     Same ports as :class:`UpdateGate` (``batch_index`` counts the walks done: the next
     walk's rounding sample number) and ``swap``. ``total_samples`` (0 = unbounded) lets the
     last swap happen once FP and EB have finished every sample there is. Counts are kept
-    whole (COUNT_BITS): this gate is not the default and was not timed on a device.
+    whole (COUNT_BITS), compared in front of registers; not the default, timed on node 3 of
+    the default chain only (docs/boards.md).
     """
 
     def __init__(self, *, batch, fp_stale, needs_eb=True):
