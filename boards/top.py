@@ -80,7 +80,9 @@ def ecppll_at_least(input_mhz, output_mhz):
         params, achieved = ecppll_settings(input_mhz, target)
         if achieved >= output_mhz - 1e-9:
             return params, achieved
-        if target > 1.1 * output_mhz:
+        # ecppll answers with the nearest it can make: more than 10% short, its VCO is at its
+        # limit and no nearby target helps (1000 MHz: 792 for every target up to 1100)
+        if target > 1.1 * output_mhz or 1.1 * achieved < output_mhz:
             raise SpecError(f"no EHXPLLL setting makes {output_mhz:g} MHz or a little more from {input_mhz:g} MHz")
         target += 0.5
 
