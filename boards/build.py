@@ -23,7 +23,8 @@ from types import SimpleNamespace
 from hw.build import heartbeat, load_mapping
 from hw.synth import (CriticalPath, SynthResult, ToolStopped, cache_file, late_endpoints, run_tool,
                       synthesize_rtlil, yosys_rtlil)
-from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, output_folder, positive_int, positive_number
+from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, output_folder,
+                         positive_int, positive_number)
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
 from mapping.resources import LINK_CORE_BLOCKS, LINK_CORE_LUT, link_cores
@@ -53,6 +54,7 @@ def parse_args(argv):
     parser.add_argument("--cluster", help=f"cluster spec (default: {DEFAULT_NODES} of the board's device)")
     parser.add_argument("--mapping", help="a mapping JSON of python -m mapping --for-hardware")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
+    parser.add_argument("--overlapped-update", action="store_true", default=None, help=OVERLAPPED_HELP)
     parser.add_argument("--clock", type=positive_number,
                         help="node clock in MHz (default: the device's in mapping/devices.py)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
@@ -73,7 +75,8 @@ def board_mapping(args, board):
     cluster = args.cluster if args.cluster or args.mapping else f"{board.device}:{DEFAULT_NODES}"
     return load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
                                         cluster=cluster, mapping=args.mapping, bram_fraction=None,
-                                        batch=None, lr=None, loss=args.loss, overlapped_update=None))
+                                        batch=None, lr=None, loss=args.loss,
+                                        overlapped_update=args.overlapped_update))
 
 
 def held_nodes(args, mapping, board):

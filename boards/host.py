@@ -39,6 +39,8 @@ def parse_args(argv):
     parser.add_argument("--network", help="network (without --mapping)")
     parser.add_argument("--cluster", help="cluster (without --mapping)")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
+    parser.add_argument("--overlapped-update", action="store_true", default=None,
+                        help="the bitstream was built with --overlapped-update (without --mapping)")
     parser.add_argument("--data", help=".npz file with inputs and labels")
     parser.add_argument("--samples", type=positive_int, default=12, help="random samples (without --data)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random samples and initial weights")
@@ -51,7 +53,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     board = get_board(args.board)
     mapping = board_mapping(SimpleNamespace(network=args.network, cluster=args.cluster, mapping=args.mapping,
-                                            loss=args.loss), board)
+                                            loss=args.loss, overlapped_update=args.overlapped_update), board)
     from mapping.zoo import get
     network = get(mapping.network)
     inputs, labels, params = golden.random_data(network, args.samples, args.seed)
@@ -87,9 +89,9 @@ def main(argv=None):
                  **{f"{name}_bias": b for name, (_, b) in final.items() if b is not None})
     if args.check:
         from mapping.golden import train
-        stale = {s.layer: s.fp_stale for config in mapping.nodes for s in config.slices}
         expected, _ = train(network, params, inputs, labels, batch=mapping.nodes[0].training.batch,
-                            lr=mapping.nodes[0].training.lr, mode="fixed", formats=formats, fp_stale=stale)
+                            lr=mapping.nodes[0].training.lr, mode="fixed", formats=formats,
+                            fp_stale=mapping.fp_stale(), eb_stale=mapping.eb_stale())
         wrong = [name for name, (w, b) in expected.items()
                  if not np.array_equal(final[name][0], w) or (b is not None and not np.array_equal(final[name][1], b))]
         if wrong:

@@ -293,6 +293,14 @@ class Mapping:
                     raise SpecError(f"layer {s.layer}: slices disagree on fp_stale")
         return stale
 
+    def eb_stale(self):
+        """golden.train's eb_stale: 1 where the update does not stop the engines (every slice's
+        ``overlapped_update``, docs/weight_versions.md), else 0."""
+        modes = {s.overlapped_update for node in self.nodes for s in node.slices}
+        if len(modes) > 1:
+            raise SpecError("slices disagree on overlapped_update")
+        return int(True in modes)
+
     def to_json(self, indent=1):
         return json.dumps({"schema_version": SCHEMA_VERSION, "network": self.network, "cluster": self.cluster,
                            "nodes": [n.to_dict() for n in self.nodes], "summary": self.summary},

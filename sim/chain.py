@@ -54,24 +54,6 @@ class ChainRun:
         return self.cycles / self.cpu_seconds if self.cpu_seconds else 0.0
 
 
-def stale_per_layer(mapping):
-    stale = {}
-    for node in mapping.nodes:
-        for s in node.slices:
-            if stale.setdefault(s.layer, s.fp_stale) != s.fp_stale:
-                raise ValueError(f"layer {s.layer}: slices disagree on fp_stale")
-    return stale
-
-
-def eb_stale(mapping):
-    """EB's staleness in the golden model: 1 where the chain updates without stopping its
-    engines (``LayerSlice.overlapped_update``, docs/weight_versions.md), else 0."""
-    modes = {s.overlapped_update for node in mapping.nodes for s in node.slices}
-    if len(modes) > 1:
-        raise ValueError("slices disagree on overlapped_update")
-    return int(modes.pop())
-
-
 def _store(params, rows, layer_slice, ram, contents):
     """A ParamRam's ``contents`` (rows * banks, words) into ``params`` (golden layout): the
     weights of LayerSlice ``rows``, or with ``rows`` None the biases of ``layer_slice``."""
@@ -283,7 +265,7 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     beats = [input_beats(cfg) for cfg in mapping.nodes]
     starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
     expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
-                                    formats=formats, fp_stale=stale_per_layer(mapping), eb_stale=eb_stale(mapping))
+                                    formats=formats, fp_stale=mapping.fp_stale(), eb_stale=mapping.eb_stale())
     return ChainRun(final, cycles, starts, expected, record, seconds, cpu, counters, windows)
 
 

@@ -18,15 +18,15 @@ from boards.simulated import SimulatedBoard
 from mapping import golden, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, assert_bit_exact, stale_per_layer
+from sim.chain import CHAIN, assert_bit_exact
 from sim.verilated_board import VerilatedBoards
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 DIVISOR = 2
 
 
-def _mapping(network=zoo.tiny, cluster=CHAIN, batch=BATCH):
-    return map_network(network(), parse_cluster(cluster), batch=batch, lr=LR, **GENERATOR_OPTIONS)
+def _mapping(network=zoo.tiny, cluster=CHAIN, batch=BATCH, **options):
+    return map_network(network(), parse_cluster(cluster), batch=batch, lr=LR, **GENERATOR_OPTIONS, **options)
 
 
 def _trainer(network=zoo.tiny, cluster=CHAIN):
@@ -68,9 +68,12 @@ def test_frames_refused_weights_written_and_read_back():
 def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path, monkeypatch, capsys):
     """``python -m boards.host`` itself (its main), its serial port a simulated board in
     Amaranth's simulator that holds micro's two nodes (pyserial's Serial replaced by a port of
-    the same shape): it checks the board, loads, trains one sample (one update, mini-batch
-    1), reads back and finds the weights bit-exact with the golden model."""
-    mapping = _mapping(zoo.micro, "lfe5um5g-45f:2", batch=1)
+    the same shape): it checks the board, loads, trains three samples (three updates,
+    mini-batch 1), reads back and finds the weights bit-exact with the golden model. The nodes
+    update without stopping their engines (three copies of each weight memory behind one host
+    port; the check fails if the golden model's EB is not one sample behind, as the second
+    sample's is); the two-board test below runs the default."""
+    mapping = _mapping(zoo.micro, "lfe5um5g-45f:2", batch=1, overlapped_update=True)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
     opened, trainer = [], None
     leds = []  # each change of the trainer's (link up, training, error) LEDs
@@ -98,7 +101,7 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert host_main(["--port", "sim", "--board", "versa-ecp5-5g", "--mapping", str(tmp_path / "mapping.json"),
-                          "--samples", "1", "--check"]) == 0
+                          "--samples", "3", "--check"]) == 0
         gc.collect()
     # The tool's nodes serve for their memory layouts: no "never used" warning at the end.
     assert [str(w.message) for w in caught if w.category is UnusedElaboratable] == []
@@ -144,10 +147,10 @@ def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
         final_again = client.read_back(params)
     formats = mapping.nodes[0].formats
     expected, record = golden.train(network, params, inputs, labels, batch=BATCH, lr=LR, mode="fixed",
-                                    formats=formats, fp_stale=stale_per_layer(mapping))
+                                    formats=formats, fp_stale=mapping.fp_stale())
     assert_bit_exact(final, expected, params)
     expected_again, _ = golden.train(network, expected, again_inputs, again_labels, batch=BATCH, lr=LR, mode="fixed",
-                                     formats=formats, fp_stale=stale_per_layer(mapping))
+                                     formats=formats, fp_stale=mapping.fp_stale())
     assert_bit_exact(final_again, expected_again, expected)
     assert [(node["samples"], node["updates"]) for node in again.nodes] == [(BATCH, 1)] * 2
     assert status.links_up == [0b11, 0b11]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.memory.param_ram import ParamRam, WeightLayout
+from hw.memory.param_ram import ParamRam, VersionedParamRam, WeightLayout
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.helpers import memories
 from sim.testbench import simulate
@@ -194,3 +194,62 @@ def test_memory_shape_and_ram_style():
     assert memories(ParamRam(banks=1, rows=65, words=18, family="xc7")) == {"mem": (18 * 16, 65, "block")}
     assert memories(ParamRam(banks=1, rows=64, words=1, family="xc7")) == {"mem": (16, 64, "distributed")}
     assert memories(ParamRam(banks=1, rows=64, words=1)) == {"mem": (16, 64, None)}
+
+
+def test_versioned_ram_copies_follow_the_host_the_walk_and_the_swap():
+    # The host writes every copy and reads the walk's; the walk's writes reach the engines
+    # (port A, port B) only after the swap, and its own copy at once.
+    ram = VersionedParamRam(banks=2, rows=4, words=3, init=np.arange(24).reshape(8, 3))
+    seen = {}
+
+    async def host_word(ctx, addr, lane, value=None):
+        ctx.set(ram.host.addr, addr)
+        ctx.set(ram.host.lane, lane)
+        if value is None:
+            ctx.set(ram.host.read, 1)
+            await ctx.tick()
+            ctx.set(ram.host.read, 0)
+            return ctx.get(ram.host.data)
+        ctx.set(ram.host.value, value)
+        ctx.set(ram.host.write, 1)
+        await ctx.tick()
+        ctx.set(ram.host.write, 0)
+
+    async def engines(ctx, addr):
+        for port in (ram.a, ram.b):
+            ctx.set(port.addr, addr)
+            ctx.set(port.en, 1)
+        await ctx.tick()
+        for port in (ram.a, ram.b):
+            ctx.set(port.en, 0)
+        return [[int(w) for w in bank] for bank in ctx.get(ram.a.data)], \
+               [[int(w) for w in bank] for bank in ctx.get(ram.b.data)]
+
+    async def bench(ctx):
+        await host_word(ctx, 1, 4, -7)  # address 1, bank 1, word 1
+        seen["host"] = await host_word(ctx, 1, 4)
+        seen["engines"] = await engines(ctx, 1)
+        ctx.set(ram.upd.write, 1)  # the walk writes word 0 of bank 0 at address 1
+        ctx.set(ram.upd.write_addr, 1)
+        ctx.set(ram.upd.mask, 1)
+        ctx.set(ram.upd.value, [[99, 0, 0], [0, 0, 0]])
+        await ctx.tick()
+        ctx.set(ram.upd.write, 0)
+        seen["walked, engines"] = await engines(ctx, 1)
+        seen["walked, host"] = await host_word(ctx, 1, 0)
+        ctx.set(ram.swap, 1)
+        await ctx.tick()
+        ctx.set(ram.swap, 0)
+        seen["swapped"] = await engines(ctx, 1)
+        ctx.set(ram.swap, 1)  # back to the copy that missed the walk's write
+        await ctx.tick()
+        ctx.set(ram.swap, 0)
+        seen["swapped back"] = await engines(ctx, 1)
+
+    simulate(ram, bench, deadline=100)
+    before = [[6, 7, 8], [9, -7, 11]]
+    after = [[99, 7, 8], [9, -7, 11]]
+    assert seen["host"] == -7 and seen["walked, host"] == 99
+    assert seen["engines"] == seen["walked, engines"] == seen["swapped back"] == (before, before)
+    assert seen["swapped"] == (after, after)
+    assert ram.memory_paths == ("walk.mem", "copy0.mem", "copy1.mem")

@@ -59,6 +59,14 @@ def test_status_unpacks_every_field():
     assert status.loss(act_frac=8) == (1 << 40) / 2 ** 17 / 6
 
 
+def test_a_board_is_mapped_with_the_update_that_does_not_stop_the_engines_when_asked():
+    board = get_board("versa-ecp5-5g")
+    stalled = board_mapping(parse_args(["--board", "versa-ecp5-5g", "--node", "0"]), board)
+    overlapped = board_mapping(parse_args(["--board", "versa-ecp5-5g", "--node", "0", "--overlapped-update"]), board)
+    assert (stalled.eb_stale(), overlapped.eb_stale()) == (0, 1)
+    assert all(overlapped.fp_stale()[layer] > stale for layer, stale in stalled.fp_stale().items())
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--board", "de10-nano", "--node", "0"],
      "unknown board 'de10-nano' (known: versa-ecp5-5g, ecp5-5g-evn, ulx3s-85f, vc709)"),
@@ -264,7 +272,8 @@ def test_a_node_of_a_longer_chain_has_its_link_on_the_planned_header_pins():
     """Node 1 of micro's two-node chain on the Versa: its up link's PHY on the plan's pins, the
     received clock constrained at the node clock (nextpnr times the input registers on it)."""
     board = get_board("versa-ecp5-5g")
-    mapping = board_mapping(SimpleNamespace(network="micro", cluster="lfe5um5g-45f:2", mapping=None, loss=None),
+    mapping = board_mapping(SimpleNamespace(network="micro", cluster="lfe5um5g-45f:2", mapping=None, loss=None,
+                                            overlapped_update=None),
                             board)
     top = BoardTop(board, mapping, range(1, 2), 100)
     assert list(top.links) == ["up"] and list(top.trainer.off_board) == ["up"]
@@ -372,7 +381,8 @@ def test_client_says_when_the_chain_stops_before_its_last_update():
 def test_the_vc709s_synthesis_only_node_keeps_its_link_cores():
     """No open PHY for its GTH: the lane ends in the synthesis stand-in, the link endpoint stays."""
     board = get_board("vc709")
-    mapping = board_mapping(SimpleNamespace(network="micro", cluster="vc709:2", mapping=None, loss=None), board)
+    mapping = board_mapping(SimpleNamespace(network="micro", cluster="vc709:2", mapping=None, loss=None,
+                                            overlapped_update=None), board)
     top = BoardTop(board, mapping, range(1, 2), 200)
     assert top.links == {} and list(top.trainer.off_board) == ["up"]
     verilog = board.platform().prepare(top, name="top").files["top.v"]
