@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from .errors import SpecError
-from .numerics import LOSSES, Formats
+from .numerics import ACC_BITS, GRAD_BITS, LOSSES, Formats
 
 
 class Parser(argparse.ArgumentParser):
@@ -71,9 +71,21 @@ def add_loss_option(parser, default="mse", help=LOSS_HELP):
     parser.add_argument("--loss", choices=LOSSES, default=default, help=help)
 
 
-def formats_of(loss):
-    """The number formats a mapping made with ``--loss`` carries (None: the mapper's default)."""
-    return None if loss is None else Formats(loss=loss)
+GRAD_BITS_HELP = (f"width of the gradient sums (LGB, BGB): {ACC_BITS} is exact, narrower rounds each term "
+                  f"stochastically into a saturating sum (docs/numerics.md)")
+
+
+def add_grad_bits_option(parser, default=ACC_BITS):
+    """``--grad-bits``: Formats.grad_bits, with its default fractional bits."""
+    parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, default=default, help=GRAD_BITS_HELP)
+
+
+def formats_of(loss, grad_bits=None):
+    """The number formats a mapping made with ``--loss`` and ``--grad-bits`` carries (None, for
+    both: the mapper's default)."""
+    if loss is None and grad_bits is None:
+        return None
+    return Formats(**{key: value for key, value in (("loss", loss), ("grad_bits", grad_bits)) if value is not None})
 
 
 @contextmanager

@@ -33,7 +33,10 @@ row-major position in the whole tensor. A linear layer is a 1x1 convolution on i
   PG                 G_m = sum over the samples of mini-batch m of conv_weight_grad(x, e)
                      (act+error fractional bits) and of bias_grad(e) (error bits), exact;
                      every running sum, like every FP/EB accumulator, must stay within
-                     ACC_BITS (else OverflowError naming the layer)
+                     ACC_BITS (else OverflowError naming the layer). With narrow sums
+                     (grad_bits < ACC_BITS) each term, a pixel's conv_weight_terms /
+                     bias_terms, is rounded into the sum and every add saturates:
+                     numerics.accumulate, tensors GRAD_SUM / BIAS_GRAD_SUM, sample s
   update             W = saturate(W - R(G_m * lr_c, weight_update_shift, WEIGHT_UPDATE, m)),
                      b = saturate(b - R(G_m * lr_c, bias_update_shift, BIAS_UPDATE, m)),
                      lr_c = lr_constant(lr, batch); |G_m| < 2**47 and lr_c < 2**16 keep
@@ -67,7 +70,7 @@ import numpy as np
 
 from . import numerics, tensor_ops
 from .errors import SpecError
-from .numerics import BIAS_UPDATE, EB_OUT, FP_OUT, LOSS_ERROR, WEIGHT_UPDATE
+from .numerics import BIAS_GRAD_SUM, BIAS_UPDATE, EB_OUT, FP_OUT, GRAD_SUM, LOSS_ERROR, WEIGHT_UPDATE
 
 MODES = ("fixed", "float")
 WEIGHTED_TYPES = ("conv2d", "linear")
@@ -100,6 +103,9 @@ class FloatArithmetic:
 
     def check(self, acc, info, what):
         pass
+
+    def accumulate(self, sums, grads, info, x, err, sample):
+        return tuple(None if total is None else total + g for total, g in zip(sums, grads))
 
     def step(self, lr, batch):
         return lr / batch
@@ -146,6 +152,26 @@ class FixedArithmetic:
         if peak >= 1 << (numerics.ACC_BITS - 1):
             raise OverflowError(f"layer '{info.name}': {what} accumulator reaches {peak}, beyond "
                                 f"the signed {numerics.ACC_BITS}-bit range")
+
+    def accumulate(self, sums, grads, info, x, err, sample):
+        """The gradient sums (dW, db) after one sample, whose exact gradients are ``grads``
+        (its input ``x`` and output error ``err`` give the terms a narrow sum rounds)."""
+        f = self.formats
+        if f.grad_bits == numerics.ACC_BITS:
+            new = tuple(None if total is None else total + g for total, g in zip(sums, grads))
+            for total in new:
+                if total is not None:
+                    self.check(total, info, "PG")
+            return new
+        weights, bias = sums
+        stride, padding = conv_geometry(info)
+        terms = tensor_ops.conv_weight_terms(x, err, info.kernel if info.type == "conv2d" else 1, stride, padding)
+        parts = [(weights, terms.reshape(len(terms), *weights.shape), f.grad_shift, GRAD_SUM)]
+        if bias is not None:
+            parts.append((bias, tensor_ops.bias_terms(err), f.bias_grad_shift, BIAS_GRAD_SUM))
+        return tuple(numerics.accumulate(total, t, shift, f.grad_bits, f.seed, numerics.tensor_id(info.position, kind),
+                                         sample, np.arange(total.size).reshape(total.shape))
+                     for total, t, shift, kind in parts) + ((None,) if bias is None else ())
 
     def step(self, lr, batch):
         try:
@@ -492,12 +518,10 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
             record.loss[i] = loss(trace.output, labels[i], arith)
         if not math.isfinite(record.loss[i]):
             raise Diverged(f"training diverged: the loss of sample {s} is {record.loss[i]}")
-        grads, _ = backward(network, versions[eb], trace, labels[i], arith, s)
+        grads, errors = backward(network, versions[eb], trace, labels[i], arith, s)
         for info in network.weighted_layers:
-            for g, total in zip(grads[info.name], gsums[info.name]):
-                if g is not None:
-                    total += g
-                    arith.check(total, info, "PG")
+            gsums[info.name] = arith.accumulate(gsums[info.name], grads[info.name], info,
+                                                trace.acts[info.position], errors[info.position + 1], s)
         if s % batch == batch - 1:
             versions[m + 1] = _sgd_update(network, versions[m], gsums, step, arith, m)
             gsums = _zero_grads(params)

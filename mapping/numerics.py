@@ -27,6 +27,31 @@ noise as the golden model.
 The hash is built from xorshifts and multiplications by constants with three set
 bits, so a hardware rounding unit needs only adders: :func:`mix32` is the
 specification the Amaranth unit implements.
+
+Gradient sums (LGB, BGB)
+------------------------
+A weight's gradient over a mini-batch is a sum of terms, one per output pixel of every
+sample: ``err[o] * x[c][window]`` (``act_frac + error_frac`` fractional bits) for a
+weight, ``err[o]`` (``error_frac``) for a bias. ``Formats.grad_bits`` is the width of the
+running sums. At ``ACC_BITS`` (the default) they are exact, as above. Narrower
+(:data:`GRAD_BITS`), each term is rounded stochastically to the sums' ``grad_frac``
+(``bias_grad_frac``) fractional bits as it is added, and every add saturates to
+``grad_bits`` (:func:`accumulate`):
+
+    sum = saturate(sum + ((term + r) >> shift), grad_bits)
+
+in the order the terms arrive: samples in order, within a sample the output pixels in
+raster order. ``shift`` is the difference of the fractional bits; the noise ``r`` is the
+low ``shift`` bits of ``noise(seed, tensor_id(p, GRAD_SUM or BIAS_GRAD_SUM), s, pixel)
+XOR ((index * GRAD_SCRAMBLE) mod 2**32)`` (:func:`grad_noise`), with ``pixel`` the
+output pixel's row-major position (0 for a fully connected layer) and ``index`` the
+weight's (bias's) row-major position in the whole layer tensor. One hash per pixel
+serves every weight of a beat; each weight's own noise, over the pixels and samples it
+sums, is that hash XOR a constant, so every weight is rounded without bias while the
+hardware adds only an XOR and a short adder per term to the hash it already has per beat.
+Saturation (instead of a refusal, as for the exact sums) clips an outsized gradient the
+way gradient clipping would; the mapping sizes ``grad_frac`` so that it is rare
+(docs/numerics.md).
 """
 
 from dataclasses import dataclass, asdict
@@ -49,8 +74,16 @@ MIX_ROUNDS = ((16, (3, 11)), (13, (5, 19)), (15, (7, 24)), (16, (9, 21)))
 MIX_FINAL_XORSHIFT = 16
 
 # Tensor kinds inside a tensor id: tensor_id = layer_position * TENSOR_KINDS + kind.
-FP_OUT, EB_OUT, WEIGHT_UPDATE, BIAS_UPDATE, LOSS_ERROR = range(5)
+FP_OUT, EB_OUT, WEIGHT_UPDATE, BIAS_UPDATE, LOSS_ERROR, GRAD_SUM, BIAS_GRAD_SUM = range(7)
 TENSOR_KINDS = 8
+
+# Widths of the gradient sums; ACC_BITS is exact, the others round each term (module docstring).
+GRAD_BITS = (16, 24, 32, ACC_BITS)
+# Integer bits (sign included) a narrow sum keeps by default: its fractional bits are the
+# rest, at most the terms' own (docs/numerics.md has the gradients' measured range).
+GRAD_INT_BITS = 8
+# Odd multiplier that spreads a weight's index over the noise bits (2**32 / golden ratio).
+GRAD_SCRAMBLE = 0x9E3779B1
 
 # Losses of the last layer: MSE on the raw scores, or softmax cross-entropy (:func:`softmax`).
 LOSSES = ("mse", "ce")
@@ -114,6 +147,12 @@ class Formats:
       bits, so rates down to 2**-16 per sample are representable.
 
     ``loss`` (one of LOSSES) sets the last layer's loss, and so the loss error's rounding.
+
+    ``grad_bits`` (one of GRAD_BITS) is the width of the gradient sums, ``grad_frac`` and
+    ``bias_grad_frac`` their fractional bits (module docstring, "Gradient sums"). None
+    takes the default: the terms' own fractional bits (exact) at ACC_BITS, else as many as
+    ``grad_bits - GRAD_INT_BITS`` leaves, at most the terms' own. An ACC_BITS sum is exact:
+    its fractional bits are the terms'.
     """
 
     act_frac: int = 8
@@ -123,6 +162,9 @@ class Formats:
     lr_frac: int = 16
     seed: int = 0x2545F491
     loss: str = "mse"
+    grad_bits: int = ACC_BITS
+    grad_frac: int = None
+    bias_grad_frac: int = None
 
     def __post_init__(self):
         for name in ("act_frac", "weight_frac", "bias_frac", "error_frac", "lr_frac"):
@@ -137,6 +179,19 @@ class Formats:
             raise ValueError(f"formats: seed = {self.seed} is not a 32-bit unsigned value")
         if self.loss not in LOSSES:
             raise ValueError(f"formats: loss = {self.loss!r} is not one of {', '.join(LOSSES)}")
+        if self.grad_bits not in GRAD_BITS:
+            raise ValueError(f"formats: grad_bits = {self.grad_bits!r} is not one of "
+                             f"{', '.join(map(str, GRAD_BITS))}")
+        for name, exact in (("grad_frac", self.act_frac + self.error_frac), ("bias_grad_frac", self.error_frac)):
+            value = getattr(self, name)
+            if value is None:
+                value = exact if self.grad_bits == ACC_BITS else max(0, min(exact, self.grad_bits - GRAD_INT_BITS))
+                object.__setattr__(self, name, value)
+            if self.grad_bits == ACC_BITS and value != exact:
+                raise ValueError(f"formats: {name} = {value} with grad_bits = {ACC_BITS}: the exact sums have "
+                                 f"the terms' {exact} fractional bits")
+            if not 0 <= value <= exact:
+                raise ValueError(f"formats: {name} = {value} is outside 0..{exact} (the terms' fractional bits)")
 
     # Shifts of the single rounding point of each tensor kind.
     @property
@@ -148,12 +203,21 @@ class Formats:
         return self.weight_frac
 
     @property
+    def grad_shift(self):
+        """Bits a weight-gradient term loses on its way into a narrow sum (0: exact)."""
+        return self.act_frac + self.error_frac - self.grad_frac
+
+    @property
+    def bias_grad_shift(self):
+        return self.error_frac - self.bias_grad_frac
+
+    @property
     def weight_update_shift(self):
-        return self.act_frac + self.error_frac + self.lr_frac - self.weight_frac
+        return self.grad_frac + self.lr_frac - self.weight_frac
 
     @property
     def bias_update_shift(self):
-        return self.error_frac + self.lr_frac - self.bias_frac
+        return self.bias_grad_frac + self.lr_frac - self.bias_frac
 
     @property
     def loss_shift(self):
@@ -192,6 +256,37 @@ def noise(seed, tensor, sample, index):
     """32-bit rounding noise of the elements at flat positions ``index``."""
     index = np.asarray(index, dtype=np.uint64) & _M32
     return mix32(stream_key(seed, tensor, sample) ^ index)
+
+
+def grad_noise(seed, tensor, sample, pixels, index):
+    """32-bit noise of the gradient terms of the weights at ``index`` (row-major in the layer
+    tensor) and output ``pixels`` (row-major): one row per pixel, ``pixels`` x ``index``."""
+    index = np.asarray(index, dtype=np.uint64) & _M32
+    per_pixel = noise(seed, tensor, sample, np.asarray(pixels, dtype=np.uint64))
+    scramble = (index * np.uint64(GRAD_SCRAMBLE)) & _M32
+    return per_pixel.reshape(-1, *([1] * index.ndim)) ^ scramble
+
+
+def accumulate(sums, terms, shift, bits, seed, tensor, sample, index):
+    """The running gradient ``sums`` (int64, any shape) after one sample's exact ``terms``
+    (pixels x sums' shape, raster order) are added, each rounded with ``shift`` bits of
+    :func:`grad_noise` and every add saturated to ``bits`` (module docstring). ``bits`` =
+    ACC_BITS adds exactly (``shift`` must be 0); ``index``: the sums' positions in the tensor."""
+    terms = np.asarray(terms, dtype=np.int64)
+    if bits == ACC_BITS:
+        if shift:
+            raise ValueError(f"accumulate: {ACC_BITS}-bit sums are exact, not rounded by {shift} bits")
+        return sums + terms.sum(axis=0)
+    if shift:
+        r = grad_noise(seed, tensor, sample, np.arange(len(terms)), index) & np.uint64((1 << shift) - 1)
+        terms = (terms + r.astype(np.int64)) >> shift
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    running = sums + np.cumsum(terms, axis=0)
+    if running.size == 0 or (running.min() >= lo and running.max() <= hi):
+        return running[-1] if len(terms) else sums.copy()  # no add saturated: the plain sum
+    for term in terms:  # some did: saturate each add in order
+        sums = np.clip(sums + term, lo, hi)
+    return sums
 
 
 def saturate(x, bits=WORD_BITS):

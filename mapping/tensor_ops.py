@@ -62,6 +62,19 @@ def conv_weight_grad(x, err, kernel, stride=1, padding=0):
     return np.einsum("ohw,hwcij->ocij", err, win, optimize=True)
 
 
+def conv_weight_terms(x, err, kernel, stride=1, padding=0):
+    """The terms of :func:`conv_weight_grad`, one per output pixel in raster order:
+    (OH*OW, OC, IC, K, K), exact; their sum over the first axis is the gradient."""
+    win = windows(x, kernel, stride, padding)  # (OH, OW, IC, K, K)
+    terms = err[:, :, :, None, None, None] * win[None]  # (OC, OH, OW, IC, K, K)
+    return np.moveaxis(terms, 0, 2).reshape(-1, err.shape[0], *win.shape[2:])
+
+
+def bias_terms(err):
+    """The terms of :func:`bias_grad`: (OH*OW, OC), raster order."""
+    return err.reshape(err.shape[0], -1).T
+
+
 def bias_grad(err):
     return err.sum(axis=(1, 2))
 

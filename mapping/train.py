@@ -26,7 +26,7 @@ import numpy as np
 
 from . import golden, stability
 from .cluster import parse_cluster
-from .cli import (LOSS_HELP, DefaultsShown, Parser, add_loss_option, formats_of, output_folder, positive_int,
+from .cli import (LOSS_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, output_folder, positive_int,
                   positive_number)
 from .data import DIGITS, SOURCE_HELP, load
 from .errors import SpecError, run_cli
@@ -143,6 +143,7 @@ def parse_args(argv):
                    help="the chain's stale weight versions, plain mini-batch SGD, or the versions of an "
                         "update that does not stop the engines (not built in hardware)")
     add_loss_option(p, help=f"{LOSS_HELP}; docs/numerics.md")
+    add_grad_bits_option(p)
     p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
     p.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
     p.add_argument("--init-scale", type=positive_number, default=golden.INIT_SCALE,
@@ -162,7 +163,7 @@ def main(argv=None):
 
 def _train_and_plot(args, out):
     network = get(args.network)
-    formats = formats_of(args.loss)
+    formats = formats_of(args.loss, args.grad_bits)
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                           formats=formats, overlapped_update=args.update == "overlapped", **GENERATOR_OPTIONS)
     stale, eb_stale = UPDATES[args.update](mapping.fp_stale())
@@ -181,7 +182,8 @@ def _train_and_plot(args, out):
     if not args.no_reference and (args.mode, args.update) != ("float", "aligned"):
         runs.append(Run("float aligned", "float", {}, 0, real))
     print(f"{len(data.train_x)} training, {len(data.test_x)} test samples; batch {args.batch}, lr {args.lr:g}, "
-          f"loss {args.loss}")
+          f"loss {args.loss}, {formats.grad_bits}-bit gradient sums"
+          + (f" ({formats.grad_frac} fractional bits)" if formats.grad_shift else ""))
     try:
         train(network, runs, data, epochs=args.epochs, batch=args.batch, lr=args.lr, formats=formats,
               seed=args.seed)

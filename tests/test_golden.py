@@ -675,3 +675,79 @@ def test_float_divergence_stops_with_one_line():
     inputs, labels = rng.random((120,) + network.input_shape), rng.integers(0, 10, 120)
     with pytest.raises(golden.Diverged, match=r"^training diverged: the loss of sample \d+ is (nan|inf)$"):
         golden.train(network, params, inputs, labels, batch=1, lr=50.0, mode="float")
+
+
+# --- narrow gradient sums ----------------------------------------------------------------
+
+def pixel_terms(x, err, kernel, stride, padding):
+    """Each output pixel's weight-gradient terms, by explicit loops (raster order)."""
+    xp = np.pad(x, ((0, 0), (padding, padding), (padding, padding)))
+    oc, oh, ow = err.shape
+    return [err[:, oy, ox, None, None, None] * xp[None, :, oy * stride:oy * stride + kernel,
+                                                 ox * stride:ox * stride + kernel]
+            for oy in range(oh) for ox in range(ow)]
+
+
+def test_weight_terms_sum_to_the_gradient():
+    rng = np.random.default_rng(3)
+    x, err = rng.integers(-50, 50, (3, 9, 8)), rng.integers(-50, 50, (4, 5, 4))
+    terms = tensor_ops.conv_weight_terms(x, err, 3, 2, 1)
+    assert np.array_equal(terms, np.array(pixel_terms(x, err, 3, 2, 1)))
+    assert np.array_equal(terms.sum(axis=0), tensor_ops.conv_weight_grad(x, err, 3, 2, 1))
+
+
+@pytest.mark.parametrize("grad_bits", [16, 24])
+def test_narrow_gradient_sums_follow_the_definition(grad_bits):
+    """golden.train with narrow sums against mini-batch SGD written out here: each pixel's
+    terms rounded with numerics.grad_noise and added with saturation, pixel by pixel."""
+    rng = np.random.default_rng(11)
+    network = infer("narrow", (2, 9, 9), [conv("c1", 3, 3, stride=2, pad=1), relu("r1"), flatten(),
+                                          fc("f1", 4)])
+    f = Formats(grad_bits=grad_bits)
+    params = golden.to_fixed(random_params(network, rng), f)
+    inputs, labels, batch, lr = rng.random((4, 2, 9, 9)), rng.integers(0, 4, 4), 2, 0.05
+    arith = golden.arithmetic("fixed", f)
+    expected = params
+    for m in range(2):
+        sums = {name: [None if v is None else np.zeros_like(v) for v in pair] for name, pair in params.items()}
+        for s in range(m * batch, (m + 1) * batch):
+            trace = golden.forward(network, expected, inputs[s], arith, s)
+            _, errors = golden.backward(network, expected, trace, labels[s], arith, s)
+            for info in network.weighted_layers:
+                x, err = trace.acts[info.position], errors[info.position + 1]
+                k, stride, pad = (3, 2, 1) if info.type == "conv2d" else (1, 1, 0)
+                wshape = sums[info.name][0].shape
+                for kind, shift, j, per_pixel in (
+                        (numerics.GRAD_SUM, f.grad_shift, 0,
+                         [t.reshape(wshape) for t in pixel_terms(x, err, k, stride, pad)]),
+                        (numerics.BIAS_GRAD_SUM, f.bias_grad_shift, 1, list(err.reshape(len(err), -1).T))):
+                    total = sums[info.name][j]
+                    for q, term in enumerate(per_pixel):
+                        r = numerics.grad_noise(f.seed, numerics.tensor_id(info.position, kind), s, [q],
+                                                np.arange(total.size).reshape(total.shape))[0]
+                        rounded = (term + (r & np.uint64((1 << shift) - 1)).astype(np.int64)) >> shift
+                        total = np.clip(total + rounded, -(1 << (grad_bits - 1)), (1 << (grad_bits - 1)) - 1)
+                    sums[info.name][j] = total
+        step = numerics.lr_constant(lr, batch, f)
+        expected = {info.name: tuple(
+            numerics.saturate(v - numerics.requantize(g * step, shift, f.seed, numerics.tensor_id(info.position, kind), m))
+            for v, g, kind, shift in zip(expected[info.name], sums[info.name],
+                                         (numerics.WEIGHT_UPDATE, numerics.BIAS_UPDATE),
+                                         (f.weight_update_shift, f.bias_update_shift)))
+            for info in network.weighted_layers}
+    got, _ = golden.train(network, params, inputs, labels, batch=batch, lr=lr, formats=f)
+    exact, _ = golden.train(network, params, inputs, labels, batch=batch, lr=lr)
+    for name in got:
+        for a, b in zip(got[name], expected[name]):
+            assert np.array_equal(a, b)
+    assert any(not np.array_equal(a, b) for name in got for a, b in zip(got[name], exact[name]))
+
+
+def test_32_bit_sums_of_exact_terms_train_as_the_exact_sums():
+    """At 32 bits the terms keep all 20 fractional bits: nothing rounds and, at these values,
+    nothing saturates, so the run is the exact one bit for bit."""
+    network = zoo.get("tiny")
+    inputs, labels, params = golden.random_data(network, 4, seed=2)
+    a, _ = golden.train(network, params, inputs, labels, batch=2, lr=0.05, formats=Formats(grad_bits=32))
+    b, _ = golden.train(network, params, inputs, labels, batch=2, lr=0.05)
+    assert all(np.array_equal(x, y) for name in a for x, y in zip(a[name], b[name]) if x is not None)

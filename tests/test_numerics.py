@@ -178,6 +178,12 @@ def test_format_shifts():
                         "the bias could not be aligned exactly"),
     ({"seed": 1 << 32}, "formats: seed = 4294967296 is not a 32-bit unsigned value"),
     ({"seed": -1}, "formats: seed = -1 is not a 32-bit unsigned value"),
+    ({"grad_bits": 20}, "formats: grad_bits = 20 is not one of 16, 24, 32, 48"),
+    ({"grad_frac": 16}, "formats: grad_frac = 16 with grad_bits = 48: the exact sums have the terms' 20 "
+                        "fractional bits"),
+    ({"grad_bits": 16, "grad_frac": 21}, "formats: grad_frac = 21 is outside 0..20 (the terms' fractional bits)"),
+    ({"grad_bits": 16, "bias_grad_frac": -1}, "formats: bias_grad_frac = -1 is outside 0..12 (the terms' "
+                                              "fractional bits)"),
 ])
 def test_formats_errors(kwargs, message):
     with pytest.raises(ValueError) as info:
@@ -214,3 +220,50 @@ def test_softmax_of_equal_scores_and_of_one_far_ahead():
     # 2**32 // 2**15 = 2**17 exactly: the winner's p is 1.0, the others' exponents read 0.
     assert list(numerics.softmax([0, 3000, -5, numerics.WORD_MIN], 8)) == [0, 1 << 16, 0, 0]
     assert len(numerics.EXP_TABLE) == 710 and numerics.EXP_TABLE[0] == 1 << 15
+
+
+def test_gradient_sum_formats():
+    exact, narrow = Formats(), Formats(grad_bits=16)
+    assert (exact.grad_frac, exact.bias_grad_frac, exact.grad_shift, exact.bias_grad_shift) == (20, 12, 0, 0)
+    # Narrow sums keep GRAD_INT_BITS integer bits; the update's shift counts from their fraction.
+    assert (narrow.grad_frac, narrow.bias_grad_frac, narrow.grad_shift, narrow.bias_grad_shift) == (8, 8, 12, 4)
+    assert (narrow.weight_update_shift, narrow.bias_update_shift) == (8 + 16 - 12, 8 + 16 - 12)
+    assert (Formats(grad_bits=32).grad_frac, Formats(grad_bits=32).grad_shift) == (20, 0)
+    assert Formats(grad_bits=24, grad_frac=14).grad_shift == 6
+    assert Formats(**Formats(grad_bits=24).to_dict()) == Formats(grad_bits=24)
+
+
+def test_grad_noise_is_the_pixel_hash_xor_the_scrambled_index():
+    tensor = numerics.tensor_id(3, numerics.GRAD_SUM)
+    words = numerics.grad_noise(SEED, tensor, 7, [0, 5], np.array([[0, 1], [2, 1000]]))
+    for row, pixel in enumerate([0, 5]):
+        for (a, b), index in np.ndenumerate(np.array([[0, 1], [2, 1000]])):
+            expected = int(numerics.noise(SEED, tensor, 7, pixel)) ^ (index * 0x9E3779B1 % (1 << 32))
+            assert int(words[row, a, b]) == expected
+
+
+def test_accumulate_rounds_each_term_and_saturates_each_add_in_order():
+    tensor, sample, index = numerics.tensor_id(1, numerics.GRAD_SUM), 4, np.arange(3)
+    terms = np.array([[1000, -1000, 77], [1000, -1000, 5], [-1000, 1000, -300]])
+    r = numerics.grad_noise(SEED, tensor, sample, np.arange(3), index) & np.uint64(15)
+    rounded = (terms + r.astype(np.int64)) >> 4
+    got = numerics.accumulate(np.zeros(3, dtype=np.int64), terms, 4, 16, SEED, tensor, sample, index)
+    assert np.array_equal(got, rounded.sum(axis=0))
+    # Saturation at 16 bits, in order: +30000 +30000 -30000 ends at 32767 - 30000, not 30000.
+    big = np.array([[30000 << 4], [30000 << 4], [-30000 << 4]])
+    assert numerics.accumulate(np.zeros(1, dtype=np.int64), big, 4, 16, SEED, tensor, sample, [0])[0] == 2767
+    assert numerics.accumulate(np.zeros(1, dtype=np.int64), big, 0, numerics.ACC_BITS, SEED, tensor,
+                               sample, [0])[0] == 30000 << 4
+    with pytest.raises(ValueError, match=r"^accumulate: 48-bit sums are exact, not rounded by 4 bits$"):
+        numerics.accumulate(np.zeros(1, dtype=np.int64), big, 4, numerics.ACC_BITS, SEED, tensor, sample, [0])
+
+
+def test_accumulated_rounding_is_unbiased():
+    """Each term of a fraction 0.3 LSB rounds up 30% of the time, whatever the weight: over
+    4096 pixels every one of 64 weights sums to 0.3 * 4096 within 5 standard deviations."""
+    tensor, pixels, weights, shift = numerics.tensor_id(2, numerics.GRAD_SUM), 4096, 64, 8
+    terms = np.full((pixels, weights), int(0.3 * 256), dtype=np.int64)
+    sums = numerics.accumulate(np.zeros(weights, dtype=np.int64), terms, shift, 24, SEED, tensor, 0,
+                               np.arange(weights) * 9)
+    p = int(0.3 * 256) / 256
+    assert np.all(np.abs(sums - p * pixels) < 5 * np.sqrt(pixels * p * (1 - p)))
