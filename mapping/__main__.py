@@ -6,7 +6,7 @@
 
 import json
 
-from .cli import (OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder, positive_int,
+from .cli import (OVERLAPPED_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, fraction, output_folder, positive_int,
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
@@ -45,6 +45,7 @@ def parse_args(argv):
                         help="share of each device's block RAM the mapping may use; less makes weight "
                              "balancing keep rows on other nodes")
     add_loss_option(parser)
+    add_grad_bits_option(parser)
     parser.add_argument("--for-hardware", action="store_true",
                         help="map as hw/ generates: every weight on chip, balanced only as "
                              "fully connected rows kept on another node")
@@ -60,7 +61,7 @@ def main(argv=None):
     if args.link_gbps is not None:
         cluster = Cluster(cluster.devices, (args.link_gbps,) * (len(cluster) - 1),
                           f"{cluster.spec}@{args.link_gbps:g}")
-    options = dict(batch=args.batch, lr=args.lr, formats=formats_of(args.loss), max_multipliers=args.max_multipliers,
+    options = dict(batch=args.batch, lr=args.lr, formats=formats_of(args.loss, args.grad_bits), max_multipliers=args.max_multipliers,
                    bram_fraction=args.bram_fraction, overlapped_update=args.overlapped_update,
                    **(GENERATOR_OPTIONS if args.for_hardware else {}))
     with output_folder(args.out) as out:

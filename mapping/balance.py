@@ -111,7 +111,7 @@ class FixedWords:
 
 
 def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_cycles,
-                  gradient_batch=0):
+                  gradient_batch=0, grad_bits=ACC_BITS):
     c_in, h, w = plan.in_shape
     oc, oh, ow = plan.out_shape
     k, p = plan.kernel, plan.padding
@@ -151,11 +151,11 @@ def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_c
     if last or not icp:  # this node runs the SFU of its output channels
         cost += memory_cost(WORD_BITS, math.ceil(samples * mask_bits(plan, o_out) / WORD_BITS), family)
         if plan.bias:
-            cost += memory_cost(WORD_BITS, o_out, family) + memory_cost(ACC_BITS, o_out, family)
+            cost += memory_cost(WORD_BITS, o_out, family) + memory_cost(grad_bits, o_out, family)
     return FixedWords(act_words, lb_words, pab_words, cost)
 
 
-def _weight_cost(sl_plan, shape, rows, family, remote_rows=0, depth_cap=None):
+def _weight_cost(sl_plan, shape, rows, family, grad_bits, remote_rows=0, depth_cap=None):
     k2 = sl_plan.kernel ** 2
     depth = math.ceil(rows / shape.P) * shape.v
     if depth_cap is not None:
@@ -163,39 +163,40 @@ def _weight_cost(sl_plan, shape, rows, family, remote_rows=0, depth_cap=None):
     width = shape.P * shape.b * k2
     lgb_width = math.ceil(width / PG_STRIP)
     cost = memory_cost(width * WORD_BITS, depth, family, dual_read=True) + \
-        memory_cost(lgb_width * ACC_BITS, depth * PG_STRIP, family)
+        memory_cost(lgb_width * grad_bits, depth * PG_STRIP, family)
     if remote_rows:
         cost += memory_cost(ACC_BITS, remote_rows * sl_plan.out_pixels, family)
     return cost
 
 
-def weight_memory(sl, family):
-    """LPRAM + LGB of the slice's local rows, and the partial sums of its remote rows."""
+def weight_memory(sl, family, grad_bits=ACC_BITS):
+    """LPRAM + LGB (sums of ``grad_bits``) of the slice's local rows, and the partial sums
+    of its remote rows."""
     if sl.offchip:
         return MemoryCost()
     local = sl.out_channels - sl.remote_rows
-    return _weight_cost(sl.plan, sl.shape, local, family, sl.remote_rows)
+    return _weight_cost(sl.plan, sl.shape, local, family, grad_bits, sl.remote_rows)
 
 
-def weight_memory_of(plan, units, shape, family, offchip):
+def weight_memory_of(plan, units, shape, family, offchip, grad_bits=ACC_BITS):
     """LPRAM + LGB of a prospective slice holding all its rows."""
     if offchip:
         return MemoryCost()
     rows = plan.out_shape[0] if plan.mode == "icp" else units
-    return _weight_cost(plan, shape, rows, family)
+    return _weight_cost(plan, shape, rows, family, grad_bits)
 
 
-def weight_floor(plan, units, shape, family, offchip):
+def weight_floor(plan, units, shape, family, offchip, grad_bits=ACC_BITS):
     """The part of LPRAM + LGB no balancing can remove while one row stays local:
     their width (read bandwidth), one block deep."""
     if offchip:
         return MemoryCost()
     rows = plan.out_shape[0] if plan.mode == "icp" else units
-    return _weight_cost(plan, shape, rows, family, depth_cap=BLOCK_DEPTH // PG_STRIP)
+    return _weight_cost(plan, shape, rows, family, grad_bits, depth_cap=BLOCK_DEPTH // PG_STRIP)
 
 
-def hosted_memory(words, family):
-    return memory_cost(WORD_BITS, words, family) + memory_cost(ACC_BITS, words, family)
+def hosted_memory(words, family, grad_bits=ACC_BITS):
+    return memory_cost(WORD_BITS, words, family) + memory_cost(grad_bits, words, family)
 
 
 def layer_slice(sl, buffers, fp_stale=0, remote_weights=(), cycles_per_sample=0):
@@ -242,19 +243,19 @@ def exact_slice_memory(sl, buffers, family):
 class CoarseMemory:
     """Node memory as this module's docstring models it, from each slice's
     :func:`fixed_buffers` (``buffers[id(slice)]``): what the paper-scale figures are
-    planned with."""
+    planned with; gradient sums of ``grad_bits``."""
 
-    def __init__(self, buffers, family_of):
-        self.buffers, self.family_of = buffers, family_of
+    def __init__(self, buffers, family_of, grad_bits=ACC_BITS):
+        self.buffers, self.family_of, self.grad_bits = buffers, family_of, grad_bits
 
     def node(self, slices, node, hosted):
         """Memory of ``node`` computing its ``slices`` and hosting, for each (owner slice,
         rows) of ``hosted``, that many rows of the owner's weights."""
         family = self.family_of(node)
-        total = hosted_memory(sum(rows * sl.row_words for sl, rows in hosted), family)
+        total = hosted_memory(sum(rows * sl.row_words for sl, rows in hosted), family, self.grad_bits)
         for sl in slices:
             if sl.node == node:
-                total += self.buffers[id(sl)].cost + weight_memory(sl, family)
+                total += self.buffers[id(sl)].cost + weight_memory(sl, family, self.grad_bits)
         return total
 
 
@@ -469,13 +470,13 @@ def _refuse_unbuildable(ranked, node_budgets, owner, used, describe):
                     f"weights only as rows of fully connected layers: {reason}")
 
 
-def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc):
+def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc, grad_bits=ACC_BITS):
     """Refuse up front when the weights cannot fit the cluster's on-chip RAM at all."""
     usable = sum(b.blocks for b in node_budgets) * 18 * 1024
     weights = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans
                   if not (p.kind == "fc" and offchip_fc))
     conv = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans if p.kind == "conv")
-    need = weights * (WORD_BITS + ACC_BITS) + fixed_bits
+    need = weights * (WORD_BITS + grad_bits) + fixed_bits
     if need <= usable:
         return
     devices = sorted({b.device.name for b in node_budgets})
@@ -485,8 +486,8 @@ def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc):
              if conv * WORD_BITS > usable else "")
     raise SpecError(
         f"{describe()} does not fit even with weight balancing: it needs {need / 1e6:.1f} Mbit on chip "
-        f"({weights * WORD_BITS / 1e6:.1f} Mbit of 16-bit weights, {weights * ACC_BITS / 1e6:.1f} Mbit "
-        f"of 48-bit gradient buffers, {fixed_bits / 1e6:.1f} Mbit of activations and buffers) but "
+        f"({weights * WORD_BITS / 1e6:.1f} Mbit of 16-bit weights, {weights * grad_bits / 1e6:.1f} Mbit "
+        f"of {grad_bits}-bit gradient buffers, {fixed_bits / 1e6:.1f} Mbit of activations and buffers) but "
         f"{len(node_budgets)} x {'/'.join(devices)} offer {usable / 1e6:.1f} Mbit usable{alone} "
         f"(largest layer: '{largest.name}', {largest.out_shape[0] * largest.in_shape[0] * largest.kernel ** 2:,} "
         f"weights)")

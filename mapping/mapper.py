@@ -47,16 +47,17 @@ def _max_terms():
     return lo
 
 
-def check_accumulators(plans, batch):
+def check_accumulators(plans, batch, grad_bits=ACC_BITS):
     """Refuse a layer whose worst-case exact sum could exceed the ACC_BITS accumulators.
 
     FP sums IC*K*K products (and the bias), EB OC*K*K, and a weight's gradient
-    accumulator in the LGB sums batch*OH*OW products over the mini-batch."""
+    accumulator in the LGB sums batch*OH*OW products over the mini-batch when it is exact
+    (``grad_bits`` = ACC_BITS; narrower sums saturate, numerics.accumulate)."""
     limit = _max_terms()
     for p in plans:
         sums = (("FP", p.in_shape[0] * p.kernel ** 2 + (1 if p.bias else 0)),
                 ("EB", p.out_shape[0] * p.kernel ** 2 if p.needs_eb else 0),
-                ("weight-gradient", batch * p.out_pixels))
+                ("weight-gradient", batch * p.out_pixels if grad_bits == ACC_BITS else 0))
         for what, terms in sums:
             if terms > limit:
                 hint = ""
@@ -102,7 +103,8 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     except ValueError as error:
         raise SpecError(str(error)) from None
     plans = plan_layers(network)
-    check_accumulators(plans, batch)
+    grad_bits = formats.grad_bits
+    check_accumulators(plans, batch, grad_bits)
     node_budgets = budgets(cluster, dsp_fraction=dsp_fraction, bram_fraction=bram_fraction,
                            max_multipliers=max_multipliers)
     name = network_name or network.name
@@ -120,13 +122,16 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
                         f"(mapper.GENERATOR_OPTIONS)")
     if buildable_balance:
         _check_pools(plans, describe)
+        if grad_bits != ACC_BITS:
+            raise SpecError(f"{describe()}: the hardware generator builds exact {ACC_BITS}-bit gradient sums, "
+                            f"not {grad_bits}-bit ones (grad_bits)")
     balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
-                        offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0)
+                        offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0, grad_bits=grad_bits)
 
     def settle(local_weights):
         return _settle(plans, node_budgets, family_of, describe, batch, local_weights=local_weights,
                        fold_inputs=fold_inputs, offchip_fc=offchip_fc,
-                       buildable_balance=buildable_balance, overlapped=overlapped_update)
+                       buildable_balance=buildable_balance, overlapped=overlapped_update, grad_bits=grad_bits)
 
     try:
         part, slices, blocks, hosted, stale = settle(local_weights=False)
@@ -140,7 +145,7 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
             raise balanced from None
     stale_of_layer = {sl.plan.name: stale[id(sl)] for sl in slices}
     memory = _memory(slices, samples_held(plans, stale_of_layer), family_of, batch, buildable_balance,
-                     overlapped_update)
+                     overlapped_update, grad_bits)
     estimates = []
     for node, budget in enumerate(node_budgets):
         # with fewer samples in flight than balancing assumed, no memory is deeper
@@ -167,7 +172,7 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
         estimates.append(Resources(dsp=mult, bram_blocks=mem.bram_blocks, bram_bits=mem.bits,
                                    lut=lut, ff=ff))
 
-    summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch)
+    summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch, grad_bits)
     nodes = _node_configs(plans, slices, blocks, memory.buffers, stale, node_budgets, estimates, summary,
                           formats, training)
     nodes = [_with_update_lanes(node, budget.device, max_multipliers, len(nodes))
@@ -223,7 +228,7 @@ def _multipliers(sl, family):
 
 
 def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, fold_inputs,
-            offchip_fc, buildable_balance, overlapped):
+            offchip_fc, buildable_balance, overlapped, grad_bits=ACC_BITS):
     """Partition and balance until the samples in flight the Act-RAMs were sized for
     cover those the resulting timing needs.
 
@@ -241,14 +246,16 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
                              describe=describe,
                              batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
                              local_weights=local_weights, buildable_balance=buildable_balance,
-                             fold_inputs=fold_inputs, offchip_fc=offchip_fc, overlapped_update=overlapped)
+                             fold_inputs=fold_inputs, offchip_fc=offchip_fc, overlapped_update=overlapped,
+                             grad_bits=grad_bits)
         except SpecError:
             if refusals:  # no longer period partitions: balancing was what failed
                 raise refusals[0] from None
             raise
         period = part.period
         slices = part.slices
-        memory = _memory(slices, samples_held(plans, estimate), family_of, batch, buildable_balance, overlapped)
+        memory = _memory(slices, samples_held(plans, estimate), family_of, batch, buildable_balance, overlapped,
+                         grad_bits)
         try:
             blocks, hosted = balance.balance(slices, node_budgets, memory, describe,
                                              buildable=buildable_balance)
@@ -269,15 +276,17 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
                        f"{MAX_STALE_ROUNDS} rounds: {estimate}")
 
 
-def _memory(slices, held, family_of, batch, exact, overlapped=False):
+def _memory(slices, held, family_of, batch, exact, overlapped=False, grad_bits=ACC_BITS):
     """The model a mapping's node memory is priced with, the buffers of each slice sized for
     the samples its layer holds (``held``, by layer name): with ``exact`` (the generator's
-    mappings) the memories hw/ builds, else the coarse model of mapping/balance.py."""
-    buffers = {id(sl): replace(_buffers(sl, held[sl.plan.name], family_of, batch), overlapped_update=overlapped)
+    mappings) the memories hw/ builds, else the coarse model of mapping/balance.py, with
+    gradient sums of ``grad_bits``."""
+    buffers = {id(sl): replace(_buffers(sl, held[sl.plan.name], family_of, batch, grad_bits),
+                               overlapped_update=overlapped)
                for sl in slices}
     if exact:
         return balance.ExactMemory(buffers, family_of)
-    return balance.CoarseMemory(buffers, family_of)
+    return balance.CoarseMemory(buffers, family_of, grad_bits)
 
 
 def samples_held(plans, stale_of_layer):
@@ -290,11 +299,11 @@ def samples_held(plans, stale_of_layer):
             for l, p in enumerate(plans)}
 
 
-def _buffers(sl, samples, family_of, batch):
+def _buffers(sl, samples, family_of, batch, grad_bits=ACC_BITS):
     return balance.fixed_buffers(sl.plan, sl.units, sl.shape, samples, family_of(sl.node),
                                  first=sl.first, last=sl.last,
                                  latency_cycles=balance.LINK_LATENCY_CYCLES,
-                                 gradient_batch=batch if sl.offchip else 0)
+                                 gradient_batch=batch if sl.offchip else 0, grad_bits=grad_bits)
 
 
 def _activation_bits(plans):

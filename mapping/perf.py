@@ -210,7 +210,7 @@ def fp_stale(plans, slices, node_budgets, tau, batch, overlapped=False):
     return {key: stale + overlapped for key, stale in result.items()}
 
 
-def link_traffic(plans, slices, blocks, n):
+def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS):
     """Words per sample on every link, as the link cores carry them: (forward i -> i+1, backward
     i+1 -> i), each a list of n-1 lists of (words, bits per word). A word is one beat of a
     node's stream (docs/node_dataflow.md): a pixel of its channels, a group of P partial sums."""
@@ -259,14 +259,14 @@ def link_traffic(plans, slices, blocks, n):
         rows = block.out_range[1] - block.out_range[0]
         row = block.words // rows  # the model's word: one output channel's row of weights
         over(weights, lo, hi, rows * remote_streams(plan_of[block.layer]), row * WORD_BITS)
-        over(grads, lo, hi, rows, row * ACC_BITS)
+        over(grads, lo, hi, rows, row * grad_bits)
     return fwd, bwd
 
 
-def link_bytes(plans, slices, blocks, n):
+def link_bytes(plans, slices, blocks, n, grad_bits=ACC_BITS):
     """Bytes per sample on every link: (forward i -> i+1, backward i+1 -> i), each length n-1."""
     return tuple(np.array([sum(words * bits for words, bits in link) / 8 for link in links])
-                 for links in link_traffic(plans, slices, blocks, n))
+                 for links in link_traffic(plans, slices, blocks, n, grad_bits))
 
 
 def link_line_bits(traffic, lane_width=link_model.LANE_WIDTH):
@@ -310,13 +310,14 @@ class NodePerf:
     onchip_bits: int
 
 
-def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch):
-    """Figures of a mapping; ``estimates[d]`` is node d's Resources, ``link_gbps`` per pair."""
+def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch, grad_bits=ACC_BITS):
+    """Figures of a mapping; ``estimates[d]`` is node d's Resources, ``link_gbps`` per pair,
+    ``grad_bits`` the width of the gradients hosted rows' owners send back."""
     n = len(node_budgets)
     tau = period(slices, node_budgets, batch)
     rate = 1 / tau
     cyc = node_cycles(slices, node_budgets, batch)
-    traffic = link_traffic(plans, slices, blocks, n)
+    traffic = link_traffic(plans, slices, blocks, n, grad_bits)
     fwd, bwd = (np.array([sum(words * bits for words, bits in link) / 8 for link in links]) for links in traffic)
     line_bits = np.array([link_line_bits(link) for links in traffic for link in links])
     nodes = []

@@ -13,6 +13,7 @@ from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import map_network
+from mapping.numerics import Formats
 from mapping.partition import FC_READ_BYTES, FC_UPDATE_BYTES
 from mapping.report import linear_limit, link_limit, sweep
 
@@ -61,6 +62,22 @@ def test_alexnet_on_15_vc709_with_the_boards_own_links_is_link_bound():
     # the next one's + B, which shrank the Act-RAMs and moved the cuts), the link cores' frames,
     # CRC and ACK traffic priced
     assert 410 < s["samples_per_s"] < 440
+
+
+def test_24_bit_gradient_sums_take_alexnet_off_the_boards_own_links():
+    """The rows kept on other boards send their gradients back every sample: at 24 bits
+    instead of 48 the busiest link falls under the paper's 18.6 Gb/s and the chain is
+    compute bound (docs/paper_comparison.md)."""
+    s = map_network(zoo.alexnet_ungrouped(), parse_cluster("vc709:15"), formats=Formats(grad_bits=24)).summary
+    assert s["limited_by"] == "compute"
+    assert 470 < s["gops_per_device"] < 540         # doc: 504, as on the paper's 150 Gb/s links
+    assert 10 < s["busiest_link_gbps"] < 18.6       # doc: 11.6
+
+
+def test_vgg19_needs_more_than_16_bit_gradient_sums_on_15_vc709():
+    with pytest.raises(SpecError, match=r"it needs 806.8 Mbit on chip \(320.3 Mbit of 16-bit weights, 320.3 Mbit "
+                                        r"of 16-bit gradient buffers, 166.2 Mbit of activations and buffers\)"):
+        map_network(zoo.vgg19(), parse_cluster("vc709:15@150"), formats=Formats(grad_bits=16))
 
 
 @pytest.mark.parametrize("net", [zoo.vgg16, zoo.vgg19])

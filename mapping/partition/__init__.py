@@ -49,6 +49,7 @@ Phases
 from dataclasses import dataclass, field
 
 from .coarse import coarse
+from ..numerics import ACC_BITS
 from .cost import (CHOICE_SLACK, FC_READ_BYTES, FC_SPEEDUP, FC_UPDATE_BYTES, NodeBudget, Shape, Slice,
                    budgets, dram_bytes, slice_cycles, slice_multipliers)
 from .cuts import SEARCH_ENDS, CutPlacement, _nearest_first
@@ -83,7 +84,7 @@ class Partition:
 
 def partition(plans, node_budgets, *, samples_held, link_latency_cycles, describe, batch=1,
               local_weights=False, buildable_balance=False, at_least=0, fold_inputs=True,
-              offchip_fc=True, overlapped_update=False):
+              offchip_fc=True, overlapped_update=False, grad_bits=ACC_BITS):
     """The fine phase; ``local_weights`` makes every node hold all its weights itself
     (no balancing), ``buildable_balance`` all its conv weights (the generator balances
     only fully connected rows), otherwise only their width is reserved (see the package docstring).
@@ -92,11 +93,12 @@ def partition(plans, node_budgets, *, samples_held, link_latency_cycles, describ
     refusals; ``batch`` the mini-batch (FC weights in DRAM); ``fold_inputs=False`` gives
     every input channel of a slice its own tile and ``offchip_fc=False`` keeps fully
     connected weights on chip (both as hw/ generates); ``overlapped_update`` plans the weight
-    copies of the update that does not stop the engines (with ``buildable_balance``)."""
+    copies of the update that does not stop the engines (with ``buildable_balance``);
+    ``grad_bits`` the width of the gradient sums (numerics.Formats)."""
     part = Partitioner(plans, node_budgets, samples_held=samples_held, link_latency_cycles=link_latency_cycles,
                        describe=describe, batch=batch, local_weights=local_weights,
                        buildable_balance=buildable_balance, fold_inputs=fold_inputs,
-                       offchip_fc=offchip_fc, overlapped_update=overlapped_update,
+                       offchip_fc=offchip_fc, overlapped_update=overlapped_update, grad_bits=grad_bits,
                        search_ends=SEARCH_ENDS)  # read when called: one setting
     period = part.min_period(at_least)
     choices = part.feasible(period)

@@ -38,6 +38,7 @@ import numpy as np
 
 from .. import balance
 from .. import resources
+from ..numerics import ACC_BITS
 from ..nodeconfig import ChannelRanges
 from .plan import LayerPlan
 from ..resources import onchip_blocks, tile_multipliers
@@ -197,8 +198,9 @@ class SliceCosts:
 
     def __init__(self, plans, node_budgets, *, samples_held, link_latency_cycles, describe, batch,
                  local_weights=False, buildable_balance=False, fold_inputs=True, offchip_fc=True,
-                 overlapped_update=False):
+                 overlapped_update=False, grad_bits=ACC_BITS):
         self.describe = describe
+        self.grad_bits = grad_bits
         self.overlapped_update = overlapped_update
         self.fold_inputs = fold_inputs
         self.batch = batch
@@ -302,7 +304,7 @@ class SliceCosts:
         family, held = self.families[node], self.samples_held[plan.name]
         buffers = balance.fixed_buffers(plan, units, shape, held, family, first=first, last=last,
                                         latency_cycles=self.latency,
-                                        gradient_batch=self.batch if offchip else 0)
+                                        gradient_batch=self.batch if offchip else 0, grad_bits=self.grad_bits)
         if self.buildable_balance:
             sl = Slice(plan, node, lo, lo + units, shape, offchip, first, last)
             if not self.weights_stay(plan):
@@ -310,8 +312,8 @@ class SliceCosts:
             return balance.exact_slice_memory(sl, replace(buffers, overlapped_update=self.overlapped_update),
                                               family)
         if self.weights_stay(plan):
-            return buffers.cost + balance.weight_memory_of(plan, units, shape, family, offchip)
-        return buffers.cost + balance.weight_floor(plan, units, shape, family, offchip)
+            return buffers.cost + balance.weight_memory_of(plan, units, shape, family, offchip, self.grad_bits)
+        return buffers.cost + balance.weight_floor(plan, units, shape, family, offchip, self.grad_bits)
 
     def weights_stay(self, plan):
         """Whether every weight row of ``plan`` stays on the node that uses it: with
