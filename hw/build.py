@@ -13,10 +13,11 @@ import sys
 import threading
 import time
 
-from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder,
+from mapping.cli import (GRAD_BITS_HELP, LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder,
                          positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
+from mapping.numerics import GRAD_BITS
 
 DEFAULT_NETWORK = "tiny"
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"
@@ -42,6 +43,7 @@ def parse_args(argv):
     parser.add_argument("--lr", type=positive_number, help="learning rate the node is built for "
                         f"(without --mapping: {LEARNING_RATE})")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
+    parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, help=f"{GRAD_BITS_HELP} (without --mapping: 48)")
     parser.add_argument("--overlapped-update", action="store_true", default=None, help=OVERLAPPED_HELP)
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
@@ -54,7 +56,7 @@ def load_mapping(args):
     from mapping.nodeconfig import Mapping
 
     options = {key: value for key, value in (("bram_fraction", args.bram_fraction), ("batch", args.batch),
-                                             ("lr", args.lr), ("loss", args.loss),
+                                             ("lr", args.lr), ("loss", args.loss), ("grad_bits", args.grad_bits),
                                              ("overlapped_update", args.overlapped_update)) if value is not None}
     if args.mapping:
         where = f"mapping file {args.mapping}"
@@ -76,9 +78,9 @@ def load_mapping(args):
     from mapping.mapper import GENERATOR_OPTIONS, map_network
     from mapping.zoo import get
 
-    loss = options.pop("loss", None)
+    loss, grad_bits = options.pop("loss", None), options.pop("grad_bits", None)
     return map_network(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
-                       formats=formats_of(loss), **options, **GENERATOR_OPTIONS)
+                       formats=formats_of(loss, grad_bits), **options, **GENERATOR_OPTIONS)
 
 
 def _same(given, recorded):

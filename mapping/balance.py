@@ -234,10 +234,10 @@ def planned_slice(sl, buffers):
     return layer_slice(sl, buffers, remote_weights=remote if sl.remote_rows else ())
 
 
-def exact_slice_memory(sl, buffers, family):
+def exact_slice_memory(sl, buffers, family, grad_bits=ACC_BITS):
     """The memories hw/ builds for partition slice ``sl`` (mapping/memories.py): they depend
     on the samples its buffers hold, not on its ``fp_stale``."""
-    return memories.cost(memories.slice_memories(planned_slice(sl, buffers)), family)
+    return memories.cost(memories.slice_memories(planned_slice(sl, buffers), grad_bits), family)
 
 
 class CoarseMemory:
@@ -262,17 +262,17 @@ class CoarseMemory:
 class ExactMemory:
     """Node memory as hw/ builds it, memory by memory (mapping/memories.py), from each
     slice's buffer depths (``buffers[id(slice)]``): what the generator's mappings are
-    planned with."""
+    planned with; gradient sums of ``grad_bits``."""
 
-    def __init__(self, buffers, family_of):
-        self.buffers, self.family_of = buffers, family_of
+    def __init__(self, buffers, family_of, grad_bits=ACC_BITS):
+        self.buffers, self.family_of, self.grad_bits = buffers, family_of, grad_bits
 
     def node(self, slices, node, hosted):
         def planned(sl):
             return planned_slice(sl, self.buffers[id(sl)])
 
         mems = memories.inventory([planned(sl) for sl in slices if sl.node == node],
-                                  [(planned(sl), rows) for sl, rows in hosted])
+                                  [(planned(sl), rows) for sl, rows in hosted], grad_bits=self.grad_bits)
         return memories.cost(mems, self.family_of(node))
 
 

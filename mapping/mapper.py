@@ -122,9 +122,6 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
                         f"(mapper.GENERATOR_OPTIONS)")
     if buildable_balance:
         _check_pools(plans, describe)
-        if grad_bits != ACC_BITS:
-            raise SpecError(f"{describe()}: the hardware generator builds exact {ACC_BITS}-bit gradient sums, "
-                            f"not {grad_bits}-bit ones (grad_bits)")
     balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
                         offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0, grad_bits=grad_bits)
 
@@ -285,7 +282,7 @@ def _memory(slices, held, family_of, batch, exact, overlapped=False, grad_bits=A
                                overlapped_update=overlapped)
                for sl in slices}
     if exact:
-        return balance.ExactMemory(buffers, family_of)
+        return balance.ExactMemory(buffers, family_of, grad_bits)
     return balance.CoarseMemory(buffers, family_of, grad_bits)
 
 

@@ -229,8 +229,8 @@ def _engine_buffers(s):
     return mems
 
 
-def slice_memories(s):
-    """Memories of one LayerSlice."""
+def slice_memories(s, grad_bits=ACC_BITS):
+    """Memories of one LayerSlice whose gradient sums are ``grad_bits`` wide."""
     kernel, own_in, own_out, ces = s.kernel, s.in_channels, s.out_channels, s.fp.ces
     groups = math.ceil(own_out / ces)
     c_in, _, width = s.in_shape
@@ -250,9 +250,9 @@ def slice_memories(s):
             rows = math.ceil((kernel - 1) / s.stride)
             mems += [Memory(f"eb_lb.row{j}", own_out * WORD_BITS, ow) for j in range(rows)]
     if local_rows(s):
-        mems += _weight_memories("lpram", "lgb", s, local_rows(s))
+        mems += _weight_memories("lpram", "lgb", s, local_rows(s), grad_bits)
     if s.owns_biases:
-        mems += _weight_memories("bias_ram", "bias_lgb", s, None)
+        mems += _weight_memories("bias_ram", "bias_lgb", s, None, grad_bits)
     if s.mode == "icp" and not s.first:
         mems += _fifo("pab", ces * ACC_BITS, max(PAB_MIN_DEPTH, math.ceil(s.pab_words / ces)))
     if s.mode == "ocp" and s.needs_eb and not s.last:
@@ -264,7 +264,7 @@ def slice_memories(s):
     return mems
 
 
-def _weight_memories(ram, gradients, s, rows):
+def _weight_memories(ram, gradients, s, rows, grad_bits):
     """LPRAM and LGB (or BPRAM and BGB) of ``rows`` output channels of slice ``s``'s layout,
     or with ``rows`` None its bias RAM and bias LGB. With ``s.overlapped_update`` the engines
     read one of two copies while the walk writes the other and reads a third (hw/memory/
@@ -276,10 +276,10 @@ def _weight_memories(ram, gradients, s, rows):
         width, depth = s.fp.ces * s.fp.tiles * s.kernel * s.kernel, math.ceil(rows / s.fp.ces) * passes(s)
     if not s.overlapped_update:
         return [Memory(ram, width * WORD_BITS, depth, dual_read=True, word_writes=True),
-                Memory(gradients, width * ACC_BITS, depth)]
+                Memory(gradients, width * grad_bits, depth)]
     return ([Memory(f"{ram}.copy{n}", width * WORD_BITS, depth, dual_read=True, word_writes=True) for n in (0, 1)]
             + [Memory(f"{ram}.walk", width * WORD_BITS, depth, word_writes=True)]
-            + [Memory(f"{gradients}.sums{n}", width * ACC_BITS, depth) for n in (0, 1)])
+            + [Memory(f"{gradients}.sums{n}", width * grad_bits, depth) for n in (0, 1)])
 
 
 def sfu_mask_bits(pool_kernel, relu):
@@ -346,22 +346,22 @@ def sfu_samples_in_flight(s):
     return s.samples_held + 2
 
 
-def hosted_memories(owner, rows):
+def hosted_memories(owner, rows, grad_bits=ACC_BITS):
     """BPRAM and BGB of ``rows`` output channels of the ``owner`` slice kept on its host:
     laid out as the owner's LPRAM and LGB (hw/balance/hosted_rows.py)."""
-    return _weight_memories("bpram", "bgb", owner, rows)
+    return _weight_memories("bpram", "bgb", owner, rows, grad_bits)
 
 
-def inventory(slices, hosted, relayed=()):
+def inventory(slices, hosted, relayed=(), grad_bits=ACC_BITS):
     """Memories of a node computing ``slices``, hosting, for each (owner slice, rows) of
     ``hosted``, that many rows of the owner's weights, and relaying the streams of the
     rows ``relayed`` (owner slices cut to them). The relay FIFOs, RELAY_DEPTH deep, are
     distributed RAM on every family: planning leaves them out of the block RAM."""
     mems = [Memory("labels", LABEL_BITS, LABEL_FIFO_DEPTH)]
     for s in slices:
-        mems += slice_memories(s)
+        mems += slice_memories(s, grad_bits)
     for owner, rows in hosted:
-        mems += hosted_memories(owner, rows)
+        mems += hosted_memories(owner, rows, grad_bits)
     for cut in relayed:
         for name, bits in balance_stream_bits(cut).items():
             mems += _fifo(f"relay_{name}", bits, RELAY_DEPTH)
@@ -371,7 +371,7 @@ def inventory(slices, hosted, relayed=()):
 def node_memories(config):
     cuts = [merge_blocks(blocks).owner_slice for blocks in hosted_groups(config)]
     relayed = [merge_blocks(blocks).owner_slice for blocks in relayed_groups(config)]
-    return inventory(config.slices, [(cut, cut.out_channels) for cut in cuts], relayed)
+    return inventory(config.slices, [(cut, cut.out_channels) for cut in cuts], relayed, config.formats.grad_bits)
 
 
 def cost(mems, family):

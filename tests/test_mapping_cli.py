@@ -76,9 +76,6 @@ def test_python_m_mapping_refuses_in_one_line_with_status_2(tmp_path):
     (["--network", "tiny", "--cluster", "ecp5-85:4", "--max-multipliers", "20"],
      "layer 'conv2' needs 27 multipliers for one 3x3 tile in each of its 3 engines (FP, EB, PG), but the largest "
      "device of the cluster, lfe5um5g-85f, offers 20"),
-    (["--network", "tiny", "--cluster", "ecp5-85:2+ecp5-45:2", "--for-hardware", "--grad-bits", "24"],
-     "network 'tiny' on cluster 'ecp5-85:2+ecp5-45:2': the hardware generator builds exact 48-bit gradient "
-     "sums, not 24-bit ones (grad_bits)"),
 ])
 def test_mappings_that_cannot_be_made_are_refused_in_one_line(tmp_path, capsys, args, message):
     assert refusal(main, [*args, "--out", str(tmp_path / "m")], capsys) == f"error: {message}"

@@ -17,12 +17,15 @@ A beat for the address written in the very cycle its read happens would read sta
 sums (and in the block RAM a collision), so the sums just written are kept in a
 register and forwarded instead; back-to-back beats of one address (one address per
 pixel when O <= P and v = 1) therefore run at full rate. As in the golden model the
-sums are exact: the mapping guarantees they fit 48 bits (ACC_BITS). Padded words -
+sums are exact: the mapping guarantees they fit 48 bits (ACC_BITS). With ``sum_bits``
+below that (``Formats.grad_bits``) the beats arrive already rounded to the narrow sums'
+grid (hw.memory.grad_rounding.GradientRounder, in front of the buffer) and every add
+saturates to ``sum_bits``, as ``numerics.accumulate`` defines. Padded words -
 rows past ``out_channels`` in the last group, input channels past S in the last pass
 (zeros from the PG engine) - are summed like the others but never read by the
 update, and cleared with their address, so whatever they carry changes nothing.
 
-Memory: (P*words*48 bits, G*v), one read port (the write enables of all lanes are
+Memory: (P*words*``sum_bits`` bits, G*v), one read port (the write enables of all lanes are
 driven together, so the 48-bit accumulators pack without byte columns); words =
 b*K*K, or 1 for biases.
 
@@ -131,12 +134,13 @@ class GradientBuffer(WeightWalk, wiring.Component):
     ``shift``, ``lr``, ``seed``, ``tensor``: the update's rounding, as in ``numerics.requantize``.
     ``lanes``: words updated per cycle (module docstring, "Lanes"); 1 for biases.
     ``family``: passed to hw.arith.mult (ECP5 instantiates MULT18X18D) and choosing the sums'
-    ``ram_style`` (``mapping.resources.ram_style``); None simulates.
+    ``ram_style`` (``mapping.resources.ram_style``); None simulates. ``sum_bits``: the sums'
+    width (one of ``numerics.GRAD_BITS``; below ACC_BITS every add saturates).
     """
 
     def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor, tiles=None,
                  out_offset=0, in_offset=0, in_total=None, bias=False, lanes=1, family=None, overlapped_batch=None,
-                 sample_beats=None):
+                 sample_beats=None, sum_bits=numerics.ACC_BITS):
         in_total = in_offset + in_channels if in_total is None else in_total
         positive(self, "gradient buffer", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                  banks=banks)
@@ -158,6 +162,10 @@ class GradientBuffer(WeightWalk, wiring.Component):
             self.chunk_banks, self.chunk_words = update_chunk(lanes, banks, self.words)
         except ValueError as error:
             refuse(self, f"gradient buffer: {error}")
+        if sum_bits not in numerics.GRAD_BITS:
+            refuse(self, f"gradient buffer: sum_bits = {sum_bits!r} is not one of "
+                         f"{', '.join(map(str, numerics.GRAD_BITS))}")
+        self.sum_bits = sum_bits
         if bias and lanes != 1:
             refuse(self, f"gradient buffer: a bias buffer updates one word per cycle, not {lanes}")
         if overlapped_batch is not None and not (overlapped_batch >= 1 and sample_beats is not None
@@ -215,7 +223,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         """The LGB of a slice's weights (P and b of its FP engine), or (``bias=True``) of its biases."""
         s = layer_slice
         common = dict(out_channels=s.out_channels, banks=s.fp.ces, seed=formats.seed,
-                      out_offset=s.out_range[0], family=family)
+                      out_offset=s.out_range[0], family=family, sum_bits=formats.grad_bits)
         if s.overlapped_update:  # PG's beats: one per address (the slice's, for biases) and output pixel
             common.update(overlapped_batch=training.batch,
                           sample_beats=s.out_shape[1] * s.out_shape[2] * WeightLayout.from_slice(s).rows)
@@ -258,7 +266,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         m = Module()
         m.submodules.rounder = rounder = self.rounder
         words, lanes = self.words, self.banks * self.words
-        sum_layout = data.ArrayLayout(signed(numerics.ACC_BITS), lanes)
+        sum_layout = data.ArrayLayout(signed(self.sum_bits), lanes)
         # ``overlapped_batch``: two sums, PG adding into one while the walk reads the other.
         mems = [memory.Memory(shape=sum_layout, depth=self.rows, init=[],
                               attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
@@ -350,7 +358,11 @@ class GradientBuffer(WeightWalk, wiring.Component):
         with m.If(accept):
             m.d.sync += [s1_row.eq(self.i.payload.row), s1_values.eq(self.i.payload.values)]
         old = sum_layout(Mux(forward, prev_sum, old_sums))
-        m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
+        if self.sum_bits == numerics.ACC_BITS:
+            m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
+        else:
+            m.d.comb += [new_sum[k].eq(saturate(old[k] + term, self.sum_bits))
+                         for k, term in enumerate(self._terms(s1_values))]
         # An address's sums are cleared in its first chunk's cycle (their read is held).
         for n, write in enumerate(writes):
             written, clears = ((s1_valid, clearing) if len(mems) == 1 else
@@ -439,7 +451,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
                 lane = a * cw + c
                 gsum = Signal(signed(numerics.ACC_BITS), name=f"gsum{lane}")
                 with m.If(advance):
-                    m.d.sync += gsum.eq(select(a, c, lambda p, j: sums[p * words + j], numerics.ACC_BITS))
+                    m.d.sync += gsum.eq(select(a, c, lambda p, j: sums[p * words + j], self.sum_bits))
                 m.d.comb += side.extra.w[lane].eq(select(a, c, lambda p, j: self.upd.data[p][j],
                                                          numerics.WORD_BITS))
                 parts = [gsum[0:CHUNK_BITS], gsum[CHUNK_BITS:2 * CHUNK_BITS], gsum[2 * CHUNK_BITS:].as_signed()]

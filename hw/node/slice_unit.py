@@ -29,6 +29,7 @@ from ..engines.pg_engine import PGEngine
 from ..memory.act_ram import ActRam
 from ..memory.fifo import Fifo
 from ..memory.grad_buffer import GradientBuffer
+from ..memory.grad_rounding import GradientRounder
 from ..memory.line_buffer import LineBuffer
 from ..memory.pab import PartialActivationBuffer
 from ..memory.param_ram import ParamRam, VersionedParamRam, WeightLayout, slice_weights
@@ -333,9 +334,11 @@ class SliceUnit(wiring.Component):
         connect(m, pg_gate.o, pg.windows)
         connect(m, pg_errors, pg.errors)
         m.d.comb += [pg_gate.allow.eq(gate.pg_allow), gate.pg_start.eq(pg_gate.start)]
-        pg_done = _connect_gradients(m, pg.grads, self._gradient_sink(m, lgb), oh * ow * pg.rows, "lgb")
+        pg_done = _connect_gradients(m, self._rounded(m, pg.grads, "grads"), self._gradient_sink(m, lgb),
+                                     oh * ow * pg.rows, "lgb")
         if bias_lgb is not None:
-            bias_done = _connect_gradients(m, pg.bias_grads, bias_lgb.i, oh * ow * pg.rows, "bias_lgb")
+            bias_done = _connect_gradients(m, self._rounded(m, pg.bias_grads, "bias_grads", bias=True), bias_lgb.i,
+                                           oh * ow * pg.rows, "bias_lgb")
             # PG starts no sample past its mini-batch's last until the update, which waits for
             # both sources' B samples: neither gets more than B ahead (2B where the update does
             # not stop PG, which waits only for the update of the mini-batch before).
@@ -383,6 +386,17 @@ class SliceUnit(wiring.Component):
             connect(m, flipped(getattr(streams, role)), remote)
         connect(m, windows, source.windows_in)
         return source.windows_out
+
+    def _rounded(self, m, grads, name, *, bias=False):
+        """PG's gradient beats, rounded to the grid of narrow sums where the formats have them
+        (GradientRounder; before the split, so the hosts' BGBs get rounded beats too)."""
+        f = self.formats
+        if (f.bias_grad_shift if bias else f.grad_shift) == 0:
+            return grads
+        rounder = m.submodules[f"{name}_rounder"] = GradientRounder.from_slice(self.slice, f, grads.payload.shape(),
+                                                                             bias=bias)
+        connect(m, grads, rounder.i)
+        return rounder.o
 
     def _gradient_sink(self, m, lgb):
         """Where PG's weight-gradient beats go: the LGB, or split between the LGB and the hosts."""

@@ -310,7 +310,7 @@ class SliceCosts:
             if not self.weights_stay(plan):
                 sl.remote_rows = sl.out_channels - min(shape.P, sl.out_channels)
             return balance.exact_slice_memory(sl, replace(buffers, overlapped_update=self.overlapped_update),
-                                              family)
+                                              family, self.grad_bits)
         if self.weights_stay(plan):
             return buffers.cost + balance.weight_memory_of(plan, units, shape, family, offchip, self.grad_bits)
         return buffers.cost + balance.weight_floor(plan, units, shape, family, offchip, self.grad_bits)
