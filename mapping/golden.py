@@ -12,27 +12,40 @@ Words are 16-bit two's complement (held in int64 arrays); the real value of a wo
 ``word / 2**frac`` with ``frac`` from :class:`~mapping.numerics.Formats`: activations
 ``act_frac``, weights ``weight_frac``, biases ``bias_frac``, errors ``error_frac``.
 ``s`` is the global sample number (0, 1, ...), ``m = s // batch`` its mini-batch,
-``p`` the layer's position in the network, ``R(acc, shift, kind, n)`` is
-``requantize(acc, shift, seed, tensor_id(p, kind), n)`` with index = the element's
-row-major position in the whole tensor. A linear layer is a 1x1 convolution on its
-(IN, 1, 1) input; its weights (OUT, IN) are indexed row-major.
+``p`` the layer's position: its index in ``network.layers`` counting from 0, where every
+layer counts (conv2d, relu, maxpool, flatten, linear) and the input image is not a layer
+(in zoo.tiny conv1 is 0, relu1 1, pool1 2, conv2 3, ..., fc 7).
+``R(acc, shift, kind, n)`` is ``requantize(acc, shift, seed, tensor_id(p, kind), n)``
+(mapping/numerics.py: noise, stochastic rounding, saturation to 16 bits) with index = the
+element's row-major position in the whole tensor: (OC, OH, OW) for FP_OUT, the layer's
+input shape (C, H, W) for EB_OUT, the class number for LOSS_ERROR, the weight array
+(OC, IC, K, K) or (OUT, IN) for WEIGHT_UPDATE, the output channel for BIAS_UPDATE.
+A linear layer is a 1x1 convolution (stride 1, no padding) on its (IN, 1, 1) input with
+kernels (OUT, IN, 1, 1); its weights (OUT, IN) and their gradients are indexed row-major.
+``conv`` (conv_forward), ``conv_backward``, ``conv_weight_grad``, ``bias_grad`` and the max-pool
+windows are defined in mapping/tensor_ops.py (cross-correlation, zero padding, stride).
 
-  input image        x = quantize(image, act_frac)          round to nearest, saturate
+  input image        x = quantize(image, act_frac)          round to nearest (ties to even), saturate
   conv/linear FP     y = R(conv(x, W) + (b << act+weight-bias), fp_shift, FP_OUT, s)   (OC, OH, OW)
+                     (no bias term for a layer without bias)
   relu FP            max(x, 0)                              exact
   maxpool FP         window maximum, ties -> first in raster order, padding never wins
-  flatten            reshape (C, H, W) -> (C*H*W, 1, 1), row-major
-  loss error         at the last layer, by ``loss`` (Formats):
+  flatten            reshape (C, H, W) -> (C*H*W, 1, 1), row-major: (c, h, v) -> c*H*W + h*W + v
+  loss error         at the last layer (p its position), onehot = 1 at the label, 0 elsewhere,
+                     shape (classes, 1, 1), by ``loss`` (Formats):
                      mse: e = R(y - (onehot << act_frac), loss_shift, LOSS_ERROR, s)
                      ce:  e = R(softmax(y) - (onehot << SOFTMAX_FRAC), loss_shift, LOSS_ERROR, s),
                           softmax bit for bit as numerics.softmax defines it
-  relu EB            e where the pre-activation word > 0, else 0
-  maxpool EB         saturate(sum of the errors routed to each window's maximum)
+  relu EB            e where the relu's input word (its FP pre-activation) is > 0, else 0
+  maxpool EB         every output error added exactly to its window's argmax (from FP), then
+                     each input element's total saturated to 16 bits once
+  flatten EB         reshape back to (C, H, W)
   conv/linear EB     R(conv_backward(e, W), eb_shift, EB_OUT, s); not computed for the
                      first weighted layer (nobody consumes it) nor any layer before it
   PG                 G_m = sum over the samples of mini-batch m of conv_weight_grad(x, e)
                      (act+error fractional bits) and of bias_grad(e) (error bits), exact;
-                     every running sum, like every FP/EB accumulator, must stay within
+                     x is the layer's input as FP produced it, e the (rounded) error of its
+                     output; every running sum, like every FP/EB accumulator, must stay within
                      ACC_BITS (else OverflowError naming the layer). With narrow sums
                      (grad_bits < ACC_BITS) each term, a pixel's conv_weight_terms /
                      bias_terms, is rounded into the sum and every add saturates:
@@ -40,9 +53,22 @@ row-major position in the whole tensor. A linear layer is a 1x1 convolution on i
   update             W = saturate(W - R(G_m * lr_c, weight_update_shift, WEIGHT_UPDATE, m)),
                      b = saturate(b - R(G_m * lr_c, bias_update_shift, BIAS_UPDATE, m)),
                      lr_c = lr_constant(lr, batch); |G_m| < 2**47 and lr_c < 2**16 keep
-                     the product inside int64
-  loss (reported)    mse: 0.5 * sum((y / 2**act_frac - onehot)**2), the MSE against one-hot;
-                     ce: the float cross-entropy of the real scores y / 2**act_frac
+                     the product inside int64. The step is saturated by R, then W - step again.
+  loss (reported)    float64 from the output words, y_c = word_c / 2**act_frac, per sample:
+                     mse: 0.5 * sum_c (y_c - onehot_c)**2;
+                     ce: t + log(sum_c exp(y_c - t)) - y_label with t = max_c y_c.
+                     A report, not hardware bits: summed in numpy's order, so equal to the
+                     formula to float64 rounding (the board reports MSE's integer sum of
+                     squares, compared with this to 1e-12).
+
+Order of :func:`train`: for s = 0, 1, ...: FP of sample s (with the weight versions below),
+its loss and loss error, EB from the last layer down to the first weighted layer and PG,
+added to mini-batch m's sums; after the last sample of a mini-batch (s % batch = batch - 1)
+the update of mini-batch m. Apart from which weight version each step reads, the order
+changes no bit: every R's noise depends only on (tensor, sample or mini-batch, index).
+
+:func:`init_params` and :func:`random_data` are not part of the definition: they make the
+tests' and the board host's initial words in Python, which the hardware receives as data.
 
 Float mode is the same with no rounding, no saturation, the exact softmax and
 ``W -= lr / batch * G_m``.
@@ -60,7 +86,8 @@ and input activations PG and EB use are those FP produced. k = 0 is aligned SGD.
 PG still accumulates into mini-batch ``s // batch`` and each update still starts from the
 newest version. e = 1 is the rule of an update that does not stop the engines (EB of a
 mini-batch's first sample runs while the update is written to a second copy of the
-weights, FP one sample staler: docs/weight_versions.md); the hardware does not build it.
+weights, FP one sample staler: docs/weight_versions.md); the hardware builds it as an option
+(``overlapped_update``, ``Mapping.eb_stale``).
 """
 
 from dataclasses import dataclass

@@ -13,9 +13,21 @@ never saturates, and the sum is the same whatever order the hardware adds in.
 Partial sums therefore travel between the nodes of an ICP layer at full width.
 
 An accumulator goes back to a 16-bit word in exactly one place per tensor,
-with :func:`requantize`: an arithmetic right shift by ``shift`` bits after adding
-``shift`` bits of noise (stochastic rounding, ``floor((acc + r) / 2**shift)`` with
-``r`` uniform in ``[0, 2**shift)``), then saturation to the 16-bit range.
+with :func:`requantize` (stochastic rounding, ``floor((acc + r) / 2**shift)`` with
+``r`` uniform in ``[0, 2**shift)``, then saturation to the 16-bit range). Exactly:
+
+- ``shift > 0`` (at most ``MAX_SHIFT`` = 32): ``r`` is the low ``shift`` bits of the
+  32-bit noise word, ``r = noise(seed, tensor, sample, index) & (2**shift - 1)``; ``r`` is
+  added to the exact wide accumulator, the sum is shifted right arithmetically by
+  ``shift`` (floor division by ``2**shift``, towards minus infinity) and the result is
+  saturated to ``[WORD_MIN, WORD_MAX]`` = ``[-32768, 32767]``.
+- ``shift == 0``: saturation only (no noise).
+- ``shift < 0``: no noise; the accumulator is first clipped to the signed ``ACC_BITS``
+  range ``[-2**47, 2**47 - 1]``, then multiplied by ``2**-shift`` exactly, then saturated
+  to 16 bits. (The clip changes no result, both saturate; it keeps the product of this
+  module's int64 arithmetic exact, and :class:`Formats` refuses any shift below
+  ``-MAX_LEFT_SHIFT`` = -15, where a clipped accumulator's product would no longer fit
+  int64. Of the default formats' shifts only MSE's loss error is negative, -4.)
 
 The noise is a stateless function of ``(seed, tensor_id, sample, index)``
 (:func:`noise`), where ``index`` is the element's row-major position in the whole
@@ -24,9 +36,46 @@ tensor of one sample (global channel numbers, never a slice's local ones) and
 number). Hardware that visits elements in any order, on any node, draws the same
 noise as the golden model.
 
+Hash, key and noise, exactly (every value an unsigned 32-bit integer, every ``>>`` a
+logical shift, every ``^`` a bitwise xor):
+
+- ``mix32(x)``: ``x = x mod 2**32``; then for each ``(t, (a, b))`` of ``MIX_ROUNDS`` =
+  ``((16, (3, 11)), (13, (5, 19)), (15, (7, 24)), (16, (9, 21)))``, in that order:
+  ``x = x ^ (x >> t)``, then ``x = (x + (x << a) + (x << b)) mod 2**32`` (that is
+  ``x * (1 + 2**a + 2**b) mod 2**32``); finally ``x ^ (x >> 16)`` (``MIX_FINAL_XORSHIFT``),
+  with no further round. ``mix32(0) = 0``, ``mix32(1) = 591172105``.
+- ``stream_key(seed, tensor, sample) = mix32(mix32(seed ^ tensor) ^ (sample mod 2**32))``,
+  the seed and tensor id taken modulo 2**32 by the inner ``mix32``.
+- ``noise(seed, tensor, sample, index) = mix32(stream_key(seed, tensor, sample) ^ (index mod 2**32))``.
+- ``tensor_id(position, kind) = position * TENSOR_KINDS + kind`` with ``TENSOR_KINDS`` = 8
+  and the kinds ``FP_OUT`` = 0 (a layer's forward output), ``EB_OUT`` = 1 (the error of
+  its input), ``WEIGHT_UPDATE`` = 2, ``BIAS_UPDATE`` = 3, ``LOSS_ERROR`` = 4 (5..7 unused);
+  ``position`` is the layer's index in the network's list of layers (mapping/golden.py).
+
 The hash is built from xorshifts and multiplications by constants with three set
 bits, so a hardware rounding unit needs only adders: :func:`mix32` is the
 specification the Amaranth unit implements.
+
+Conversions from real values (round to nearest, ties to even, as ``numpy.round`` and
+Python's ``round`` do on float64):
+
+- :func:`quantize`: ``saturate(round_half_even(value * 2**frac))``;
+- :func:`lr_constant`: ``round_half_even(lr / batch * 2**lr_frac)`` (``lr / batch`` in
+  float64 first), refused unless in ``1 .. 2**16 - 1``.
+
+Fixed-point softmax (:func:`softmax`, the CE loss error), on one sample's score words
+``y_c`` (activation format):
+
+- ``EXP_TABLE[k] = round_half_even(exp(-k / 64) * 2**15)`` in float64 for ``k = 0, 1, ...``
+  up to and excluding the first ``k`` whose word is 0: 710 words, ``EXP_TABLE[0] = 32768``,
+  ``EXP_TABLE[709] = 1`` (no word is within 0.0009 of a tie, so any faithfully rounded
+  ``exp`` gives the same table);
+- ``exp_index(d) = (d + 2**(sh - 1)) >> sh`` (nearest, ties up) with
+  ``sh = act_frac - EXP_STEP_BITS`` = ``act_frac - 6`` when ``sh > 0``, else ``d << -sh``;
+- ``d_c = max(y) - y_c``; ``e_c = EXP_TABLE[exp_index(d_c)]``, or 0 when the index is past
+  the table (>= 710); ``S = sum(e_c)`` exactly (at least 2**15, the maximum's word);
+  ``recip = 2**32 // S`` (``SOFTMAX_FRAC + RECIP_GUARD_BITS`` = 16 + 16);
+  ``p_c = (e_c * recip) >> 16``, ``p`` with ``SOFTMAX_FRAC`` = 16 fractional bits.
 
 Gradient sums (LGB, BGB)
 ------------------------
@@ -63,6 +112,7 @@ WORD_MIN = -(1 << (WORD_BITS - 1))
 WORD_MAX = (1 << (WORD_BITS - 1)) - 1
 ACC_BITS = 48
 MAX_SHIFT = 32  # noise words are 32 bits wide
+MAX_LEFT_SHIFT = 63 - ACC_BITS  # requantize shifts a clipped ACC_BITS value left inside int64
 
 _M32 = np.uint64(0xFFFFFFFF)
 
@@ -103,7 +153,8 @@ def _exp_table():
     return tuple(int(w) for w in words[:np.argmax(words == 0)])
 
 
-# EXP_TABLE[k] = round(2**15 * e^(-k / 2**EXP_STEP_BITS)) for every k it is nonzero; 0 beyond.
+# EXP_TABLE[k] = round(2**15 * e^(-k / 2**EXP_STEP_BITS)), ties to even, for every k it is
+# nonzero; 0 beyond.
 EXP_TABLE = _exp_table()
 
 
@@ -153,6 +204,12 @@ class Formats:
     takes the default: the terms' own fractional bits (exact) at ACC_BITS, else as many as
     ``grad_bits - GRAD_INT_BITS`` leaves, at most the terms' own. An ACC_BITS sum is exact:
     its fractional bits are the terms'.
+
+    The rounding shifts follow (each from the accumulator's fractional bits to the word's):
+    ``fp_shift = eb_shift = weight_frac``; ``weight_update_shift = grad_frac +
+    lr_frac - weight_frac``; ``bias_update_shift = bias_grad_frac + lr_frac - bias_frac``;
+    ``loss_shift = act_frac - error_frac`` (mse) or ``SOFTMAX_FRAC - error_frac`` (ce). A bias
+    joins the FP sum shifted left by ``act_frac + weight_frac - bias_frac`` (>= 0, checked).
     """
 
     act_frac: int = 8
@@ -192,6 +249,10 @@ class Formats:
                                  f"the terms' {exact} fractional bits")
             if not 0 <= value <= exact:
                 raise ValueError(f"formats: {name} = {value} is outside 0..{exact} (the terms' fractional bits)")
+        for name in ("fp_shift", "eb_shift", "weight_update_shift", "bias_update_shift", "loss_shift"):
+            if getattr(self, name) < -MAX_LEFT_SHIFT:  # requantize's int64 would wrap
+                raise ValueError(f"formats: {name} = {getattr(self, name)} shifts left by more than "
+                                 f"{MAX_LEFT_SHIFT} bits, beyond a {ACC_BITS}-bit value's room in 64")
 
     # Shifts of the single rounding point of each tensor kind.
     @property
@@ -239,7 +300,10 @@ def tensor_id(layer_position, kind):
 
 
 def mix32(x):
-    """Bijective 32-bit mixer; ``x`` is a scalar or an array of unsigned ints."""
+    """Bijective 32-bit mixer; ``x`` is a scalar or an array of unsigned ints, taken mod 2**32.
+
+    Each round of ``MIX_ROUNDS``: xorshift right, then times ``1 + 2**a + 2**b`` mod 2**32;
+    then one final xorshift right by ``MIX_FINAL_XORSHIFT`` (module docstring)."""
     x = np.asarray(x, dtype=np.uint64) & _M32
     for xorshift, (a, b) in MIX_ROUNDS:
         x = x ^ (x >> np.uint64(xorshift))
@@ -248,12 +312,14 @@ def mix32(x):
 
 
 def stream_key(seed, tensor, sample):
-    """Per (tensor, sample) key: computed once per sample by the hardware."""
+    """Per (tensor, sample) key, ``mix32(mix32(seed ^ tensor) ^ (sample mod 2**32))``:
+    computed once per sample by the hardware."""
     return mix32(mix32(np.uint64(seed) ^ np.uint64(tensor)) ^ np.uint64(sample & 0xFFFFFFFF))
 
 
 def noise(seed, tensor, sample, index):
-    """32-bit rounding noise of the elements at flat positions ``index``."""
+    """32-bit rounding noise of the elements at flat positions ``index``:
+    ``mix32(stream_key(seed, tensor, sample) ^ (index mod 2**32))``."""
     index = np.asarray(index, dtype=np.uint64) & _M32
     return mix32(stream_key(seed, tensor, sample) ^ index)
 
@@ -297,8 +363,9 @@ def saturate(x, bits=WORD_BITS):
 def requantize(acc, shift, seed, tensor, sample, index=None):
     """Round a wide accumulator array to 16-bit words (see module docstring).
 
-    ``shift`` > 0 rounds stochastically, 0 passes through, < 0 shifts left exactly.
-    ``index`` defaults to the row-major positions of ``acc``.
+    ``shift`` > 0 adds the noise word's low ``shift`` bits, then shifts right arithmetically;
+    0 passes through; < 0 clips to ``ACC_BITS`` and shifts left. Every case then saturates
+    to 16 bits. ``index`` defaults to the row-major positions of ``acc``.
     """
     acc = np.asarray(acc, dtype=np.int64)
     if shift > MAX_SHIFT:
@@ -314,7 +381,8 @@ def requantize(acc, shift, seed, tensor, sample, index=None):
 
 
 def quantize(values, frac):
-    """Round-to-nearest conversion of real values to words (inputs, initial weights)."""
+    """Real values to words (inputs, initial weights): ``value * 2**frac`` rounded to nearest,
+    ties to even (numpy.round: 0.5 -> 0, 1.5 -> 2, -2.5 -> -2), then saturated."""
     return saturate(np.round(np.asarray(values, dtype=np.float64) * (1 << frac))).astype(np.int64)
 
 
@@ -323,7 +391,8 @@ def dequantize(words, frac):
 
 
 def lr_constant(lr, batch, formats):
-    """The hardware's unsigned learning-rate constant round(lr / batch * 2**lr_frac)."""
+    """The hardware's unsigned learning-rate constant round(lr / batch * 2**lr_frac), float64,
+    ties to even (Python's round)."""
     value = int(round(lr / batch * (1 << formats.lr_frac)))
     if not 0 < value < 1 << WORD_BITS:
         raise ValueError(

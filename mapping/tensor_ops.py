@@ -5,6 +5,23 @@ exact (no rounding happens here; :mod:`mapping.numerics` rounds afterwards),
 so the hardware blocks are compared against these functions directly.
 
 Shapes: activations and errors are (C, H, W); conv weights are (OC, IC, K, K).
+
+Definitions (those the fixed-point model relies on; sums are exact). With stride ``s`` and
+padding ``p``, ``xp`` is ``x`` with ``p`` zero rows above and below and ``p`` zero columns
+left and right (``xp[c, h + p, v + p] = x[c, h, v]``), and the output size is
+``OH = (H + 2p - K) // s + 1``, ``OW = (W + 2p - K) // s + 1``: padded rows and columns past
+the last window are never read.
+
+- conv_forward: cross-correlation (the kernel is not flipped),
+  ``y[o, r, q] = sum over c, i, j of xp[c, r*s + i, q*s + j] * w[o, c, i, j]``, plus
+  ``bias[o] * 2**bias_shift`` when a bias is given.
+- conv_backward: the transpose of conv_forward (without bias) onto the unpadded input,
+  ``dx[c, h, v] = sum of err[o, r, q] * w[o, c, i, j] over o, r, q, i, j with
+  r*s + i - p = h and q*s + j - p = v``: taps that fall in the padding are dropped and an
+  input position no window reads gets 0.
+- conv_weight_grad: ``dw[o, c, i, j] = sum over r, q of err[o, r, q] * xp[c, r*s + i, q*s + j]``.
+- bias_grad: ``db[o] = sum over r, q of err[o, r, q]``.
+- maxpool_forward / maxpool_backward: see their docstrings.
 """
 
 import numpy as np
@@ -84,15 +101,20 @@ def relu_forward(x):
 
 
 def relu_backward(err, pre_activation):
+    """``err`` where the layer's input is > 0 (strictly), else 0."""
     return np.where(pre_activation > 0, err, 0)
 
 
 def maxpool_forward(x, kernel, stride, padding=0):
     """Max-pool and the argmax of every window (first maximum in raster order).
 
-    Padding cells never win: they are -inf (float) or below every integer.
-    Returns (y, argmax) with argmax the flat (row-major) position in the unpadded
-    (H, W) plane of each channel.
+    Window (r, q) of channel c covers input rows ``r*stride - padding .. + kernel - 1`` and
+    the same columns, output size as for a convolution (rows and columns past the last
+    window are never read). Padding cells never win: they are -inf (float) or below every
+    integer (network.py allows padding <= kernel // 2, so every window holds an input cell). Of
+    equal maxima the first in raster order wins (smallest window row, then column).
+    Returns (y, argmax) with argmax the flat (row-major) position ``h * W + v`` in the
+    unpadded (H, W) plane of each channel.
     """
     c, h, w = x.shape
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(np.int64).min
@@ -110,7 +132,10 @@ def maxpool_forward(x, kernel, stride, padding=0):
 
 
 def maxpool_backward(err, argmax, in_shape):
-    """Route each error to its window's maximum; overlapping windows add exactly."""
+    """Route each error to its window's maximum; overlapping windows add exactly.
+
+    ``dx[c].flat[argmax[c, r, q]] += err[c, r, q]`` for every output, from zeros; nothing is
+    saturated here (the fixed-point model saturates each element's total afterwards)."""
     c, h, w = in_shape
     out = np.zeros((c, h * w), dtype=err.dtype)
     for ch in range(c):

@@ -179,6 +179,8 @@ def test_format_shifts():
     ({"seed": 1 << 32}, "formats: seed = 4294967296 is not a 32-bit unsigned value"),
     ({"seed": -1}, "formats: seed = -1 is not a 32-bit unsigned value"),
     ({"grad_bits": 20}, "formats: grad_bits = 20 is not one of 16, 24, 32, 48"),
+    ({"act_frac": 0, "error_frac": 17, "weight_frac": 0, "bias_frac": 0},
+     "formats: loss_shift = -17 shifts left by more than 15 bits, beyond a 48-bit value's room in 64"),
     ({"grad_frac": 16}, "formats: grad_frac = 16 with grad_bits = 48: the exact sums have the terms' 20 "
                         "fractional bits"),
     ({"grad_bits": 16, "grad_frac": 21}, "formats: grad_frac = 21 is outside 0..20 (the terms' fractional bits)"),
