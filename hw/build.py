@@ -156,7 +156,7 @@ def build(args, log=print):
         mapping = load_mapping(args)
         config = mapping.node(args.node)
         for s in config.slices:
-            problem = generator_problem(s)
+            problem = generator_problem(s, config.formats.grad_bits)
             if problem:
                 raise SpecError(problem)
         device = get_device(config.device)

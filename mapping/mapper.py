@@ -200,7 +200,7 @@ def _check_generated(nodes, describe):
     ``python -m mapping --for-hardware`` writes, ``python -m hw.build`` builds."""
     for node in nodes:
         for s in node.slices:
-            problem = memories.generator_problem(s)
+            problem = memories.generator_problem(s, node.formats.grad_bits)
             if problem:
                 raise SpecError(f"{describe()}: node {node.index}: {problem}")
 

@@ -66,9 +66,23 @@ def pool_problem(pool, height, width):
     return None
 
 
-def generator_problem(s):
+# Amaranth's netlist numbers a value's bits below 2**16 (a 4,096-channel stream word of 16-bit
+# words fails its elaboration with an assertion); a slice's widest values are its memories'
+# rows and stream words (the FIFOs below carry the streams) and PG's beat of P*b*K*K products.
+WIDEST_VALUE_BITS = (1 << 16) - 1
+
+
+def widest_value(s, grad_bits=ACC_BITS):
+    """(bits, what) of the widest value hw/ would build for slice ``s``."""
+    words = s.fp.ces * s.fp.tiles * s.kernel * s.kernel
+    return max([(m.width, m.name) for m in slice_memories(s, grad_bits)]
+               + [(words * 2 * WORD_BITS, "gradient beat")])
+
+
+def generator_problem(s, grad_bits=ACC_BITS):
     """Why hw/ cannot generate slice ``s``, or None: weights in DRAM, remote rows it does not
-    stream, a max-pool its SFU does not build, engines of another shape (:func:`buildable`)."""
+    stream, a max-pool its SFU does not build, engines of another shape (:func:`buildable`),
+    a value wider than Amaranth's (:data:`WIDEST_VALUE_BITS`)."""
     hint = "; map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)"
     if s.weights_offchip:
         return f"layer '{s.layer}': the slice keeps weights in DRAM, which the generator does not build yet{hint}"
@@ -83,6 +97,11 @@ def generator_problem(s):
                 f"engines FP {s.fp.ces} x {s.fp.tiles}, EB {s.eb.ces} x {s.eb.tiles}, PG {s.pg.ces} x "
                 f"{s.pg.tiles} tiles; the generator builds FP = PG = P x b and EB = b x P with b at most "
                 f"{s.in_channels}")
+    bits, what = widest_value(s, grad_bits)
+    if bits > WIDEST_VALUE_BITS:
+        return (f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): its "
+                f"{what} would be {bits:,} bits wide, beyond the {WIDEST_VALUE_BITS:,} bits of an Amaranth value "
+                f"(the generator does not stream wide layers in chunks yet)")
     return None
 
 

@@ -78,3 +78,23 @@ def test_generator_mappings_keep_fully_connected_weights_on_chip():
     assert str(error.value) == (
         "network 'tiny' on cluster 'vc709:2': buildable_balance plans the memories the hardware generator "
         "builds, which keeps every weight on chip: pass offchip_fc=False too (mapper.GENERATOR_OPTIONS)")
+
+
+@pytest.mark.parametrize("channels, grad_bits, refused", [(4096, 48, True), (4095, 48, False), (4095, 16, False)])
+def test_a_value_wider_than_amaranths_is_refused_before_elaboration(channels, grad_bits, refused):
+    """A fully connected layer's input travels as one stream word: 4,096 16-bit channels are
+    65,536 bits, one more than an Amaranth value holds (elaboration failed on an assertion)."""
+    from mapping.network import Layer, infer
+    from mapping.numerics import Formats
+    net = infer("wide", (channels, 1, 1), [Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
+    run = lambda: map_network(net, parse_cluster("vc709:1"), formats=Formats(grad_bits=grad_bits),  # noqa: E731
+                              **GENERATOR_OPTIONS)
+    if not refused:
+        bits, _ = memories.widest_value(run().nodes[0].slices[0], grad_bits)
+        assert bits <= memories.WIDEST_VALUE_BITS
+        return
+    with pytest.raises(SpecError, match=r"^network 'wide' on cluster 'vc709:1': node 0: layer 'fc' \(icp slice, "
+                                        r"input channels 0\.\.4095\): its pg_windows would be 65,536 bits wide, "
+                                        r"beyond the 65,535 bits of an Amaranth value \(the generator does not "
+                                        r"stream wide layers in chunks yet\)$"):
+        run()
