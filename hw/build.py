@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from mapping.cli import (GRAD_BITS_HELP, LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder,
+from mapping.cli import (DEFAULT_GRAD_BITS_HELP, LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder,
                          positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
@@ -43,7 +43,7 @@ def parse_args(argv):
     parser.add_argument("--lr", type=positive_number, help="learning rate the node is built for "
                         f"(without --mapping: {LEARNING_RATE})")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
-    parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, help=f"{GRAD_BITS_HELP} (without --mapping: 48)")
+    parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, help=DEFAULT_GRAD_BITS_HELP)
     parser.add_argument("--overlapped-update", action="store_true", default=None, help=OVERLAPPED_HELP)
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
@@ -75,12 +75,13 @@ def load_mapping(args):
                 raise SpecError(f"{where} maps '{recorded}', not '{given}' ({option})")
         return mapping
     from mapping.cluster import parse_cluster
-    from mapping.mapper import GENERATOR_OPTIONS, map_network
+    from mapping.mapper import GENERATOR_OPTIONS, map_network, map_with_default_gradient_sums
     from mapping.zoo import get
 
     loss, grad_bits = options.pop("loss", None), options.pop("grad_bits", None)
-    return map_network(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
-                       formats=formats_of(loss, grad_bits), **options, **GENERATOR_OPTIONS)
+    mapper = map_with_default_gradient_sums if grad_bits is None else map_network
+    return mapper(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
+                  formats=formats_of(loss, grad_bits), **options, **GENERATOR_OPTIONS)
 
 
 def _same(given, recorded):

@@ -6,11 +6,12 @@
 
 import json
 
-from .cli import (OVERLAPPED_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, fraction, output_folder, positive_int,
+from .cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, fraction, output_folder, positive_int,
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
-from .mapper import BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, map_network
+from .mapper import BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, map_network, map_with_default_gradient_sums
+from .numerics import ACC_BITS
 from . import plots, report, zoo
 
 
@@ -45,7 +46,7 @@ def parse_args(argv):
                         help="share of each device's block RAM the mapping may use; less makes weight "
                              "balancing keep rows on other nodes")
     add_loss_option(parser)
-    add_grad_bits_option(parser)
+    add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
     parser.add_argument("--for-hardware", action="store_true",
                         help="map as hw/ generates: every weight on chip, balanced only as "
                              "fully connected rows kept on another node")
@@ -65,7 +66,15 @@ def main(argv=None):
                    bram_fraction=args.bram_fraction, overlapped_update=args.overlapped_update,
                    **(GENERATOR_OPTIONS if args.for_hardware else {}))
     with output_folder(args.out) as out:
-        mapping = map_network(network, cluster, network_name=args.network, **options)
+        if args.grad_bits is None:
+            mapping = map_with_default_gradient_sums(network, cluster, network_name=args.network, **options)
+            options["formats"] = formats = mapping.nodes[0].formats  # the sweep's too
+            if formats.grad_bits != ACC_BITS:
+                print(f"gradient sums: {formats.grad_bits}-bit, each term rounded into them (exact {ACC_BITS}-bit "
+                      f"ones do not fit this cluster's memory or leave it link bound; --grad-bits {ACC_BITS} "
+                      f"keeps them; docs/numerics.md)")
+        else:
+            mapping = map_network(network, cluster, network_name=args.network, **options)
         print(report.table(mapping))
         moved = report.balancing(mapping)
         if moved:

@@ -75,9 +75,13 @@ GRAD_BITS_HELP = (f"width of the gradient sums (LGB, BGB): {ACC_BITS} is exact, 
                   f"stochastically into a saturating sum (docs/numerics.md)")
 
 
-def add_grad_bits_option(parser, default=ACC_BITS):
+def add_grad_bits_option(parser, default=ACC_BITS, help=GRAD_BITS_HELP):
     """``--grad-bits``: Formats.grad_bits, with its default fractional bits."""
-    parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, default=default, help=GRAD_BITS_HELP)
+    parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, default=default, help=help)
+
+
+DEFAULT_GRAD_BITS_HELP = (f"{GRAD_BITS_HELP}; default: {ACC_BITS} where the cluster has the memory and links "
+                          f"for it, else the narrow default (mapper.NARROW_GRAD_BITS)")
 
 
 def formats_of(loss, grad_bits=None):

@@ -187,6 +187,36 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     return Mapping(name, cluster.spec, tuple(nodes), result)
 
 
+# The gradient sums' width where exact ones do not fit the cluster's memory or links: the
+# narrowest that trained within a point of float aligned SGD on every seed measured
+# (docs/numerics.md, "Gradient sums: width by evidence").
+NARROW_GRAD_BITS = 16
+
+
+def map_with_default_gradient_sums(network, cluster, *, formats=None, **options):
+    """:func:`map_network` with the gradient sums' default width: exact (ACC_BITS) where the
+    cluster has the memory and the links for them, else NARROW_GRAD_BITS: where exact sums
+    are refused, or leave the chain link bound and narrow ones map at a higher rate. The
+    Mapping's formats record the width chosen; ``formats.grad_bits`` is taken as the exact
+    default (other fields are kept)."""
+    formats = formats or Formats()
+    narrow = replace(formats, grad_bits=NARROW_GRAD_BITS, grad_frac=None, bias_grad_frac=None)
+    try:
+        exact = map_network(network, cluster, formats=formats, **options)
+    except SpecError as refusal:
+        try:
+            return map_network(network, cluster, formats=narrow, **options)
+        except SpecError as narrow_refusal:
+            if str(narrow_refusal) == str(refusal):
+                raise
+            raise SpecError(f"{narrow_refusal} (with {NARROW_GRAD_BITS}-bit gradient sums, tried as exact "
+                            f"{ACC_BITS}-bit ones were refused too)") from None
+    if exact.summary["limited_by"] != "link bandwidth":
+        return exact
+    faster = map_network(network, cluster, formats=narrow, **options)
+    return faster if faster.summary["samples_per_s"] > exact.summary["samples_per_s"] else exact
+
+
 def _check_pools(plans, describe):
     """Refuse up front a max-pool the generator's SFU does not build."""
     for plan in plans:

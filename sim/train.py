@@ -17,11 +17,11 @@ import time
 import numpy as np
 
 from mapping import data, golden, zoo
-from mapping.cli import (OVERLAPPED_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, positive_int,
+from mapping.cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, positive_int,
                          positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
-from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.mapper import GENERATOR_OPTIONS, map_network, map_with_default_gradient_sums
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
 
@@ -46,7 +46,7 @@ def parse_args(argv):
     parser.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
     parser.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
     add_loss_option(parser)
-    add_grad_bits_option(parser)
+    add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
     parser.add_argument("--overlapped-update", action="store_true", help=OVERLAPPED_HELP)
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
     return parser.parse_args(argv)
@@ -86,9 +86,10 @@ class ProgressBar:
 def main(argv=None):
     args = parse_args(argv)
     network = zoo.get(args.network)
-    mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
-                          formats=formats_of(args.loss, args.grad_bits), overlapped_update=args.overlapped_update,
-                          **GENERATOR_OPTIONS)
+    mapper = map_with_default_gradient_sums if args.grad_bits is None else map_network
+    mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
+                     formats=formats_of(args.loss, args.grad_bits), overlapped_update=args.overlapped_update,
+                     **GENERATOR_OPTIONS)
     formats = mapping.nodes[0].formats
     dataset = data.load(args.data, network.input_shape, network.num_classes, seed=args.seed)
     per_epoch = len(dataset.train_x) if args.samples is None else min(args.samples, len(dataset.train_x))

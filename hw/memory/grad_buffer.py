@@ -83,10 +83,10 @@ last beat and FP (and EB, when ``shared``) must be idle, as hw.memory.update_gat
 
 Two sums
 --------
-With ``overlapped_batch`` (the update that does not stop the engines, docs/weight_versions.md)
-the buffer keeps two sums memories: PG's beats go into one, switching after each mini-batch's
-last beat (``overlapped_batch`` samples of ``sample_beats`` beats, counted here), while the walk
-reads and clears the other; so beats keep arriving during the walk, only never into the sums
+An ``OverlappedGradientBuffer`` (the update that does not stop the engines,
+docs/weight_versions.md; ``from_slice`` picks it for such a slice) keeps two sums memories:
+PG's beats go into one, switching after each mini-batch's last beat (``overlapped_batch``
+samples of ``sample_beats`` beats, counted here), while the walk reads and clears the other; so beats keep arriving during the walk, only never into the sums
 it walks (asserted; hw.memory.update_gate.OverlappedGate arranges it). The walk reads the
 weights from a VersionedParamRam's copy of its own, so a bias buffer is not ``shared`` then.
 """
@@ -139,8 +139,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
     """
 
     def __init__(self, *, out_channels, in_channels, kernel, banks, shift, lr, seed, tensor, tiles=None,
-                 out_offset=0, in_offset=0, in_total=None, bias=False, lanes=1, family=None, overlapped_batch=None,
-                 sample_beats=None, sum_bits=numerics.ACC_BITS):
+                 out_offset=0, in_offset=0, in_total=None, bias=False, lanes=1, family=None,
+                 sum_bits=numerics.ACC_BITS):
         in_total = in_offset + in_channels if in_total is None else in_total
         positive(self, "gradient buffer", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                  banks=banks)
@@ -168,19 +168,14 @@ class GradientBuffer(WeightWalk, wiring.Component):
         self.sum_bits = sum_bits
         if bias and lanes != 1:
             refuse(self, f"gradient buffer: a bias buffer updates one word per cycle, not {lanes}")
-        if overlapped_batch is not None and not (overlapped_batch >= 1 and sample_beats is not None
-                                                 and sample_beats >= 1):
-            refuse(self, f"gradient buffer: overlapped_batch = {overlapped_batch} samples of sample_beats = "
-                         f"{sample_beats} beats are not a mini-batch")
         self.out_channels, self.banks, self.bias, self.family = out_channels, banks, bias, family
-        self.overlapped_batch, self.sample_beats = overlapped_batch, sample_beats
         self.lanes = lanes
         # Chunks per address: of banks (pn counts them) and of each bank's words (jn).
         self.bank_chunks, self.word_chunks = -(-banks // self.chunk_banks), -(-self.words // self.chunk_words)
         # A bias RAM's FP-side port belongs to the SFU, busy with the last sample's outputs
-        # when the update starts: the bias update reads and writes through port B alone.
-        # With ``overlapped_batch`` the walk reads a copy of its own (VersionedParamRam).
-        self.shared = bias and overlapped_batch is None
+        # when the update starts: the bias update reads and writes through port B alone,
+        # unless the walk reads a copy of its own (``walk_has_own_copy``).
+        self.shared = bias and not self.walk_has_own_copy
         kk = kernel * kernel
         self.index_base = (out_offset * in_total + in_offset) * kk
         self.index_stride = in_total * kk  # from one output channel to the next
@@ -218,13 +213,17 @@ class GradientBuffer(WeightWalk, wiring.Component):
             return [values[p] for p in range(self.banks)]
         return [values[p][j] for p in range(self.banks) for j in range(self.words)]
 
+    walk_has_own_copy = False  # the weights the walk reads are the engines' (ParamRam)
+
     @classmethod
     def from_slice(cls, layer_slice, formats, training, *, bias=False, family=None):
-        """The LGB of a slice's weights (P and b of its FP engine), or (``bias=True``) of its biases."""
+        """The LGB of a slice's weights (P and b of its FP engine), or (``bias=True``) of its biases:
+        an OverlappedGradientBuffer where the slice's update does not stop its engines."""
         s = layer_slice
         common = dict(out_channels=s.out_channels, banks=s.fp.ces, seed=formats.seed,
                       out_offset=s.out_range[0], family=family, sum_bits=formats.grad_bits)
         if s.overlapped_update:  # PG's beats: one per address (the slice's, for biases) and output pixel
+            cls = OverlappedGradientBuffer
             common.update(overlapped_batch=training.batch,
                           sample_beats=s.out_shape[1] * s.out_shape[2] * WeightLayout.from_slice(s).rows)
         if not bias:
@@ -239,46 +238,31 @@ class GradientBuffer(WeightWalk, wiring.Component):
                    lr=training.bias_lr_constant, bias=True,
                    tensor=numerics.tensor_id(s.position, numerics.BIAS_UPDATE), **common)
 
-    def _banks(self, m, mems, accept, reading, read_addr):
-        """The two sums of ``overlapped_batch``: PG adds into ``adding`` (the next after each
-        mini-batch's last beat, counted) while the walk reads and clears
-        ``walked`` (the next after each update). Returns (reads, ``adding``, its value for the
-        beat in stage 1); ``reads.sums`` is the walk's read, ``reads.added`` stage 1's."""
-        adding, s1_adding, walked = Signal(), Signal(), Signal()
-        last_beat = ModuloCounter(m, self.overlapped_batch * self.sample_beats, accept).last
-        with m.If(accept & last_beat):
-            m.d.sync += adding.eq(~adding)
-        with m.If(self.done):
-            m.d.sync += walked.eq(~walked)
-        with m.If(accept):
-            m.d.sync += s1_adding.eq(adding)
-        data = []
-        for n, mem in enumerate(mems):
-            walking = self.busy & (walked == n)
-            data.append(read_register(m, mem, Mux(walking, read_addr, self.i.payload.row),
-                                      Mux(walking, reading, accept & (adding == n))))
-        layout = mems[0].shape
-        reads = SimpleNamespace(sums=layout(Mux(walked, data[1], data[0])),
-                                added=layout(Mux(s1_adding, data[1], data[0])), walked=walked)
-        return reads, adding, s1_adding
+    def _memory(self, m, name, layout):
+        mem = m.submodules[name] = memory.Memory(shape=layout, depth=self.rows, init=[],
+                                                 attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
+        # One enable per lane, all driven together: in RTLIL (where enables are per bit)
+        # the same as one enable, but Amaranth's simulator expands a single enable into one
+        # Python expression per data bit, which Python cannot compile beyond ~2500 bits.
+        return mem, mem.write_port(granularity=1)
+
+    def _sums(self, m, layout, accept, reading, read_addr):
+        """The sums' memory, the part the variants of the buffer differ in. Returns ``walked``
+        (the walk's read), ``added`` (the read stage 1 adds to), ``same`` (the beat entering
+        adds into the sums stage 1 adds into), ``into_walked`` (PG's beat adds into the sums
+        the walk reads) and ``writes(s1_valid, clearing)``: each memory's write port with when
+        it takes stage 1's sum and when the walk clears it. One memory here: PG and the walk
+        take turns."""
+        mem, write = self._memory(m, "mem", layout)
+        read = read_register(m, mem, Mux(self.busy, read_addr, self.i.payload.row), accept | reading)
+        return SimpleNamespace(walked=read, added=read, same=Const(1), into_walked=Const(1),
+                               writes=lambda s1_valid, clearing: [(write, s1_valid, clearing)])
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.rounder = rounder = self.rounder
         words, lanes = self.words, self.banks * self.words
         sum_layout = data.ArrayLayout(signed(self.sum_bits), lanes)
-        # ``overlapped_batch``: two sums, PG adding into one while the walk reads the other.
-        mems = [memory.Memory(shape=sum_layout, depth=self.rows, init=[],
-                              attrs=NO_RW_CHECK | ram_attrs(self.rows, self.family))
-                for _ in range(1 if self.overlapped_batch is None else 2)]
-        if len(mems) == 1:
-            m.submodules.mem = mems[0]
-        else:
-            m.submodules.sums0, m.submodules.sums1 = mems
-        # One enable per lane, all driven together: in RTLIL (where enables are per bit)
-        # the same as one enable, but Amaranth's simulator expands a single enable into one
-        # Python expression per data bit, which Python cannot compile beyond ~2500 bits.
-        writes = [mem.write_port(granularity=1) for mem in mems]
 
         # Update state: address a = g*v + i (``g`` holds a), pass i, and the chunk at the
         # address: bank chunk pn (banks pn*cb ..) and word chunk jn (words jn*cw ..), flat
@@ -334,10 +318,8 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # engine's handshakes into its window and error FIFOs (node 0's worst path at 125 MHz).
         accept = self.i.valid
         m.d.comb += self.i.ready.eq(1)
-        if len(mems) == 1:
-            sums = read_register(m, mems[0], Mux(self.busy, read_addr, self.i.payload.row), accept | reading)
-        else:
-            walks, adding, s1_adding = self._banks(m, mems, accept, reading, read_addr)
+        store = self._sums(m, sum_layout, accept, reading, read_addr)
+        sums = store.walked
         # Stage 1: add and write back, forwarding the previous cycle's write.
         values_shape = self.i.payload.shape()["values"].shape
         s1_valid, s1_row = Signal(), Signal(range(self.rows))
@@ -348,34 +330,24 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # was the CI bitstream's worst path (8 ns of routing).
         forward = Signal()
         prev_sum, new_sum = Signal(sum_layout, reset_less=True), Signal(sum_layout)
-        same_row = self.i.payload.row == s1_row
-        if len(mems) == 1:
-            old_sums = sums
-        else:  # a mini-batch's last beat and the next one's first add into different sums
-            same_row &= adding == s1_adding
-            sums, old_sums = walks.sums, walks.added
+        same_row = (self.i.payload.row == s1_row) & store.same
         m.d.sync += [s1_valid.eq(accept), forward.eq(accept & s1_valid & same_row), prev_sum.eq(new_sum)]
         with m.If(accept):
             m.d.sync += [s1_row.eq(self.i.payload.row), s1_values.eq(self.i.payload.values)]
-        old = sum_layout(Mux(forward, prev_sum, old_sums))
+        old = sum_layout(Mux(forward, prev_sum, store.added))
         if self.sum_bits == numerics.ACC_BITS:
             m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
         else:
             m.d.comb += [new_sum[k].eq(saturate(old[k] + term, self.sum_bits))
                          for k, term in enumerate(self._terms(s1_values))]
         # An address's sums are cleared in its first chunk's cycle (their read is held).
-        for n, write in enumerate(writes):
-            written, clears = ((s1_valid, clearing) if len(mems) == 1 else
-                               (s1_valid & (s1_adding == n), clearing & (walks.walked == n)))
+        for write, written, clears in store.writes(s1_valid, clearing):
             m.d.comb += [
                 write.en.eq((written | clears).replicate(lanes)),
                 write.addr.eq(Mux(clears, g, s1_row)),
                 write.data.eq(Mux(clears, 0, new_sum)),
             ]
-        if len(mems) == 1:
-            during = self.busy | self.update
-        else:  # into the sums the walk reads
-            during = (self.busy | self.update) & (adding == walks.walked)
+        during = (self.busy | self.update) & store.into_walked
         m.d.sync += [  # checked at clock edges
             Assert(~(self.i.valid & during), "gradient buffer: a beat during the update"),
             Assert(~(accept & (self.i.payload.row > self.rows - 1)),
@@ -504,3 +476,42 @@ class GradientBuffer(WeightWalk, wiring.Component):
             self.done.eq(self.upd.write & out.extra.last),
         ]
         return m
+
+
+class OverlappedGradientBuffer(GradientBuffer):
+    """A GradientBuffer with two sums (module docstring, "Two sums"): PG adds the mini-batches
+    of ``overlapped_batch`` samples of ``sample_beats`` beats into one sums memory while the
+    walk reads and clears the other."""
+
+    walk_has_own_copy = True  # VersionedParamRam
+
+    def __init__(self, *, overlapped_batch, sample_beats, **options):
+        if not (overlapped_batch >= 1 and sample_beats >= 1):
+            refuse(self, f"gradient buffer: overlapped_batch = {overlapped_batch} samples of sample_beats = "
+                         f"{sample_beats} beats are not a mini-batch")
+        self.overlapped_batch, self.sample_beats = overlapped_batch, sample_beats
+        super().__init__(**options)
+
+    def _sums(self, m, layout, accept, reading, read_addr):
+        """PG adds into ``adding`` (the next after each mini-batch's last beat, counted) while the
+        walk reads and clears ``walked`` (the next after each update)."""
+        mems, writes = zip(*(self._memory(m, f"sums{n}", layout) for n in (0, 1)))
+        adding, s1_adding, walked = Signal(), Signal(), Signal()
+        last_beat = ModuloCounter(m, self.overlapped_batch * self.sample_beats, accept).last
+        with m.If(accept & last_beat):
+            m.d.sync += adding.eq(~adding)
+        with m.If(self.done):
+            m.d.sync += walked.eq(~walked)
+        with m.If(accept):
+            m.d.sync += s1_adding.eq(adding)
+        data = []
+        for n, mem in enumerate(mems):
+            walking = self.busy & (walked == n)
+            data.append(read_register(m, mem, Mux(walking, read_addr, self.i.payload.row),
+                                      Mux(walking, reading, accept & (adding == n))))
+        return SimpleNamespace(
+            walked=layout(Mux(walked, data[1], data[0])), added=layout(Mux(s1_adding, data[1], data[0])),
+            # a mini-batch's last beat and the next one's first add into different sums
+            same=adding == s1_adding, into_walked=adding == walked,
+            writes=lambda s1_valid, clearing: [(write, s1_valid & (s1_adding == n), clearing & (walked == n))
+                                               for n, write in enumerate(writes)])
