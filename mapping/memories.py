@@ -55,13 +55,15 @@ def buildable(s):
 
 def pool_problem(pool, height, width):
     """Why the SFU (hw/node/sfu.py) cannot max-pool a ``height`` x ``width`` conv output with
-    ``pool``, or None: it pools non-overlapping windows inside the map only."""
+    ``pool``, or None: it pools windows inside the map (no padding) that tile it or overlap
+    (kernel >= stride), not windows with gaps between them."""
     if pool is None:
         return None
-    if pool.stride != pool.kernel or pool.padding != 0:
-        return (f"max-pool kernel {pool.kernel}, stride {pool.stride}, padding {pool.padding} is not "
-                f"supported by the generator's SFU (only non-overlapping windows: kernel == stride, "
-                f"padding 0)")
+    if pool.padding != 0:
+        return f"max-pool padding {pool.padding} is not supported by the generator's SFU (only padding 0)"
+    if pool.kernel < pool.stride:
+        return (f"max-pool stride {pool.stride} is not supported with kernel {pool.kernel} by the "
+                f"generator's SFU (only stride <= kernel)")
     if pool.kernel > min(height, width):
         return f"max-pool kernel {pool.kernel} is larger than the {height} x {width} conv output"
     return None
