@@ -178,18 +178,20 @@ def test_from_slice_of_an_ocp_slice():
     check(13, oc=3, h=4, w=4, lanes=2, sfu=sfu, samples=2)
 
 
-def test_full_rate_without_stalls():
-    """G = 1: one conv pixel per cycle forward (plus the rounder's latency), masks not limiting."""
-    sfu = SFU(out_channels=3, height=8, width=8, lanes=4, position=0, formats=FORMATS, bias=False,
-              pool=Pool(2, 2), samples_in_flight=2)
+@pytest.mark.parametrize("variant, pool, size", [(SFU, Pool(2, 2), 8), (OverlappingPoolSFU, Pool(3, 2), 7)])
+def test_full_rate_without_stalls(variant, pool, size):
+    """G = 1: one conv pixel per cycle forward (plus the rounder's latency), masks not limiting;
+    the last conv pixel completes the last window."""
+    sfu = variant(out_channels=3, height=size, width=size, lanes=4, position=0, formats=FORMATS, bias=False,
+                  pool=pool, samples_in_flight=2)
     cycles = {}
-    beats = psum_beats(sfu, np.ones((3, 8, 8), dtype=np.int64) << 12) * 2
+    beats = psum_beats(sfu, np.ones((3, size, size), dtype=np.int64) << 12) * 2
 
     async def producer(ctx):
         await put(ctx, sfu.fp_in, beats)
 
     async def consumer(ctx):
-        cycles["n"] = await take(ctx, sfu.fp_out, 2 * 16)
+        cycles["n"] = await take(ctx, sfu.fp_out, 2 * sfu.out_shape[1] * sfu.out_shape[2])
 
     simulate(sfu, producer, consumer, deadline=400)
     rounder_latency = 2 * len(numerics.MIX_ROUNDS) + 2  # hw.arith.rounding.StochasticRounder
