@@ -117,9 +117,10 @@ class StridedRaster:
     where ``across[d]``; ``d = r-1`` is the oldest, and ``done`` says the pixel completes it.
 
     Rows: pooled row ``py`` is built in slot ``py % r``; ``live[j]`` says slot j's pooled row
-    covers this conv row, ``ky[j]`` the pixel's row in it (``fresh[j]`` its first row,
-    ``ending[j]`` its last). A slot is free again before its next pooled row begins, r
-    strides later, as ``k <= r*s``; rows past the last window leave every slot dead.
+    covers this conv row, ``top[j]`` is ``ky * k`` for the pixel's row ``ky`` in it (counted
+    in steps of k: a product would take a hardware multiplier), ``fresh[j]`` its first row,
+    ``ending[j]`` its last. A slot is free again before its next pooled row begins, r strides
+    later, as ``k <= r*s``; rows past the last window leave every slot dead.
     """
 
     def __init__(self, m, height, width, k, s, step):
@@ -132,10 +133,10 @@ class StridedRaster:
         self.start, self.done = Signal(), Signal()
         self.kx = [phase + d * s for d in range(r)]
         self.across = [Signal(name=f"across{d}") for d in range(r)]
-        self.ky = [Signal(range(k), name=f"ky{j}") for j in range(r)]
+        self.top = [Signal(range(k * k), name=f"top{j}") for j in range(r)]
         self.live = [Signal(init=j == 0, name=f"live{j}") for j in range(r)]
-        self.fresh = [self.live[j] & (self.ky[j] == 0) for j in range(r)]
-        self.ending = [self.live[j] & (self.ky[j] == k - 1) for j in range(r)]
+        self.fresh = [self.live[j] & (self.top[j] == 0) for j in range(r)]
+        self.ending = [self.live[j] & (self.top[j] == (k - 1) * k) for j in range(r)]
         slot = Signal(range(r), init=1 % r)   # where the next pooled row begins
         begun = Signal(range(ph + 1), init=1)  # pooled rows begun in this sample
         m.d.comb += [self.start.eq(phase == 0), self.done.eq(self.across[r - 1] & (self.kx[r - 1] == k - 1))]
@@ -146,21 +147,21 @@ class StridedRaster:
                 m.d.sync += [x.eq(0), phase.eq(0), self.column.eq(0)]
                 with m.If(y == height - 1):
                     m.d.sync += [y.eq(0), yphase.eq(0), slot.eq(slot.init), begun.eq(begun.init)]
-                    m.d.sync += [v.eq(v.init) for v in self.ky + self.live]
+                    m.d.sync += [v.eq(v.init) for v in self.top + self.live]
                 with m.Else():
                     m.d.sync += y.eq(y + 1)
                     for j in range(r):
                         with m.If(self.ending[j]):
                             m.d.sync += self.live[j].eq(0)
                         with m.Elif(self.live[j]):
-                            m.d.sync += self.ky[j].eq(self.ky[j] + 1)
+                            m.d.sync += self.top[j].eq(self.top[j] + k)
                     with m.If(yphase == s - 1):
                         m.d.sync += [yphase.eq(0), slot.eq(Mux(slot == r - 1, 0, slot + 1))]
                         with m.If(begun < ph):
                             m.d.sync += begun.eq(begun + 1)
                         for j in range(r):
                             with m.If(slot == j):
-                                m.d.sync += [self.ky[j].eq(0), self.live[j].eq(begun < ph)]
+                                m.d.sync += [self.top[j].eq(0), self.live[j].eq(begun < ph)]
                     with m.Else():
                         m.d.sync += yphase.eq(yphase + 1)
             with m.Else():
@@ -473,7 +474,7 @@ class OverlappingPoolSFU(SFU):
         pos = StridedRaster(m, self.height, self.width, k, self.stride, complete)
         r = pos.r
         slots = data.ArrayLayout(data.StructLayout(
-            {"live": 1, "fresh": 1, "ending": 1, "top": range(k * k)}), r)  # top = ky * k
+            {"live": 1, "fresh": 1, "ending": 1, "top": range(k * k)}), r)
         row_max = data.ArrayLayout(data.StructLayout({"value": signed(WORD), "kx": range(k)}), oc)
         pool_max = data.ArrayLayout(data.StructLayout({"value": signed(WORD), "code": range(k * k)}), oc)
 
@@ -488,7 +489,7 @@ class OverlappingPoolSFU(SFU):
             m.d.sync += [p2.kx[d].eq(pos.kx[d]) for d in range(r)]
             for j in range(r):
                 m.d.sync += [p2.slots[j].live.eq(pos.live[j]), p2.slots[j].fresh.eq(pos.fresh[j]),
-                             p2.slots[j].ending.eq(pos.ending[j]), p2.slots[j].top.eq(pos.ky[j] * k)]
+                             p2.slots[j].ending.eq(pos.ending[j]), p2.slots[j].top.eq(pos.top[j])]
             for c in range(oc):
                 m.d.sync += p2.pixel[c].eq(self._activation(words[c]))
 
@@ -560,7 +561,7 @@ class OverlappingPoolSFU(SFU):
             for j in range(r):
                 for d in range(r):
                     m.d.sync += [b.terms[j * r + d].valid.eq(pos.live[j] & pos.across[d]),
-                                 b.terms[j * r + d].code.eq(pos.ky[j] * k + pos.kx[d])]
+                                 b.terms[j * r + d].code.eq(pos.top[j] + pos.kx[d])]
         held = [[Signal(record, name=f"held{j}_{d}") for d in range(r)] for j in range(r)]
         use = [[Signal(record, name=f"use{j}_{d}") for d in range(r)] for j in range(r)]
         for j in range(r):
