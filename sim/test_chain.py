@@ -17,6 +17,7 @@ from mapping.nodeconfig import Pool, WeightBlock
 from mapping.numerics import LOSSES, Formats
 from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, assert_bit_exact, cycles_per_sample,
                        mean_cycles_per_sample, report, train_chain)
+from sim.helpers import micro_overlap
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
@@ -59,11 +60,9 @@ def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
 
 
 def test_an_overlapping_max_pool_trains_bit_exact():
-    """micro with AlexNet's pool, 3x3 windows at stride 2 over a 7 x 7 map
-    (hw/node/sfu.OverlappingPoolSFU), on the CI bitstream's two nodes: two mini-batches."""
-    network = infer("micro-overlap", (1, 7, 7), [
-        zoo.conv("conv1", 2, 3, pad=1), Layer("relu", "relu1"), Layer("maxpool", "pool1", kernel=3, stride=2),
-        Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=4)])
+    """micro with AlexNet's pool, 3x3 windows at stride 2 (hw/node/sfu.OverlappingPoolSFU), on
+    the CI bitstream's two nodes: two mini-batches."""
+    network = micro_overlap()
     mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=2, lr=LR,
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
     assert [[(s.layer, s.pool) for s in node.slices] for node in mapping.nodes] == [
