@@ -16,6 +16,7 @@ convolution rows kept on another node).
 from dataclasses import dataclass, replace
 import math
 
+from .nodeconfig import sfu_shape
 from .numerics import ACC_BITS, WORD_BITS, rounder_latency
 from .resources import MemoryCost, bram_blocks, lutram_luts, register_bits
 
@@ -54,13 +55,15 @@ def buildable(s):
 
 def pool_problem(pool, height, width):
     """Why the SFU (hw/node/sfu.py) cannot max-pool a ``height`` x ``width`` conv output with
-    ``pool``, or None: it pools non-overlapping windows inside the map only."""
+    ``pool``, or None: it pools windows inside the map (no padding) that tile it or overlap
+    (kernel >= stride), not windows with gaps between them."""
     if pool is None:
         return None
-    if pool.stride != pool.kernel or pool.padding != 0:
-        return (f"max-pool kernel {pool.kernel}, stride {pool.stride}, padding {pool.padding} is not "
-                f"supported by the generator's SFU (only non-overlapping windows: kernel == stride, "
-                f"padding 0)")
+    if pool.padding != 0:
+        return f"max-pool padding {pool.padding} is not supported by the generator's SFU (only padding 0)"
+    if pool.kernel < pool.stride:
+        return (f"max-pool stride {pool.stride} is not supported with kernel {pool.kernel} by the "
+                f"generator's SFU (only stride <= kernel)")
     if pool.kernel > min(height, width):
         return f"max-pool kernel {pool.kernel} is larger than the {height} x {width} conv output"
     return None
@@ -253,7 +256,7 @@ def slice_memories(s, grad_bits=ACC_BITS):
     kernel, own_in, own_out, ces = s.kernel, s.in_channels, s.out_channels, s.fp.ces
     groups = math.ceil(own_out / ces)
     c_in, _, width = s.in_shape
-    oc, oh, ow = s.out_shape
+    ow = s.out_shape[2]
     words = own_in * kernel * kernel
     arriving = c_in - s.in_range[0] if s.mode == "icp" else c_in
     mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s)) + _engine_buffers(s)
@@ -279,7 +282,7 @@ def slice_memories(s, grad_bits=ACC_BITS):
     if s.needs_eb:
         mems += _fifo("pg_errors", own_out * WORD_BITS, pg_error_slack(s))
     if s.mode == "ocp" or s.last:
-        mems += _sfu_memories(s, own_out, oh, ow, sfu_samples_in_flight(s))
+        mems += _sfu_memories(s, own_out, sfu_samples_in_flight(s))
     return mems
 
 
@@ -314,16 +317,28 @@ def sfu_mask_bits(pool_kernel, relu):
 SFU_ROUNDER_BUFFER = rounder_latency(1) + 1
 
 
-def _sfu_memories(s, channels, height, width, samples_in_flight):
+def sfu_pool_rows(pool):
+    """Pooled rows the SFU builds at once, each in a forward and a backward row memory: one
+    where the windows tile the map, ceil(kernel / stride) where they overlap (hw/node/sfu.py,
+    OverlappingPoolSFU); none without a pool."""
+    if pool is None or pool.kernel == 1:
+        return 0
+    return -(-pool.kernel // pool.stride)
+
+
+def _sfu_memories(s, channels, samples_in_flight):
     k = s.pool.kernel if s.pool is not None else 1
     code_bits, mask_bits = sfu_mask_bits(k, s.relu)
-    ph, pw = height // k, width // k
+    _, ph, pw = sfu_shape(s)
     mems = [Memory("sfu.rounder.output_buffer", s.fp.ces * WORD_BITS, SFU_ROUNDER_BUFFER)]
     if mask_bits:
         mems += _fifo("sfu.masks", channels * mask_bits, samples_in_flight * ph * pw)
-    if k > 1:
-        mems.append(Memory("sfu.band", channels * (WORD_BITS + code_bits), pw))
-        mems.append(Memory("sfu.replay", channels * (WORD_BITS + mask_bits), pw))
+    rows = sfu_pool_rows(s.pool)
+    for j in range(rows):
+        suffix = str(j) if rows > 1 else ""
+        mems.append(Memory(f"sfu.band{suffix}", channels * (WORD_BITS + code_bits), pw))
+        mems.append(Memory(f"sfu.replay{suffix}", channels * (WORD_BITS + mask_bits), pw))
+    if rows:
         mems += _fifo("sfu_errors", channels * WORD_BITS, sfu_error_slack(s))
     return mems
 
@@ -331,12 +346,12 @@ def _sfu_memories(s, channels, height, width, samples_in_flight):
 def sfu_error_slack(s):
     """Pooled-output errors buffered in front of a pooling SFU's backward input: it takes a
     pooled row's errors during the first conv row of their band and none while it replays
-    them for the other k-1 rows (hw/node/sfu.py), so without them the EB engine that produces
-    those errors stalls whenever its output lands in that window. One pooled row, None
-    without a pool (no replay)."""
-    if s.pool is None or s.pool.kernel == 1:
+    them for the other rows of their windows (hw/node/sfu.py), so without them the EB engine
+    that produces those errors stalls whenever its output lands in that window. One pooled
+    row, None without a pool (no replay)."""
+    if not sfu_pool_rows(s.pool):
         return None
-    return max(PAB_MIN_DEPTH, s.out_shape[2] // s.pool.kernel)
+    return max(PAB_MIN_DEPTH, sfu_shape(s)[2])
 
 
 def activation_slack(s):

@@ -8,7 +8,8 @@ from amaranth.back import rtlil
 from amaranth.hdl import Fragment
 
 from hw.engines.fp_engine import FPEngine
-from mapping import numerics, tensor_ops
+from mapping import numerics, tensor_ops, zoo
+from mapping.network import Layer, infer
 from mapping.nodeconfig import Engine, LayerSlice, Pool
 from mapping.numerics import WORD_MAX, WORD_MIN
 from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
@@ -137,6 +138,14 @@ def folded(weights, banks, tiles):
 
 def as_rows(payload):
     return [as_ints(row) for row in payload]
+
+
+def micro_overlap():
+    """zoo.micro with AlexNet's max-pool: 3x3 windows at stride 2 over conv1's 7 x 7 output
+    (hw/node/sfu.OverlappingPoolSFU)."""
+    return infer("micro-overlap", (1, 7, 7), [
+        zoo.conv("conv1", 2, 3, pad=1), Layer("relu", "relu1"), Layer("maxpool", "pool1", kernel=3, stride=2),
+        Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=4)])
 
 
 def conv_slice(**fields):

@@ -13,10 +13,11 @@ from mapping.cluster import parse_cluster
 from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
-from mapping.nodeconfig import WeightBlock
+from mapping.nodeconfig import Pool, WeightBlock
 from mapping.numerics import LOSSES, Formats
 from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, assert_bit_exact, cycles_per_sample,
                        mean_cycles_per_sample, report, train_chain)
+from sim.helpers import micro_overlap
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
@@ -56,6 +57,19 @@ def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
     assert_bit_exact(run.params, run.golden, params)
     assert [[(s.layer, s.out_range, s.update_lanes) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", (0, 2), 1)], [("fc", (0, 4), 1)]]
+
+
+def test_an_overlapping_max_pool_trains_bit_exact():
+    """micro with AlexNet's pool, 3x3 windows at stride 2 (hw/node/sfu.OverlappingPoolSFU), on
+    the CI bitstream's two nodes: two mini-batches."""
+    network = micro_overlap()
+    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=2, lr=LR,
+                          max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
+    assert [[(s.layer, s.pool) for s in node.slices] for node in mapping.nodes] == [
+        [("conv1", Pool(3, 2))], [("fc", None)]]
+    inputs, labels, params = random_data(network, 4, 2)
+    run = train_chain(network, mapping, inputs, labels, params)
+    assert_bit_exact(run.params, run.golden, params)
 
 
 def test_update_traces_are_refused_where_they_would_miscount():

@@ -14,9 +14,9 @@ from mapping import memories, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from mapping.nodeconfig import Engine
+from mapping.nodeconfig import Engine, Pool
 from mapping.resources import ram_style
-from sim.helpers import layer_slice
+from sim.helpers import layer_slice, micro_overlap
 
 
 def built_memories(fragment):
@@ -42,11 +42,22 @@ def test_inventory_lists_every_memory_the_generator_builds(network, cluster, bra
     mapping = map_network(zoo.NETWORKS[network](), parse_cluster(cluster), batch=2, bram_fraction=bram_fraction,
                           **GENERATOR_OPTIONS)
     assert any(n.hosted for n in mapping.nodes) == (bram_fraction < 0.9)
+    assert_inventory(mapping)
+
+
+def assert_inventory(mapping):
     for config in mapping.nodes:
         built = Counter(built_memories(Fragment.get(Node(config, family=config.family), None)))
         listed = Counter((m.width, m.depth, ram_style(m.depth, config.family))
                          for m in memories.node_memories(config))
         assert built == listed, f"node {config.index}: built {built - listed}, listed {listed - built}"
+
+
+def test_inventory_of_a_node_with_an_overlapping_max_pool():
+    """Its SFU's two band and two replay rows and the pooled row of errors in front."""
+    mapping = map_network(micro_overlap(), parse_cluster("ecp5-85:2"), batch=2, **GENERATOR_OPTIONS)
+    assert [s.pool for s in mapping.nodes[0].slices] == [Pool(3, 2)]
+    assert_inventory(mapping)
 
 
 def test_slice_unit_refuses_engines_of_different_shapes_in_one_line():

@@ -10,10 +10,12 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 
 from hw.memory.param_ram import ParamRam
-from hw.node.sfu import SFU
+from hw.node.sfu import SFU, OverlappingPoolSFU
 from mapping import numerics, tensor_ops
+from mapping.memories import slice_memories
 from mapping.nodeconfig import Engine, Pool
 from mapping.numerics import WORD_MAX, WORD_MIN
+from mapping.resources import ram_style
 from sim.helpers import memories
 from sim.testbench import as_ints, get, put, simulate, take
 from sim.helpers import conv_slice
@@ -31,7 +33,7 @@ def golden(sfu, acc, bias, errors, sample):
     pre = numerics.requantize(acc, FORMATS.fp_shift, FORMATS.seed, sfu.tensor, sample, index)
     act = tensor_ops.relu_forward(pre) if sfu.relu else pre
     if sfu.k > 1:
-        out, argmax = tensor_ops.maxpool_forward(act, sfu.k, sfu.k)
+        out, argmax = tensor_ops.maxpool_forward(act, sfu.k, sfu.stride)
         err = numerics.saturate(tensor_ops.maxpool_backward(errors, argmax, act.shape))
     else:
         out, err = act, errors
@@ -93,7 +95,7 @@ def run(sfu, accs, bias, errors, sample_base, rng, stall, eb_delay=0):
 def check(seed, *, oc, h, w, lanes, relu=True, pool=None, bias=True, samples=3, sample_base=0,
           channel_base=0, in_flight=1, stall=0.3, eb_delay=0, sfu=None):
     rng = np.random.default_rng(seed)
-    sfu = sfu or SFU(out_channels=oc, height=h, width=w, lanes=lanes, position=2, formats=FORMATS,
+    sfu = sfu or (OverlappingPoolSFU if OverlappingPoolSFU.builds(pool) else SFU)(out_channels=oc, height=h, width=w, lanes=lanes, position=2, formats=FORMATS,
                      bias=bias, relu=relu, pool=pool, channel_base=channel_base,
                      samples_in_flight=in_flight)
     _, ph, pw = sfu.out_shape
@@ -123,6 +125,12 @@ def check(seed, *, oc, h, w, lanes, relu=True, pool=None, bias=True, samples=3, 
     dict(oc=10, h=1, w=1, lanes=4, relu=False, bias=True),            # fully connected output: no masks
     dict(oc=3, h=4, w=4, lanes=2, pool=Pool(2, 2), channel_base=5,    # OCP slice: global channel index,
          sample_base=(1 << 32) - 2),                                  # sample number wrapping 32 bits
+    # Overlapping windows (OverlappingPoolSFU): errors of up to ceil(k/s)^2 windows add up.
+    dict(oc=3, h=7, w=7, lanes=2, pool=Pool(3, 2)),                    # every row and column in a window
+    dict(oc=2, h=8, w=8, lanes=2, pool=Pool(3, 2), in_flight=2),      # last row and column in none
+    dict(oc=3, h=5, w=3, lanes=3, pool=Pool(3, 2), bias=False),       # one window wide
+    dict(oc=2, h=6, w=5, lanes=1, pool=Pool(3, 1), relu=False),       # stride 1: three pooled rows at once
+    dict(oc=2, h=7, w=9, lanes=2, pool=Pool(4, 3), channel_base=2),   # kernel not a multiple of the stride
 ])
 def test_forward_and_backward_match_golden(case):
     check(sum(map(ord, str(case))), **case)
@@ -133,6 +141,24 @@ def test_masks_route_errors_where_relu_and_pool_let_them():
     _, eb, _ = check(11, oc=4, h=4, w=4, lanes=2, pool=Pool(2, 2), samples=2, stall=0.0)
     nonzero = (eb != 0).reshape(2, 4, 2, 2, 2, 2).sum(axis=(3, 5))  # per pooled window
     assert nonzero.max() == 1 and nonzero.min() == 0
+
+
+def test_a_pixel_winning_overlapping_windows_gets_their_saturated_sum():
+    """3x3 windows at stride 2 on a 7x7 map: conv pixel (2, 2) is the maximum of the four windows
+    holding it and (4, 4), as large, of the three it does not share with (2, 2) (a tie: the first
+    in raster order wins). All-zero windows route to their first pixel. The errors of a pixel's
+    windows add up, (2, 2)'s four past the word range."""
+    sfu = OverlappingPoolSFU(out_channels=1, height=7, width=7, lanes=1, position=2, formats=FORMATS,
+                             bias=False, relu=False, pool=Pool(3, 2))
+    words = np.zeros((1, 1, 7, 7), dtype=np.int64)
+    words[0, 0, 2, 2] = words[0, 0, 4, 4] = 9
+    errors = np.full((1, 1, 3, 3), -10000)
+    fp, eb, _ = run(sfu, words << FORMATS.fp_shift, None, errors, 0, np.random.default_rng(15), 0.3)
+    want = np.zeros((7, 7), dtype=np.int64)
+    want[2, 2], want[4, 4], want[0, 4], want[4, 0] = WORD_MIN, -30000, -10000, -10000
+    np.testing.assert_array_equal(eb[0, 0], want)
+    np.testing.assert_array_equal(fp[0, 0], [[9, 9, 0], [9, 9, 9], [0, 9, 9]])
+    np.testing.assert_array_equal(eb[0], golden(sfu, words[0] << FORMATS.fp_shift, None, errors[0], 0)[1])
 
 
 def test_forward_waits_for_backward_when_the_masks_fill():
@@ -152,34 +178,45 @@ def test_from_slice_of_an_ocp_slice():
     check(13, oc=3, h=4, w=4, lanes=2, sfu=sfu, samples=2)
 
 
-def test_full_rate_without_stalls():
-    """G = 1: one conv pixel per cycle forward (plus the rounder's latency), masks not limiting."""
-    sfu = SFU(out_channels=3, height=8, width=8, lanes=4, position=0, formats=FORMATS, bias=False,
-              pool=Pool(2, 2), samples_in_flight=2)
+@pytest.mark.parametrize("variant, pool, size", [(SFU, Pool(2, 2), 8), (OverlappingPoolSFU, Pool(3, 2), 7)])
+def test_full_rate_without_stalls(variant, pool, size):
+    """G = 1: one conv pixel per cycle forward (plus the rounder's latency), masks not limiting;
+    the last conv pixel completes the last window."""
+    sfu = variant(out_channels=3, height=size, width=size, lanes=4, position=0, formats=FORMATS, bias=False,
+                  pool=pool, samples_in_flight=2)
     cycles = {}
-    beats = psum_beats(sfu, np.ones((3, 8, 8), dtype=np.int64) << 12) * 2
+    beats = psum_beats(sfu, np.ones((3, size, size), dtype=np.int64) << 12) * 2
 
     async def producer(ctx):
         await put(ctx, sfu.fp_in, beats)
 
     async def consumer(ctx):
-        cycles["n"] = await take(ctx, sfu.fp_out, 2 * 16)
+        cycles["n"] = await take(ctx, sfu.fp_out, 2 * sfu.out_shape[1] * sfu.out_shape[2])
 
     simulate(sfu, producer, consumer, deadline=400)
     rounder_latency = 2 * len(numerics.MIX_ROUNDS) + 2  # hw.arith.rounding.StochasticRounder
     assert cycles["n"] <= len(beats) + rounder_latency + 4
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(pool=Pool(3, 2)), "max-pool kernel 3, stride 2, padding 0 is not supported"),
-    (dict(pool=Pool(2, 2, 1)), "max-pool kernel 2, stride 2, padding 1 is not supported"),
-    (dict(pool=Pool(8, 8)), "max-pool kernel 8 is larger than the 4 x 4 conv output"),
-    (dict(lanes=0), "lanes = 0 must be at least 1"),
+@pytest.mark.parametrize("variant, kwargs, message", [
+    (SFU, dict(pool=Pool(3, 2)), r"^SFU: max-pool kernel 3, stride 2, padding 0 is not supported "
+                                 r"\(kernel == stride, padding 0; OverlappingPoolSFU pools kernel > stride\)$"),
+    (SFU, dict(pool=Pool(2, 2, 1)), r"^SFU: max-pool kernel 2, stride 2, padding 1 is not supported \("),
+    (SFU, dict(pool=Pool(8, 8)), r"^SFU: max-pool kernel 8 is larger than the 4 x 4 conv output$"),
+    (SFU, dict(lanes=0), r"^SFU: lanes = 0 must be at least 1$"),
+    (OverlappingPoolSFU, dict(pool=Pool(2, 2)),
+     r"^OverlappingPoolSFU: max-pool kernel 2, stride 2, padding 0 is not supported "
+     r"\(kernel > stride, padding 0; SFU pools kernel == stride\)$"),
+    (OverlappingPoolSFU, dict(pool=Pool(3, 2, 1)),
+     r"^OverlappingPoolSFU: max-pool kernel 3, stride 2, padding 1 is not supported \("),
+    (OverlappingPoolSFU, dict(pool=None), r"^OverlappingPoolSFU: no max-pool is not supported \("),
+    (OverlappingPoolSFU, dict(pool=Pool(5, 2)),
+     r"^OverlappingPoolSFU: max-pool kernel 5 is larger than the 4 x 4 conv output$"),
 ])
-def test_refuses_unsupported_configurations(kwargs, message):
+def test_refuses_unsupported_configurations(variant, kwargs, message):
     args = dict(out_channels=2, height=4, width=4, lanes=2, position=0) | kwargs
     with pytest.raises(ValueError, match=message):
-        SFU(**args)
+        variant(**args)
 
 
 def test_memories_shape_and_ram_style():
@@ -192,6 +229,19 @@ def test_memories_shape_and_ram_style():
                              "band": (5 * (16 + 4), 17, "block"),
                              "replay": (5 * (16 + 5), 17, "block"),
                              "rounder.output_buffer": rounder_buffer}
+    # Overlapping 3x3 windows at stride 2 over 12 x 51: 5 x 25 pooled, two pooled rows built at
+    # once, so two band and two replay rows, each PW deep; the mapping plans the same.
+    layer = conv_slice(out_shape=(5, 12, 51), out_range=(0, 5), pool=Pool(3, 2))
+    overlapping = SFU.from_slice(layer, FORMATS, samples_in_flight=2, family="ecp5")
+    assert isinstance(overlapping, OverlappingPoolSFU) and overlapping.out_shape == (5, 5, 25)
+    built = memories(overlapping)
+    assert built == {"masks.mem": (5 * 5, 2 * 5 * 25, "block"),
+                     "band0": (5 * (16 + 4), 25, "block"), "band1": (5 * (16 + 4), 25, "block"),
+                     "replay0": (5 * (16 + 5), 25, "block"), "replay1": (5 * (16 + 5), 25, "block"),
+                     "rounder.output_buffer": rounder_buffer}
+    planned = [(m.width, m.depth, ram_style(m.depth, "ecp5")) for m in slice_memories(layer)
+               if m.name.startswith("sfu.")]
+    assert sorted(planned) == sorted(built.values())
     no_pool = SFU(out_channels=4, height=4, width=4, lanes=2, position=1, family="ecp5")
     assert memories(no_pool) == {"masks.mem": (4 * 1, 16, "distributed"),
                                  "rounder.output_buffer": (2 * 16, rounder_buffer[1], "distributed")}

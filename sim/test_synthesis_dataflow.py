@@ -5,7 +5,7 @@ import pytest
 
 from hw.memory.line_buffer import LineBuffer
 from hw.memory.pab import PartialActivationBuffer
-from hw.node.sfu import SFU
+from hw.node.sfu import SFU, OverlappingPoolSFU
 from hw.synth import synthesize
 from mapping.nodeconfig import Pool
 
@@ -58,3 +58,16 @@ def test_sfu_memories_map_to_dp16kd_on_ecp5(tmp_path):
     # replay ceil(304 / 36) = 9 blocks of 512 x 36; the rounder's buffer as before.
     assert result.cells.get("DP16KD") == result.bram == 3 + 8 + 9
     assert result.cells.get("TRELLIS_DPR16X4") == 64 // 4
+
+
+def test_overlapping_pool_rows_map_to_dp16kd_on_ecp5(tmp_path):
+    # 4 channels, 8 x 35 conv output, 3x3 windows at stride 2 (3 x 17 pooled), no ReLU, two
+    # samples in flight: mask FIFO 4 x 4 code bits = 16 bits x 102: one 1024 x 18 block; two band
+    # rows 4 x (16 + 4) = 80 bits and two replay rows as wide, 17 deep: 3 blocks of 512 x 36
+    # each; the rounder's output buffer in LUT RAM as in the SFU above. No multiplier: window
+    # positions are counted, not multiplied out (ky * 3 took a MULT18X18D per product).
+    sfu = OverlappingPoolSFU(out_channels=4, height=8, width=35, lanes=4, position=1, pool=Pool(3, 2),
+                             relu=False, samples_in_flight=2, family="ecp5")
+    result = synth(sfu, "ecp5", tmp_path)
+    assert result.cells.get("DP16KD") == result.bram == 1 + 4 * 3
+    assert result.cells.get("TRELLIS_DPR16X4") == 64 // 4 and result.dsp == 0

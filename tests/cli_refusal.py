@@ -28,21 +28,22 @@ BAD_OPTIONS = [
 ]
 
 
-# A network whose max-pool windows overlap (kernel 3, stride 2): the generator's SFU does not build it.
-OVERLAPPING_POOL = """name = "overlap"
+# A network whose max-pool is padded (kernel 3, stride 2, padding 1): the generator's SFU does not build it.
+PADDED_POOL = """name = "padded"
 input = [1, 8, 8]
 layers = [{type = "conv2d", out_channels = 4, kernel = 3, padding = 1}, {type = "relu"},
-          {type = "maxpool", kernel = 3, stride = 2}, {type = "flatten"}, {type = "linear", out_features = 10}]
+          {type = "maxpool", kernel = 3, stride = 2, padding = 1}, {type = "flatten"},
+          {type = "linear", out_features = 10}]
 """
 
 # What both CLIs say about it.
-OVERLAPPING_POOL_REFUSAL = ("layer 'conv2d0': max-pool kernel 3, stride 2, padding 0 is not supported by the "
-                            "generator's SFU (only non-overlapping windows: kernel == stride, padding 0)")
+PADDED_POOL_REFUSAL = ("layer 'conv2d0': max-pool padding 1 is not supported by the generator's SFU "
+                       "(only padding 0)")
 
 
 def bad_network_files(folder):
-    """(a network file that is not UTF-8, a network with overlapping max-pool windows) in ``folder``."""
-    latin, overlap = folder / "latin.toml", folder / "overlap.toml"
+    """(a network file that is not UTF-8, a network with a padded max-pool) in ``folder``."""
+    latin, padded = folder / "latin.toml", folder / "padded.toml"
     latin.write_bytes(b'name = "r\xe9seau"\n')
-    overlap.write_text(OVERLAPPING_POOL)
-    return latin, overlap
+    padded.write_text(PADDED_POOL)
+    return latin, padded

@@ -19,7 +19,7 @@ from hw.build import build, heartbeat, load_mapping, main, parse_args
 from hw.synth import ToolStopped, compile_yosys, run_tool, yosys_compiled
 from mapping.__main__ import main as map_main
 
-from .cli_refusal import BAD_OPTIONS, OVERLAPPING_POOL_REFUSAL, bad_network_files, refusal
+from .cli_refusal import BAD_OPTIONS, PADDED_POOL_REFUSAL, bad_network_files, refusal
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "mapping" / "examples"
 def test_python_m_hw_build_refuses_in_one_line_with_status_2(tmp_path):
@@ -78,14 +78,14 @@ def test_ctrl_c_during_synthesis_prints_interrupted_and_keeps_the_outputs(tmp_pa
 def mapped(tmp_path_factory):
     """Mapping files python -m mapping writes: tiny as hw/ builds it, tiny with its fc
     weights in a VC709's DRAM, lenet-digits with conv2 rows of node 1 on node 0, and a
-    network whose max-pool windows overlap."""
+    network whose max-pool is padded."""
     folder = tmp_path_factory.mktemp("mapped")
-    _, overlap = bad_network_files(folder)
+    _, padded = bad_network_files(folder)
     runs = {"tiny": ["--network", "tiny", "--cluster", "ecp5-85:2+ecp5-45:2", "--for-hardware"],
             "dram": ["--network", "tiny", "--cluster", "vc709:2"],
             "conv-rows": ["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction", "0.16",
                           "--batch", "3"],
-            "overlap": ["--network", str(overlap), "--cluster", "ecp5-85:2"]}
+            "padded": ["--network", str(padded), "--cluster", "ecp5-85:2"]}
     for name, argv in runs.items():
         map_main([*argv, "--out", str(folder / name)])
     return folder
@@ -118,9 +118,9 @@ def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(mapped,
         "with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
 
 
-def test_a_mapping_with_an_overlapping_max_pool_is_refused_in_one_line(mapped, capsys):
-    assert mapping_refusal(mapped, capsys, mapped / "overlap" / "mapping.json", node="1") == (
-        f"error: {OVERLAPPING_POOL_REFUSAL}")
+def test_a_mapping_with_a_padded_max_pool_is_refused_in_one_line(mapped, capsys):
+    assert mapping_refusal(mapped, capsys, mapped / "padded" / "mapping.json", node="1") == (
+        f"error: {PADDED_POOL_REFUSAL}")
 
 
 def test_bad_mapping_files_are_refused_in_one_line_naming_the_field(mapped, capsys):
@@ -185,12 +185,12 @@ def test_bad_options_are_refused_in_one_line(argv, message, capsys):
 
 
 def test_bad_networks_and_output_folders_are_refused_in_one_line(tmp_path, capsys):
-    latin, overlap = bad_network_files(tmp_path)
+    latin, padded = bad_network_files(tmp_path)
     out = tmp_path / "new" / "build"
     cases = [(["--network", str(latin)], f"network file {latin}: not UTF-8 text (byte 9 is 0xe9)"),
              (["--network", "vgg17"], "unknown network 'vgg17'"),
-             (["--network", str(overlap)],
-              f"network 'overlap' on cluster 'ecp5-85:2+ecp5-45:2': {OVERLAPPING_POOL_REFUSAL}")]
+             (["--network", str(padded)],
+              f"network 'padded' on cluster 'ecp5-85:2+ecp5-45:2': {PADDED_POOL_REFUSAL}")]
     for argv, message in cases:
         assert refusal(main, ["--node", "0", "--out", str(out), *argv], capsys).startswith(f"error: {message}")
         assert not (tmp_path / "new").exists()  # no empty output folder left behind

@@ -9,6 +9,8 @@ from mapping import memories, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.network import Layer, infer
+from mapping.zoo import conv
 
 BRAM_FRACTIONS = (0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.9)
 # lenet over budget, planned with the coarse model: ecp5-85:2+ecp5-45:2 at 0.2, ecp5-85:3
@@ -84,7 +86,6 @@ def test_generator_mappings_keep_fully_connected_weights_on_chip():
 def test_a_value_wider_than_amaranths_is_refused_before_elaboration(channels, grad_bits, refused):
     """A fully connected layer's input travels as one stream word: 4,096 16-bit channels are
     65,536 bits, one more than an Amaranth value holds (elaboration failed on an assertion)."""
-    from mapping.network import Layer, infer
     from mapping.numerics import Formats
     net = infer("wide", (channels, 1, 1), [Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
     run = lambda: map_network(net, parse_cluster("vc709:1"), formats=Formats(grad_bits=grad_bits),  # noqa: E731
@@ -98,3 +99,33 @@ def test_a_value_wider_than_amaranths_is_refused_before_elaboration(channels, gr
                                         r"beyond the 65,535 bits of an Amaranth value \(the generator does not "
                                         r"stream wide layers in chunks yet\)$"):
         run()
+
+
+def _pooled(pool):
+    return infer("pooled", (1, 9, 9), [conv("conv1", 4, 3, pad=1), Layer("relu", "relu1"),
+                                       Layer("maxpool", "pool1", **pool), Layer("flatten", "flatten"),
+                                       Layer("linear", "fc", out_channels=4)])
+
+
+def test_generator_mappings_plan_the_rows_of_an_overlapping_max_pool():
+    """A 3x3 stride-2 pool over conv1's 9 x 9 output builds two pooled rows of 4 at once: two
+    band and two replay rows (hw/node/sfu.OverlappingPoolSFU), one row of errors in front."""
+    mapping = map_network(_pooled(dict(kernel=3, stride=2)), parse_cluster("ecp5-85:2"), **GENERATOR_OPTIONS)
+    for conv1 in (s for n in mapping.nodes for s in n.slices if s.layer == "conv1"):
+        oc = conv1.out_channels
+        sfu = {m.name: (m.width, m.depth) for m in memories.slice_memories(conv1)
+               if "sfu" in m.name and "rounder" not in m.name}
+        assert sfu == {"sfu.masks": (oc * 5, memories.sfu_samples_in_flight(conv1) * 4 * 4),
+                       "sfu.band0": (oc * 20, 4), "sfu.band1": (oc * 20, 4),
+                       "sfu.replay0": (oc * 21, 4), "sfu.replay1": (oc * 21, 4), "sfu_errors": (oc * 16, 4)}
+
+
+@pytest.mark.parametrize("pool, message", [
+    (dict(kernel=3, stride=2, padding=1), r"max-pool padding 1 is not supported by the generator's SFU "
+                                          r"\(only padding 0\)"),
+    (dict(kernel=2, stride=3), r"max-pool stride 3 is not supported with kernel 2 by the generator's SFU "
+                               r"\(only stride <= kernel\)"),
+])
+def test_generator_mappings_refuse_the_max_pools_the_sfu_does_not_build(pool, message):
+    with pytest.raises(SpecError, match=rf"^network 'pooled' on cluster 'ecp5-85:2': layer 'conv1': {message}$"):
+        map_network(_pooled(pool), parse_cluster("ecp5-85:2"), **GENERATOR_OPTIONS)

@@ -20,11 +20,15 @@ pixel, raster order, samples back to back. Per beat:
    sample = ``sample_base`` + samples completed since reset (``sample_base`` is an
    input port held constant; tie it to 0 to count from the first sample);
 3. the G beats of a pixel are gathered into one pixel of OC words, ReLU'd;
-4. max-pool over non-overlapping ``k x k`` windows (kernel == stride, no padding;
-   others are refused): a running maximum per window column, kept for the rows of a
-   window band in a row memory of ``PW`` entries; the first maximum in raster order
-   wins, as in ``tensor_ops.maxpool_forward``. Rows and columns past ``PH*k``/``PW*k``
-   belong to no window and are dropped.
+4. max-pool over ``k x k`` windows at stride ``s``, no padding (others are refused);
+   the first maximum in raster order wins, as in ``tensor_ops.maxpool_forward``, and
+   rows and columns past the last window are dropped. :class:`SFU`, non-overlapping
+   windows (k == s): a running maximum per window column, kept for the rows of a window
+   band in a row memory of ``PW`` entries. :class:`OverlappingPoolSFU`, k > s (a conv
+   pixel in up to ``r = ceil(k/s)`` windows per axis, AlexNet's 3x3 at stride 2): the
+   maxima of a row's r open windows in registers, each window row's maximum then
+   merged into the running maxima of the r pooled rows being built, one row memory of
+   ``PW`` entries each. ``SFU.from_slice`` picks the class.
 
 ``fp_out``: OC words per beat, raster order of the pooled map (of the conv map
 without a pool). One pixel per cycle in, no bubbles, when G = 1.
@@ -37,18 +41,22 @@ exactly "the winner's pre-activation is > 0"); without a pool, the ReLU bit of e
 conv output. They go into a FIFO (``mask_level`` shows its occupancy) of
 ``samples_in_flight`` samples; the forward stalls when it is full. ``eb_in`` brings
 the errors of the pooled output in raster order; ``eb_out`` gives the errors of the
-conv output in raster order: a pooled row's errors and masks are kept in a row
-memory and replayed for the k conv rows of the band; each conv pixel gets its
-window's error where it was the maximum and the ReLU bit is set, else 0 (also for
-rows/columns outside every window). This is ``tensor_ops.maxpool_backward`` then
-``relu_backward``; with non-overlapping windows no two errors meet, so the golden
-model's saturation never acts. One conv pixel per cycle.
+conv output in raster order: a pooled row's errors and masks are taken during the
+first conv row of its windows, kept in a row memory and replayed for their other rows;
+each conv pixel gets the error of every window whose maximum it was, where the ReLU
+bit is set, else 0 (also for rows/columns outside every window). This is
+``tensor_ops.maxpool_backward``, the golden model's saturation to a word, then
+``relu_backward``: with non-overlapping windows no two errors meet and the saturation
+never acts; with overlapping ones a pixel adds the errors of up to r x r windows
+(r row memories, one per pooled row in use, and the records of its r window columns
+in registers). One conv pixel per cycle.
 
 Memories (``ram_style`` by ``mapping.resources.ram_style`` for ``family``), each with
 one read port, PH x PW the pooled map, ``mask_bits = bit_length(k*k - 1) + relu``:
 mask FIFO (OC*mask_bits, samples_in_flight*PH*PW) when mask_bits > 0; with a pool
-(k > 1) the forward band (OC*(16 + bit_length(k*k - 1)), PW) and the backward replay
-(OC*(16 + mask_bits), PW).
+(k > 1) per pooled row built at once (one for k == s, r for k > s:
+``mapping.memories.sfu_pool_rows``) a forward band (OC*(16 + bit_length(k*k - 1)), PW)
+and a backward replay (OC*(16 + mask_bits), PW).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
@@ -58,7 +66,7 @@ from amaranth.lib.wiring import In, Out
 from mapping import numerics
 from mapping.memories import SFU_ROUNDER_BUFFER
 
-from ..arith.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder
+from ..arith.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, saturate
 from ..base.checks import positive, refuse
 from ..base.layouts import pixel_layout, psum_layout
 from ..base.ram import ram_attrs
@@ -98,8 +106,76 @@ class Raster:
                     m.d.sync += self.kx.eq(self.kx + 1)
 
 
+class StridedRaster:
+    """Position of the next pixel of a ``height x width`` raster scan under ``k x k`` windows
+    at stride ``s`` < ``k`` (no padding), which overlap: a pixel lies in up to ``r = ceil(k/s)``
+    windows along each axis. Advances on ``step``.
+
+    Columns: ``start`` at the first pixel of each stride (``x % s == 0``), where window
+    column ``column = x // s`` begins if it is one of the PW. The window that began ``d``
+    strides ago (column ``column - d``) holds the pixel at its column ``kx[d] = x % s + d*s``
+    where ``across[d]``; ``d = r-1`` is the oldest, and ``done`` says the pixel completes it.
+
+    Rows: pooled row ``py`` is built in slot ``py % r``; ``live[j]`` says slot j's pooled row
+    covers this conv row, ``top[j]`` is ``ky * k`` for the pixel's row ``ky`` in it (counted
+    in steps of k: a product would take a hardware multiplier), ``fresh[j]`` its first row,
+    ``ending[j]`` its last. A slot is free again before its next pooled row begins, r strides
+    later, as ``k <= r*s``; rows past the last window leave every slot dead.
+    """
+
+    def __init__(self, m, height, width, k, s, step):
+        r = -(-k // s)
+        ph, pw = (height - k) // s + 1, (width - k) // s + 1
+        self.r = r
+        x, y = Signal(range(width)), Signal(range(height))
+        phase, yphase = Signal(range(s)), Signal(range(s))  # x % s, y % s
+        self.column = Signal(range((width - 1) // s + 1))
+        self.start, self.done = Signal(), Signal()
+        self.kx = [phase + d * s for d in range(r)]
+        self.across = [Signal(name=f"across{d}") for d in range(r)]
+        self.top = [Signal(range(k * k), name=f"top{j}") for j in range(r)]
+        self.live = [Signal(init=j == 0, name=f"live{j}") for j in range(r)]
+        self.fresh = [self.live[j] & (self.top[j] == 0) for j in range(r)]
+        self.ending = [self.live[j] & (self.top[j] == (k - 1) * k) for j in range(r)]
+        slot = Signal(range(r), init=1 % r)   # where the next pooled row begins
+        begun = Signal(range(ph + 1), init=1)  # pooled rows begun in this sample
+        m.d.comb += [self.start.eq(phase == 0), self.done.eq(self.across[r - 1] & (self.kx[r - 1] == k - 1))]
+        for d in range(r):
+            m.d.comb += self.across[d].eq((self.column >= d) & (self.column - d < pw) & (self.kx[d] < k))
+        with m.If(step):
+            with m.If(x == width - 1):
+                m.d.sync += [x.eq(0), phase.eq(0), self.column.eq(0)]
+                with m.If(y == height - 1):
+                    m.d.sync += [y.eq(0), yphase.eq(0), slot.eq(slot.init), begun.eq(begun.init)]
+                    m.d.sync += [v.eq(v.init) for v in self.top + self.live]
+                with m.Else():
+                    m.d.sync += y.eq(y + 1)
+                    for j in range(r):
+                        with m.If(self.ending[j]):
+                            m.d.sync += self.live[j].eq(0)
+                        with m.Elif(self.live[j]):
+                            m.d.sync += self.top[j].eq(self.top[j] + k)
+                    with m.If(yphase == s - 1):
+                        m.d.sync += [yphase.eq(0), slot.eq(Mux(slot == r - 1, 0, slot + 1))]
+                        with m.If(begun < ph):
+                            m.d.sync += begun.eq(begun + 1)
+                        for j in range(r):
+                            with m.If(slot == j):
+                                m.d.sync += [self.top[j].eq(0), self.live[j].eq(begun < ph)]
+                    with m.Else():
+                        m.d.sync += yphase.eq(yphase + 1)
+            with m.Else():
+                m.d.sync += x.eq(x + 1)
+                with m.If(phase == s - 1):
+                    m.d.sync += [phase.eq(0), self.column.eq(self.column + 1)]
+                with m.Else():
+                    m.d.sync += phase.eq(phase + 1)
+
+
 class SFU(wiring.Component):
-    """Special function unit of a layer's last node (see the module docstring).
+    """Special function unit of a layer's last node (see the module docstring), without a
+    max-pool or with non-overlapping windows (kernel == stride); :class:`OverlappingPoolSFU`
+    pools overlapping ones.
 
     ``pool``: a ``mapping.nodeconfig.Pool`` or None. Ports: ``fp_in`` (partial sums),
     ``fp_out`` (pixels), ``eb_in``/``eb_out`` (error pixels), ``bias`` (read port, with
@@ -107,23 +183,30 @@ class SFU(wiring.Component):
     ``family``: the device family the memories are built for; None simulates.
     """
 
+    POOLS = "kernel == stride, padding 0; OverlappingPoolSFU pools kernel > stride"
+
+    @staticmethod
+    def builds(pool):
+        return pool is None or (pool.stride == pool.kernel and pool.padding == 0)
+
     def __init__(self, *, out_channels, height, width, lanes, position, formats=numerics.Formats(),
                  bias=True, relu=True, pool=None, channel_base=0, samples_in_flight=1, family=None):
         positive(self, "SFU", out_channels=out_channels, height=height, width=width, lanes=lanes,
                  samples_in_flight=samples_in_flight)
-        if pool is not None:
-            if pool.stride != pool.kernel or pool.padding != 0:
-                refuse(self, f"SFU: max-pool kernel {pool.kernel}, stride {pool.stride}, padding "
-                             f"{pool.padding} is not supported (only kernel == stride, padding 0)")
-            if pool.kernel > min(height, width):
-                refuse(self, f"SFU: max-pool kernel {pool.kernel} is larger than the {height} x {width} "
-                             f"conv output")
+        name = type(self).__name__
+        if not self.builds(pool):
+            what = "no max-pool" if pool is None else \
+                f"max-pool kernel {pool.kernel}, stride {pool.stride}, padding {pool.padding}"
+            refuse(self, f"{name}: {what} is not supported ({self.POOLS})")
+        if pool is not None and pool.kernel > min(height, width):
+            refuse(self, f"{name}: max-pool kernel {pool.kernel} is larger than the {height} x {width} "
+                         f"conv output")
         self.out_channels, self.height, self.width, self.lanes = out_channels, height, width, lanes
         self.groups = -(-out_channels // lanes)
         self.position, self.formats, self.channel_base = position, formats, channel_base
         self.has_bias, self.relu, self.family = bias, relu, family
-        self.k = pool.kernel if pool is not None else 1
-        self.out_shape = (out_channels, height // self.k, width // self.k)
+        self.k, self.stride = (pool.kernel, pool.stride) if pool is not None else (1, 1)
+        self.out_shape = (out_channels, *((n - self.k) // self.stride + 1 for n in (height, width)))
         self.code_bits = (self.k * self.k - 1).bit_length()
         self.mask_bits = self.code_bits + relu  # per channel and pooled output
         self.mask_depth = samples_in_flight * self.out_shape[1] * self.out_shape[2]
@@ -140,9 +223,11 @@ class SFU(wiring.Component):
             members["mask_level"] = Out(range(self.mask_depth + 1))
         super().__init__(members)
 
-    @classmethod
-    def from_slice(cls, layer_slice, formats, samples_in_flight=1, family=None):
+    @staticmethod
+    def from_slice(layer_slice, formats, samples_in_flight=1, family=None):
+        """The SFU of a LayerSlice: :class:`OverlappingPoolSFU` where its pool's windows overlap."""
         s = layer_slice
+        cls = OverlappingPoolSFU if OverlappingPoolSFU.builds(s.pool) else SFU
         return cls(out_channels=s.out_channels, height=s.out_shape[1], width=s.out_shape[2],
                    lanes=s.fp.ces, position=s.position, formats=formats, bias=s.bias, relu=s.relu,
                    pool=s.pool, channel_base=s.out_range[0], samples_in_flight=samples_in_flight,
@@ -174,7 +259,7 @@ class SFU(wiring.Component):
         return mem
 
     def _forward(self, m, fifo):
-        oc, p, groups, k = self.out_channels, self.lanes, self.groups, self.k
+        oc, p, groups = self.out_channels, self.lanes, self.groups
         hw = self.height * self.width
         f = self.formats
 
@@ -238,6 +323,15 @@ class SFU(wiring.Component):
         words = data.ArrayLayout(signed(WORD), oc)(
             Cat(held.as_value(), rounder.o.payload.value.as_value())[:oc * WORD])
         complete = taken & (gq == groups - 1)
+        self._pool(m, fifo, words, complete, advance2)
+
+    def _activation(self, word):
+        return Mux(word > 0, word, 0) if self.relu else word
+
+    def _pool(self, m, fifo, words, complete, advance2):
+        """The pool stage: ``words`` (OC words, ReLU not yet applied) is a whole conv pixel
+        where ``complete``; the stage moves on ``advance2``."""
+        oc, k = self.out_channels, self.k
         pos = Raster(m, self.height, self.width, k, complete)
 
         # Pool stage: running window maxima and their positions.
@@ -255,7 +349,7 @@ class SFU(wiring.Component):
                          p2.fresh.eq((pos.kx == 0) & (pos.ky == 0)),
                          p2.from_band.eq((pos.kx == 0) & (pos.ky != 0))]
             for c in range(oc):
-                m.d.sync += p2.pixel[c].eq(Mux(words[c] > 0, words[c], 0) if self.relu else words[c])
+                m.d.sync += p2.pixel[c].eq(self._activation(words[c]))
 
         running = Signal(entry)
         base = entry(running)
@@ -283,28 +377,26 @@ class SFU(wiring.Component):
             m.d.sync += running.eq(best)
         if k > 1:
             m.d.comb += [wr.en.eq(advance2 & write), wr.data.eq(best)]
+        self._output(m, fifo, advance2, emit, best)
+
+    def _output(self, m, fifo, advance2, emit, best):
+        """``best`` (per channel a value and its window position) leaves on ``fp_out``, and its
+        masks enter the mask FIFO, where ``emit``."""
         with m.If(advance2):
             m.d.sync += self.fp_out.valid.eq(emit)
-            for c in range(oc):
+            for c in range(self.out_channels):
                 m.d.sync += self.fp_out.payload[c].eq(best[c].value)
         with m.Elif(self.fp_out.ready):  # taken while a full mask FIFO holds the pipeline
             m.d.sync += self.fp_out.valid.eq(0)
         if fifo is not None:
             masks = [Cat(best[c].code, best[c].value > 0) if self.relu else best[c].code
-                     for c in range(oc)]
+                     for c in range(self.out_channels)]
             m.d.comb += [fifo.i.valid.eq(advance2 & emit), fifo.i.payload.eq(Cat(*masks))]
 
-    def _backward(self, m, fifo):
-        oc, k, mb, cb = self.out_channels, self.k, self.mask_bits, self.code_bits
-        record = data.StructLayout({"error": pixel_layout(oc), "mask": oc * mb})
-
-        eb_out = self.eb_out
-        advance = ~eb_out.valid | eb_out.ready
-        fire = Signal()
-        pos = Raster(m, self.height, self.width, k, fire)
-        # A new pooled pixel (its error and masks) enters at the top-left of each window.
-        needs = pos.inside & (pos.kx == 0) & (pos.ky == 0)
-        from_band = pos.inside & (pos.kx == 0) & (pos.ky != 0)
+    def _intake(self, m, fifo, record, advance, fire, needs):
+        """The backward pass's handshakes: the pixel ``needs`` a pooled error and its masks (a
+        ``record``) and ``fire``s on ``advance`` once it has them. Returns the record on the
+        inputs and a register that takes it as the pixel fires."""
         mask_ready = fifo.o.valid if fifo is not None else Const(1)
         m.d.comb += [
             fire.eq(advance & (~needs | (self.eb_in.valid & mask_ready))),
@@ -317,6 +409,20 @@ class SFU(wiring.Component):
         arrived = Signal(record)
         with m.If(fire & needs):
             m.d.sync += arrived.eq(incoming)
+        return incoming, arrived
+
+    def _backward(self, m, fifo):
+        oc, k, mb, cb = self.out_channels, self.k, self.mask_bits, self.code_bits
+        record = data.StructLayout({"error": pixel_layout(oc), "mask": oc * mb})
+
+        eb_out = self.eb_out
+        advance = ~eb_out.valid | eb_out.ready
+        fire = Signal()
+        pos = Raster(m, self.height, self.width, k, fire)
+        # A new pooled pixel (its error and masks) enters at the top-left of each window.
+        needs = pos.inside & (pos.kx == 0) & (pos.ky == 0)
+        from_band = pos.inside & (pos.kx == 0) & (pos.ky != 0)
+        incoming, arrived = self._intake(m, fifo, record, advance, fire, needs)
 
         # Stage B = the output: the record in use and the pixel's window position.
         NEW, BAND, KEEP, ZERO = range(4)
@@ -343,3 +449,138 @@ class SFU(wiring.Component):
             mask = use.mask[c * mb:(c + 1) * mb]
             hit = (src != ZERO) & (mask[:cb] == code if cb else 1) & (mask[cb] if self.relu else 1)
             m.d.comb += eb_out.payload[c].eq(Mux(hit, use.error[c], 0))
+
+
+class OverlappingPoolSFU(SFU):
+    """The SFU with a max-pool whose windows overlap (kernel > stride, no padding).
+
+    Separable, so that each conv pixel meets one running maximum per direction at a time:
+    a row's r windows in registers give each window row's maximum and column (``kx``), first
+    in the row on ties; those go into the running maxima of the r pooled rows being built
+    (one row memory each), which keep the first window row on ties: together the first
+    maximum in raster order. Backward, a pooled row's errors and masks go into its slot's
+    row memory during its first conv row; each conv pixel adds the errors of the up to r x r
+    windows whose maximum it is, saturated to a word (the golden model's saturation).
+    """
+
+    POOLS = "kernel > stride, padding 0; SFU pools kernel == stride"
+
+    @staticmethod
+    def builds(pool):
+        return pool is not None and pool.kernel > pool.stride and pool.padding == 0
+
+    def _pool(self, m, fifo, words, complete, advance2):
+        oc, k, pw = self.out_channels, self.k, self.out_shape[2]
+        pos = StridedRaster(m, self.height, self.width, k, self.stride, complete)
+        r = pos.r
+        slots = data.ArrayLayout(data.StructLayout(
+            {"live": 1, "fresh": 1, "ending": 1, "top": range(k * k)}), r)
+        row_max = data.ArrayLayout(data.StructLayout({"value": signed(WORD), "kx": range(k)}), oc)
+        pool_max = data.ArrayLayout(data.StructLayout({"value": signed(WORD), "code": range(k * k)}), oc)
+
+        # Stage p2: the pixel and where it lies, registered (the selects in front of the
+        # comparators come from registers, as in SFU).
+        p2 = Signal(data.StructLayout({"valid": 1, "pixel": pixel_layout(oc), "start": 1, "done": 1,
+                                       "kx": data.ArrayLayout(range(k), r), "px": range(pw),
+                                       "slots": slots}))
+        with m.If(advance2):
+            m.d.sync += [p2.valid.eq(complete), p2.start.eq(pos.start), p2.done.eq(pos.done),
+                         p2.px.eq(pos.column - (r - 1))]  # the window the pixel completes
+            m.d.sync += [p2.kx[d].eq(pos.kx[d]) for d in range(r)]
+            for j in range(r):
+                m.d.sync += [p2.slots[j].live.eq(pos.live[j]), p2.slots[j].fresh.eq(pos.fresh[j]),
+                             p2.slots[j].ending.eq(pos.ending[j]), p2.slots[j].top.eq(pos.top[j])]
+            for c in range(oc):
+                m.d.sync += p2.pixel[c].eq(self._activation(words[c]))
+
+        # Along the row: the maxima of the windows begun d strides ago; each stride's first
+        # pixel begins one and moves the others on by one.
+        held = [Signal(row_max, name=f"row_max{d}") for d in range(r)]
+        nxt = [Signal(row_max, name=f"row_best{d}") for d in range(r)]
+        for d in range(r):
+            for c in range(oc):
+                pixel = p2.pixel[c]
+                if d == 0:
+                    base, wins = held[0][c], p2.start | (pixel > held[0][c].value)
+                else:  # both compares, then the select (see SFU._pool)
+                    base = row_max.elem_shape(Mux(p2.start, held[d - 1][c], held[d][c]))
+                    wins = Mux(p2.start, pixel > held[d - 1][c].value, pixel > held[d][c].value)
+                m.d.comb += [nxt[d][c].value.eq(Mux(wins, pixel, base.value)),
+                             nxt[d][c].kx.eq(Mux(wins, p2.kx[d], base.kx))]
+        with m.If(advance2 & p2.valid):
+            m.d.sync += [held[d].eq(nxt[d]) for d in range(r)]
+
+        # Stage p3: a completed window row's maximum, merged into its pooled rows' maxima.
+        p3 = Signal(data.StructLayout({"valid": 1, "row_max": row_max, "px": range(pw), "slots": slots}))
+        with m.If(advance2):
+            m.d.sync += [p3.valid.eq(p2.valid & p2.done), p3.row_max.eq(nxt[r - 1]), p3.px.eq(p2.px),
+                         p3.slots.eq(p2.slots)]
+        best = []
+        for j in range(r):
+            # Pooled rows j, j+r, ...: read as their window row completes, written back a
+            # cycle later; the next access to a column is a conv row later, never the next pixel.
+            mem = self._row_memory(m, f"band{j}", pool_max.size, pw)
+            wr, rd = mem.write_port(), mem.read_port()
+            m.d.comb += [rd.addr.eq(p2.px), rd.en.eq(advance2 & p2.valid & p2.done), wr.addr.eq(p3.px)]
+            kept, slot = pool_max(rd.data), p3.slots[j]
+            merged = Signal(pool_max, name=f"pool_best{j}")
+            for c in range(oc):
+                new = p3.row_max[c]
+                wins = slot.fresh | (new.value > kept[c].value)
+                m.d.comb += [merged[c].value.eq(Mux(wins, new.value, kept[c].value)),
+                             merged[c].code.eq(Mux(wins, slot.top + new.kx, kept[c].code))]
+            m.d.comb += [wr.en.eq(advance2 & p3.valid & slot.live), wr.data.eq(merged)]
+            best.append(merged)
+        result = best[r - 1]
+        for j in reversed(range(r - 1)):  # the one pooled row that ends here
+            result = pool_max(Mux(p3.slots[j].ending, best[j], result))
+        emit = p3.valid & Cat(p3.slots[j].ending for j in range(r)).any()
+        self._output(m, fifo, advance2, emit, result)
+
+    def _backward(self, m, fifo):
+        oc, k, mb, cb = self.out_channels, self.k, self.mask_bits, self.code_bits
+        pw = self.out_shape[2]
+        record = data.StructLayout({"error": pixel_layout(oc), "mask": oc * mb})
+
+        eb_out = self.eb_out
+        advance = ~eb_out.valid | eb_out.ready
+        fire = Signal()
+        pos = StridedRaster(m, self.height, self.width, k, self.stride, fire)
+        r = pos.r
+        # A pooled pixel (its error and masks) enters at the start of its window column in
+        # the first conv row of its window.
+        enters = pos.start & (pos.column < pw)
+        needs = enters & Cat(pos.fresh).any()
+        incoming, arrived = self._intake(m, fifo, record, advance, fire, needs)
+
+        # Stage B: the records of the windows holding the pixel, d strides old, per slot.
+        terms = data.ArrayLayout(data.StructLayout({"valid": 1, "code": range(k * k)}), r * r)
+        b = Signal(data.StructLayout({"valid": 1, "start": 1, "fresh": r, "terms": terms}))
+        with m.If(advance):
+            m.d.sync += [b.valid.eq(fire), b.start.eq(pos.start), b.fresh.eq(Cat(pos.fresh))]
+            for j in range(r):
+                for d in range(r):
+                    m.d.sync += [b.terms[j * r + d].valid.eq(pos.live[j] & pos.across[d]),
+                                 b.terms[j * r + d].code.eq(pos.top[j] + pos.kx[d])]
+        held = [[Signal(record, name=f"held{j}_{d}") for d in range(r)] for j in range(r)]
+        use = [[Signal(record, name=f"use{j}_{d}") for d in range(r)] for j in range(r)]
+        for j in range(r):
+            mem = self._row_memory(m, f"replay{j}", record.size, pw)
+            wr, rd = mem.write_port(), mem.read_port()
+            m.d.comb += [wr.addr.eq(pos.column), wr.en.eq(fire & needs & pos.fresh[j]), wr.data.eq(incoming),
+                         rd.addr.eq(pos.column), rd.en.eq(fire & enters)]
+            m.d.comb += use[j][0].eq(Mux(b.start, Mux(b.fresh[j], arrived, rd.data), held[j][0]))
+            m.d.comb += [use[j][d].eq(Mux(b.start, held[j][d - 1], held[j][d])) for d in range(1, r)]
+        with m.If(advance & b.valid):
+            m.d.sync += [held[j][d].eq(use[j][d]) for j in range(r) for d in range(r)]
+
+        with m.If(advance):
+            m.d.sync += eb_out.valid.eq(b.valid)
+            for c in range(oc):
+                routed = []
+                for j in range(r):
+                    for d in range(r):
+                        term, mask = b.terms[j * r + d], use[j][d].mask[c * mb:(c + 1) * mb]
+                        hit = term.valid & (mask[:cb] == term.code) & (mask[cb] if self.relu else 1)
+                        routed.append(Mux(hit, use[j][d].error[c], 0))
+                m.d.sync += eb_out.payload[c].eq(saturate(sum(routed), WORD))
