@@ -10,7 +10,8 @@ from .cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
-from .mapper import BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, map_network, map_with_default_gradient_sums
+from .mapper import (BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, grad_bits_warning, map_network,
+                     map_with_default_gradient_sums)
 from .numerics import ACC_BITS
 from . import plots, report, zoo
 
@@ -75,6 +76,9 @@ def main(argv=None):
                       f"keeps them; docs/numerics.md)")
         else:
             mapping = map_network(network, cluster, network_name=args.network, **options)
+            warning = grad_bits_warning(args.grad_bits, args.batch)
+            if warning:
+                print(f"warning: {warning}")
         print(report.table(mapping))
         moved = report.balancing(mapping)
         if moved:

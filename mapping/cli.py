@@ -81,7 +81,7 @@ def add_grad_bits_option(parser, default=ACC_BITS, help=GRAD_BITS_HELP):
 
 
 DEFAULT_GRAD_BITS_HELP = (f"{GRAD_BITS_HELP}; default: {ACC_BITS} where the cluster has the memory and links "
-                          f"for it, else the narrow default (mapper.NARROW_GRAD_BITS)")
+                          f"for it, else 16 at mini-batch 1 and 24 above (docs/numerics.md)")
 
 
 def formats_of(loss, grad_bits=None):

@@ -187,20 +187,32 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
     return Mapping(name, cluster.spec, tuple(nodes), result)
 
 
-# The gradient sums' width where exact ones do not fit the cluster's memory or links: the
-# narrowest that trained within a point of float aligned SGD on every seed measured
-# (docs/numerics.md, "Gradient sums: width by evidence").
-NARROW_GRAD_BITS = 16
+def narrow_grad_bits(batch):
+    """The gradient sums' width where exact ones do not fit a cluster's memory or links: the
+    narrowest that trained within a point of float aligned SGD on every seed measured
+    (docs/numerics.md, "Gradient sums: width by evidence"): 16 bits at mini-batch 1; at 16,
+    16-bit sums fell 1.4 points short on one seed of three and 24-bit ones did not."""
+    return 16 if batch == 1 else 24
 
 
-def map_with_default_gradient_sums(network, cluster, *, formats=None, **options):
+def grad_bits_warning(grad_bits, batch):
+    """A warning for gradient sums narrower than the evidence supports at ``batch``, or None."""
+    if grad_bits >= narrow_grad_bits(batch):
+        return None
+    return (f"{grad_bits}-bit gradient sums trained 1.4 points below float aligned SGD on one seed of three "
+            f"at mini-batch 16 (docs/numerics.md); at mini-batch {batch} the evidence supports "
+            f"{narrow_grad_bits(batch)} bits or more")
+
+
+def map_with_default_gradient_sums(network, cluster, *, formats=None, batch=BATCH, **options):
     """:func:`map_network` with the gradient sums' default width: exact (ACC_BITS) where the
-    cluster has the memory and the links for them, else NARROW_GRAD_BITS: where exact sums
-    are refused, or leave the chain link bound and narrow ones map at a higher rate. The
+    cluster has the memory and the links for them, else :func:`narrow_grad_bits`: where exact
+    sums are refused, or leave the chain link bound and narrow ones map at a higher rate. The
     Mapping's formats record the width chosen; ``formats.grad_bits`` is taken as the exact
     default (other fields are kept)."""
     formats = formats or Formats()
-    narrow = replace(formats, grad_bits=NARROW_GRAD_BITS, grad_frac=None, bias_grad_frac=None)
+    options["batch"] = batch
+    narrow = replace(formats, grad_bits=narrow_grad_bits(batch), grad_frac=None, bias_grad_frac=None)
     try:
         exact = map_network(network, cluster, formats=formats, **options)
     except SpecError as refusal:
@@ -209,7 +221,7 @@ def map_with_default_gradient_sums(network, cluster, *, formats=None, **options)
         except SpecError as narrow_refusal:
             if str(narrow_refusal) == str(refusal):
                 raise
-            raise SpecError(f"{narrow_refusal} (with {NARROW_GRAD_BITS}-bit gradient sums, tried as exact "
+            raise SpecError(f"{narrow_refusal} (with {narrow.grad_bits}-bit gradient sums, tried as exact "
                             f"{ACC_BITS}-bit ones were refused too)") from None
     if exact.summary["limited_by"] != "link bandwidth":
         return exact

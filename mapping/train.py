@@ -30,7 +30,7 @@ from .cli import (LOSS_HELP, DefaultsShown, Parser, add_grad_bits_option, add_lo
                   positive_number)
 from .data import DIGITS, SOURCE_HELP, load
 from .errors import SpecError, run_cli
-from .mapper import GENERATOR_OPTIONS, map_network
+from .mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network
 from .zoo import get
 
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
@@ -164,6 +164,9 @@ def main(argv=None):
 def _train_and_plot(args, out):
     network = get(args.network)
     formats = formats_of(args.loss, args.grad_bits)
+    warning = grad_bits_warning(args.grad_bits, args.batch)
+    if warning:
+        print(f"warning: {warning}")
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                           formats=formats, overlapped_update=args.update == "overlapped", **GENERATOR_OPTIONS)
     stale, eb_stale = UPDATES[args.update](mapping.fp_stale())

@@ -21,7 +21,7 @@ from mapping.cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown,
                          positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
-from mapping.mapper import GENERATOR_OPTIONS, map_network, map_with_default_gradient_sums
+from mapping.mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
 
@@ -87,6 +87,9 @@ def main(argv=None):
     args = parse_args(argv)
     network = zoo.get(args.network)
     mapper = map_with_default_gradient_sums if args.grad_bits is None else map_network
+    warning = args.grad_bits and grad_bits_warning(args.grad_bits, args.batch)
+    if warning:
+        print(f"warning: {warning}")
     mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                      formats=formats_of(args.loss, args.grad_bits), overlapped_update=args.overlapped_update,
                      **GENERATOR_OPTIONS)

@@ -75,11 +75,13 @@ def test_24_bit_gradient_sums_take_alexnet_off_the_boards_own_links():
 
 
 def test_default_gradient_sums_are_narrow_only_where_exact_ones_do_not_fit():
-    from mapping.mapper import NARROW_GRAD_BITS, map_with_default_gradient_sums
+    from mapping.mapper import map_with_default_gradient_sums
     tiny = map_with_default_gradient_sums(zoo.tiny(), parse_cluster("ecp5-85:2+ecp5-45:2"))
     assert tiny.nodes[0].formats.grad_bits == 48
     alexnet = map_with_default_gradient_sums(zoo.alexnet_ungrouped(), parse_cluster("vc709:15"))  # link bound at 48
-    assert all(node.formats == Formats(grad_bits=NARROW_GRAD_BITS) for node in alexnet.nodes)
+    assert all(node.formats == Formats(grad_bits=16) for node in alexnet.nodes)
+    batch4 = map_with_default_gradient_sums(zoo.alexnet_ungrouped(), parse_cluster("vc709:15"), batch=4)
+    assert batch4.nodes[0].formats.grad_bits == 24
     assert alexnet.summary["limited_by"] == "compute"
     with pytest.raises(SpecError, match=r"^network 'vgg19' on cluster 'vc709:15@150' does not fit even with weight "
                                         r"balancing: .* \(with 16-bit gradient sums, tried as exact 48-bit ones were "
