@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from hw.base.handshake import SkidBuffer
 from hw.link.chain import attach_endpoint, chain_link_config, link_chain
 from hw.link.endpoint import LinkEndpoint
-from hw.link.layer import PhySignature
+from hw.link.signatures import PhySignature
 from hw.link.onchip_phy import on_chip_phy
 from hw.node import Node
 from hw.node.loss import LABEL_BITS
