@@ -42,11 +42,10 @@ class Client:
         for _ in range(self.retries + 1):
             transport.write(p.frame(command, payload))
             code, answer = self._receive(transport)
-            if code == p.NAK and answer[:1] == b"\x01":
+            if code == p.NAK and answer[:1] == bytes([p.NakReason.CRC_ERROR.value]):
                 continue
             if code == p.NAK:
-                why = p.NAK_REASONS.get(answer[0], f"reason {answer[0]}") if answer else "no reason"
-                raise BoardError(f"board {board} refused command 0x{command:02x}: {why}")
+                raise BoardError(f"board {board} refused command 0x{command:02x}: {p.nak_reason(answer)}")
             if code != command | p.REPLY:
                 raise BoardError(f"answer 0x{code:02x} to command 0x{command:02x}")
             return answer

@@ -189,7 +189,7 @@ class Trainer(wiring.Component):
         received, index = Signal(16), Signal(16)
         args = Signal(8 * p.READ_HEADER)  # the first payload bytes: every command's arguments
         got, byte = rx.bytes.valid, rx.bytes.payload
-        execute, refuse, reason = Signal(), Signal(), Signal(8)
+        execute, refuse, reason = Signal(), Signal(), Signal(p.NakReason, init=p.NakReason.CRC_ERROR)
         done = Signal()  # the executor has handed the whole answer to the sender
         frame_errors = Signal(32)
         m.d.comb += [rx_crc.data.eq(byte), store.data.eq(byte.replicate(2)),
@@ -242,9 +242,9 @@ class Trainer(wiring.Component):
                 # node's host paths at 125 MHz).
                 with m.If(~sender.busy):
                     with m.If(~rx_crc.match_detected):
-                        m.d.sync += [refuse.eq(1), reason.eq(1)]
+                        m.d.sync += [refuse.eq(1), reason.eq(p.NakReason.CRC_ERROR)]
                     with m.Elif(length > p.MAX_PAYLOAD):
-                        m.d.sync += [refuse.eq(1), reason.eq(2)]
+                        m.d.sync += [refuse.eq(1), reason.eq(p.NakReason.FRAME_TOO_LONG)]
                     with m.Else():
                         m.d.sync += execute.eq(1)
                     m.next = "busy"
@@ -418,11 +418,11 @@ class Trainer(wiring.Component):
                             m.next = "acknowledge"
                         with m.Default():
                             answer(p.NAK, 1)
-                            m.d.sync += snapshot.eq(3)
+                            m.d.sync += snapshot.eq(p.NakReason.UNKNOWN_COMMAND)
                             m.next = "send_snapshot"
             with m.State("bad_argument"):
                 answer(p.NAK, 1)
-                m.d.sync += snapshot.eq(4)
+                m.d.sync += snapshot.eq(p.NakReason.BAD_ARGUMENT)
                 m.next = "send_snapshot"
             with m.State("acknowledge"):
                 m.d.sync += stop.eq(0)

@@ -49,6 +49,12 @@ def test_frame_layout_and_parse():
         p.parse_frames(corrupted)
 
 
+def test_nak_reasons_in_words():
+    assert [p.nak_reason(bytes([reason.value])) for reason in p.NakReason] == [
+        "crc error", "frame too long", "unknown command", "bad argument"]
+    assert (p.nak_reason(b"\x09"), p.nak_reason(b"")) == ("reason 9", "no reason")
+
+
 def test_status_unpacks_every_field():
     payload = bytes([1, 0, 0b10]) + (7).to_bytes(4, "little") + (1 << 40).to_bytes(8, "little") + \
         (6).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") for v in (6, 2, 1645, 0, 0))
