@@ -13,12 +13,13 @@ from amaranth.hdl import UnusedElaboratable
 from boards import protocol as p
 from boards.client import BoardError, Client
 from boards.host import main as host_main
-from boards.host_interface import Trainer
+from boards.host_interface import FrameReceiver, Trainer
 from boards.simulated import SimulatedBoard
 from mapping import golden, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import CHAIN, assert_bit_exact
+from sim.testbench import simulate
 from sim.verilated_board import VerilatedBoards
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
@@ -32,6 +33,61 @@ def _mapping(network=zoo.tiny, cluster=CHAIN, batch=BATCH, **options):
 def _trainer(network=zoo.tiny, cluster=CHAIN):
     mapping = _mapping(network, cluster)
     return mapping, Trainer(mapping, divisor=DIVISOR)
+
+
+def test_frame_receiver_executes_a_frame_whose_crc_matches_and_refuses_the_others():
+    """A frame's command, length, first 8 payload bytes and payload words (the frame buffer) for
+    the executor, after the answer before it has left; a bit flipped or a frame too long for the
+    buffer refused with its reason; the next frame taken after ``done``."""
+    dut = FrameReceiver()
+    payload = bytes(range(1, 13))
+    flipped = bytearray(p.frame(p.WRITE, payload))
+    flipped[6] ^= 0x04
+    too_long = p.frame(p.IMAGE, bytes(p.MAX_PAYLOAD + 2))
+
+    async def send(ctx, data):
+        for byte in data:
+            ctx.set(dut.bytes.payload, byte)
+            ctx.set(dut.bytes.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.bytes.valid, 0)
+            await ctx.tick()  # a byte every other cycle, as from a UART
+
+    async def verdict(ctx):
+        """(execute, refuse, reason) of the one cycle that has either, then ``done``."""
+        while not (ctx.get(dut.execute) or ctx.get(dut.refuse)):
+            await ctx.tick()
+        found = (ctx.get(dut.execute), ctx.get(dut.refuse), ctx.get(dut.reason))
+        await ctx.tick()
+        assert not (ctx.get(dut.execute) or ctx.get(dut.refuse))  # a pulse
+        ctx.set(dut.done, 1)
+        await ctx.tick()
+        ctx.set(dut.done, 0)
+        return found
+
+    async def bench(ctx):
+        ctx.set(dut.answering, 1)  # the answer to an earlier frame is still leaving
+        await send(ctx, p.frame(p.WRITE, payload))
+        await ctx.tick().repeat(5)
+        assert not ctx.get(dut.execute)
+        ctx.set(dut.answering, 0)
+        assert (await verdict(ctx))[:2] == (1, 0)
+        assert (ctx.get(dut.command), ctx.get(dut.length)) == (p.WRITE, len(payload))
+        assert ctx.get(dut.args) == int.from_bytes(payload[:p.READ_HEADER], "little")
+        words = []
+        for addr in range(len(payload) // 2):
+            ctx.set(dut.words.addr, addr)
+            await ctx.tick()
+            words.append(ctx.get(dut.words.data))
+        assert words == [int.from_bytes(payload[i:i + 2], "little") for i in range(0, len(payload), 2)]
+        await send(ctx, flipped)
+        assert await verdict(ctx) == (0, 1, p.NakReason.CRC_ERROR)
+        await send(ctx, too_long)
+        assert await verdict(ctx) == (0, 1, p.NakReason.FRAME_TOO_LONG)
+        await send(ctx, p.frame(p.STATUS))
+        assert (await verdict(ctx))[:2] == (1, 0) and ctx.get(dut.command) == p.STATUS
+
+    simulate(dut, bench, deadline=10_000)
 
 
 def test_frames_refused_weights_written_and_read_back():
