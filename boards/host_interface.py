@@ -411,28 +411,28 @@ class Trainer(wiring.Component):
                 with m.Elif(execute):
                     m.d.sync += [index.eq(0), addr.eq(args[16:32]), lane.eq(args[32:48]), count.eq(args[48:64])]
                     with m.Switch(command):
-                        with m.Case(p.INFO):
-                            answer(p.INFO | p.REPLY, len(info) // 8)
+                        with m.Case(p.Command.INFO):
+                            answer(p.Command.INFO | p.REPLY, len(info) // 8)
                             m.d.sync += snapshot.eq(info)
                             m.next = "send_snapshot"
-                        with m.Case(p.STATUS):
-                            answer(p.STATUS | p.REPLY, len(status) // 8)
+                        with m.Case(p.Command.STATUS):
+                            answer(p.Command.STATUS | p.REPLY, len(status) // 8)
                             m.d.sync += snapshot.eq(status)
                             m.next = "send_snapshot"
-                        with m.Case(p.WRITE):
+                        with m.Case(p.Command.WRITE):
                             with m.If(write_bad):
                                 m.next = "bad_argument"
                             with m.Else():
                                 m.d.sync += [index.eq(p.WRITE_HEADER // 2), first.eq(p.WRITE_HEADER // 2),
                                              fetched_all.eq(length[1:] == p.WRITE_HEADER // 2)]
                                 m.next = "write_fetch"
-                        with m.Case(p.READ):
+                        with m.Case(p.Command.READ):
                             with m.If(read_bad):
                                 m.next = "bad_argument"
                             with m.Else():
-                                answer(p.READ | p.REPLY, args[48:64] << 1)
+                                answer(p.Command.READ | p.REPLY, args[48:64] << 1)
                                 m.next = "read_issue"
-                        with m.Case(p.LABEL, p.IMAGE):
+                        with m.Case(p.Command.LABEL, p.Command.IMAGE):
                             if not feeds:  # node 0 is on another board
                                 m.next = "bad_argument"
                             else:
@@ -441,7 +441,7 @@ class Trainer(wiring.Component):
                                 with m.Else():
                                     m.d.sync += [first.eq(0), channel.eq(0), fetched_all.eq(length[1:] == 0)]
                                     m.next = "feed_fetch"
-                        with m.Case(p.START):
+                        with m.Case(p.Command.START):
                             with m.If(start_bad):
                                 m.next = "bad_argument"
                             with m.Else():
@@ -449,7 +449,7 @@ class Trainer(wiring.Component):
                                              training.eq(1), error.eq(0)]
                                 m.d.comb += starting.eq(1)
                                 m.next = "acknowledge"
-                        with m.Case(p.STOP):
+                        with m.Case(p.Command.STOP):
                             m.d.sync += [training.eq(0), stop.eq(1)]
                             m.next = "acknowledge"
                         with m.Default():
@@ -515,7 +515,7 @@ class Trainer(wiring.Component):
                     with m.Else():
                         m.next = "feed_word"
                 with m.State("feed_word"):
-                    with m.If(command == p.LABEL):
+                    with m.If(command == p.Command.LABEL):
                         m.d.comb += [label_in.payload.eq(receiver.words.data[:LABEL_BITS]), label_in.valid.eq(1)]
                         with m.If(label_in.ready):
                             advance()

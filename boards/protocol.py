@@ -30,17 +30,21 @@ MAX_PAYLOAD = 512         # bytes a frame may carry: the board's frame buffer
 
 CRC = catalog.CRC16_IBM_3740(data_width=8)
 
-# Commands (host to board) and their payloads.
-INFO = 0x00       # -> first node's index in the chain, nodes held (1 byte each), then each
-                  #    node's number of weight memories (1 byte each)
-# WRITE and READ go on past a row's last lane to lane 0 of the next address.
-WRITE = 0x01      # node, memory (1 byte each), address, first lane (2 bytes each), words -> nothing
-READ = 0x02       # node, memory, address, first lane, count (2 bytes) -> count words
-LABEL = 0x03      # label words, one per sample, into node 0 (refused by a board without it)
-IMAGE = 0x04      # pixel words (channels of a pixel, pixels in raster order) into node 0
-START = 0x05      # samples of the run, mini-batch updates it makes (4 bytes each) -> nothing
-STOP = 0x06       # resets every node (weights keep their values) -> nothing
-STATUS = 0x07     # -> Status
+
+class Command(enum.IntEnum, shape=8):
+    """The commands (host to board) and their payloads; an answer's code is the command's
+    ``| REPLY`` (so ints). WRITE and READ go on past a row's last lane to lane 0 of the next
+    address."""
+    INFO = 0x00    # -> first node's index in the chain, nodes held (1 byte each), then each
+                   #    node's number of weight memories (1 byte each)
+    WRITE = 0x01   # node, memory (1 byte each), address, first lane (2 bytes each), words -> nothing
+    READ = 0x02    # node, memory, address, first lane, count (2 bytes) -> count words
+    LABEL = 0x03   # label words, one per sample, into node 0 (refused by a board without it)
+    IMAGE = 0x04   # pixel words (channels of a pixel, pixels in raster order) into node 0
+    START = 0x05   # samples of the run, mini-batch updates it makes (4 bytes each) -> nothing
+    STOP = 0x06    # resets every node (weights keep their values) -> nothing
+    STATUS = 0x07  # -> Status
+
 
 WRITE_HEADER, READ_HEADER = 6, 8
 
