@@ -8,8 +8,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..base.counter import saturating_increment
 from .protocol import ControlCode, FrameKind, LinkConfig
-from .signatures import (AckRequestSignature, ChannelsSignature, ReplayWindowSignature, channel_ports,
-                         credit_limits_layout, flit_layout, header_layout)
+from .arbiter import ChannelArbiter
+from .signatures import (AckRequestSignature, ChannelsSignature, ReplayWindowSignature, credit_limits_layout,
+                         flit_layout, header_layout)
 from .training import TrainState
 
 
@@ -56,9 +57,7 @@ class LinkSender(wiring.Component):
         cfg = self.config
         m = Module()
         W, N, S, K = cfg.lane_width, len(cfg.channels), cfg.seq_bits, cfg.credit_bits
-        CB = cfg.channel_bits
         state = self.state
-        tx_ports = channel_ports(cfg, self.tx)
         payload_flits = [cfg.payload_flits(c) for c in range(N)]
         max_flits = cfg.max_payload_flits
 
@@ -99,58 +98,13 @@ class LinkSender(wiring.Component):
         m.d.comb += replay_read.addr.eq(Mux(busy, Cat(index[:index_bits], frame_seq[:slot_bits]),
                                             Cat(Const(0, index_bits), send_seq[:slot_bits])))
 
-        # Each channel's next word waits in a register of the sender's: the node sees that
-        # register's emptiness as its ready, and a frame start takes the word from it, so the
-        # credit, window and arbitration logic below reaches neither the node's handshakes nor a
-        # buffer's read enable (through a two-word FIFO's read, 7.9 ns of routing, the CI
-        # bitstream's worst path; before that FIFO, a one-board chain's into an FP engine's
-        # enable). A frame takes at least three cycles, so refilled the cycle after a start, a
-        # channel keeps its rate.
-        staged = [Signal.like(tx_ports[c].payload, name=f"staged_{c}") for c in range(N)]
-        staged_valid = Signal(N)
-        for c in range(N):
-            m.d.comb += tx_ports[c].ready.eq(~staged_valid[c])
-            # Loaded while empty, whatever the node's valid: that valid (from deep in the node)
-            # reaches one flip-flop instead of every enable of the word.
-            with m.If(~staged_valid[c]):
-                m.d.sync += [staged[c].eq(tx_ports[c].payload), staged_valid[c].eq(tx_ports[c].valid)]
-
-        # Round-robin among channels with a word, a credit and room in the replay window.
-        last_grant = Signal(range(N))
-        # Each channel's credit check, a cycle late like ``room`` below (the count compared into
-        # the staged word's valid was the Versa node 1's worst path, 7.8 ns of routing): only
-        # late to open, since the cycle after a frame starts is busy.
-        has_credit = Signal(N)
-        m.d.sync += has_credit.eq(self.credit)
-        eligible = staged_valid & has_credit
-        # The replay window's room, a cycle late (registered: the subtraction and compare ran into
-        # the node's tx buffer's clock enable, 15 ns of routing on a one-board chain of speed
-        # grade 6). Only late to open: a DATA frame starts at most every third cycle, and the
-        # cycle after one starts is busy, by when ``room`` has seen its ``next_seq`` (and
-        # ``has_credit`` its count of words sent).
-        room = Signal()
-        m.d.sync += room.eq(window.open)
-        # The arbitration's result, registered too (from the staged valids through the round
-        # robin into the start decision and back into the valids' and counts' enables: an
-        # ECP5-85 node's worst path at 125 MHz, six LUTs over 7.5 ns of routing). Only late to
-        # open as well: a frame keeps the sender busy for three cycles after its start, by when
-        # the registered grant has seen the cleared valid, the new count and ``last_grant``.
-        grant = Signal(CB)
-        # The granted channel's frame length, loaded with the grant: a copy that feeds the frame
-        # length alone, next to it (from ``grant``, which the staged words' select pulls away,
-        # node 1's one late input at 125 MHz, 0.7 ns logic and 7.5 ns routing).
-        granted_flits = Signal.like(frame_payload)
-        any_eligible = Signal()
-        m.d.sync += any_eligible.eq(eligible.any() & room)
-        with m.Switch(last_grant):
-            for last in range(N):
-                with m.Case(last):
-                    order = [(last + 1 + k) % N for k in range(N)]
-                    for c in reversed(order):
-                        with m.If(eligible[c]):
-                            m.d.sync += [grant.eq(c), granted_flits.eq(payload_flits[c])]
+        # Which channel's word goes next, registered (hw/link/arbiter.py), a frame start taking it.
+        m.submodules.arbiter = arbiter = ChannelArbiter(cfg)
+        wiring.connect(m, wiring.flipped(self.tx), arbiter.tx)
+        m.d.comb += [arbiter.credit.eq(self.credit), arbiter.window_open.eq(window.open)]
+        grant, any_eligible = arbiter.grant, arbiter.ready
         with m.If(~busy & (state == TrainState.UP) & any_eligible):
-            m.d.sync += Assert(staged_valid.bit_select(grant, 1) & self.credit.bit_select(grant, 1)
+            m.d.sync += Assert(arbiter.waiting.bit_select(grant, 1) & self.credit.bit_select(grant, 1)
                                & window.open, "link layer: a stale grant")
 
         update_pending = ack_pending | credit_pending
@@ -198,10 +152,7 @@ class LinkSender(wiring.Component):
                          data_header.data.kind.eq(FrameKind.DATA), data_header.data.channel.eq(grant),
                          data_header.data.seq.eq(next_seq),
                          ctrl_word.eq(self.credit_limits)]
-            with m.Switch(grant):
-                for c in range(N):
-                    with m.Case(c):
-                        m.d.sync += data_word.eq(staged[c])
+            m.d.sync += data_word.eq(arbiter.word)
         with m.Elif(index != 1):
             m.d.sync += [ctrl_word.eq(ctrl_word[W:]), data_word.eq(data_word[W:])]
 
@@ -243,15 +194,10 @@ class LinkSender(wiring.Component):
             m.d.comb += self.frame_replayed.eq(1)
         with m.Elif(~idle_due & any_eligible):
             start_frame(TxMode.DATA)
-            m.d.comb += [starting_data.eq(1), self.sent.valid.eq(1), window.starting.eq(1)]
+            m.d.comb += [starting_data.eq(1), self.sent.valid.eq(1), window.starting.eq(1), arbiter.take.eq(1)]
             m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
-                         last_grant.eq(grant)]
-            with m.Switch(grant):
-                for c in range(N):
-                    with m.Case(c):
-                        m.d.sync += staged_valid[c].eq(0)
-            m.d.sync += [frame_payload.eq(granted_flits),
-                         Assert(granted_flits == Array(payload_flits)[grant], "link layer: the frame length is another channel's")]
+                         frame_payload.eq(arbiter.flits),
+                         Assert(arbiter.flits == Array(payload_flits)[grant], "link layer: the frame length is another channel's")]
         with m.Else():
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(ControlCode.IDLE)]
         m.d.comb += self.sent.payload.eq(grant)
