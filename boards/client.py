@@ -42,11 +42,10 @@ class Client:
         for _ in range(self.retries + 1):
             transport.write(p.frame(command, payload))
             code, answer = self._receive(transport)
-            if code == p.NAK and answer[:1] == b"\x01":
+            if code == p.NAK and answer[:1] == bytes([p.NakReason.CRC_ERROR.value]):
                 continue
             if code == p.NAK:
-                why = p.NAK_REASONS.get(answer[0], f"reason {answer[0]}") if answer else "no reason"
-                raise BoardError(f"board {board} refused command 0x{command:02x}: {why}")
+                raise BoardError(f"board {board} refused command 0x{command:02x}: {p.nak_reason(answer)}")
             if code != command | p.REPLY:
                 raise BoardError(f"answer 0x{code:02x} to command 0x{command:02x}")
             return answer
@@ -65,7 +64,7 @@ class Client:
         between them is up, or BoardError."""
         held, following = [], 0
         for board in range(len(self.transports)):
-            info = self.request(p.INFO, board=board)
+            info = self.request(p.Command.INFO, board=board)
             first, count, memories = info[0], info[1], list(info[2:])
             if first != following:
                 raise BoardError(f"board {board} holds nodes {first}..{first + count - 1}, expected node "
@@ -103,7 +102,7 @@ class Client:
             flat = [word for row in self.nodes[n].memory_rows(k, params) for word in row]
             for start in range(0, len(flat), chunk):
                 board, local = self._board(n)
-                self.request(p.WRITE, self._where(local, k, ram, start) + p.words(flat[start:start + chunk]), board)
+                self.request(p.Command.WRITE, self._where(local, k, ram, start) + p.words(flat[start:start + chunk]), board)
             self.progress(f"loaded memory {done + 1}/{len(memories)} (node {n}, {ram.rows} x "
                           f"{ram.banks * ram.words} words)")
 
@@ -123,7 +122,7 @@ class Client:
             for start in range(0, size, chunk):
                 count = min(chunk, size - start)
                 board, local = self._board(n)
-                flat += p.unwords(self.request(p.READ, self._where(local, k, ram, start) + count.to_bytes(2, "little"),
+                flat += p.unwords(self.request(p.Command.READ, self._where(local, k, ram, start) + count.to_bytes(2, "little"),
                                                board))
             self.nodes[n].store_memory(k, np.reshape(flat, (ram.rows, -1)), params)
         return params
@@ -133,7 +132,7 @@ class Client:
         (which scores the samples), flags and frame errors of any board."""
         if self.held is None:
             self.check()
-        parts = [p.Status.unpack(self.request(p.STATUS, board=board), len(nodes))
+        parts = [p.Status.unpack(self.request(p.Command.STATUS, board=board), len(nodes))
                  for board, nodes in enumerate(self.held)]
         last = parts[-1]
         return replace(last, training=any(part.training for part in parts), error=any(part.error for part in parts),
@@ -154,15 +153,15 @@ class Client:
         updates = samples // batch
         # From the chain's reset state (the weights keep their values), whatever ran before.
         self.stop()
-        self._every_board(p.START, samples.to_bytes(4, "little") + updates.to_bytes(4, "little"))
+        self._every_board(p.Command.START, samples.to_bytes(4, "little") + updates.to_bytes(4, "little"))
         images = numerics.quantize(np.asarray(inputs), config.formats.act_frac)
         channels = images.shape[1]
         chunk = (p.MAX_PAYLOAD // 2) // channels * channels  # whole pixels per frame
         for s in range(samples):
-            self.request(p.LABEL, p.words([int(labels[s])]))
+            self.request(p.Command.LABEL, p.words([int(labels[s])]))
             pixels = [int(v) for v in images[s].transpose(1, 2, 0).reshape(-1)]
             for start in range(0, len(pixels), chunk):
-                self.request(p.IMAGE, p.words(pixels[start:start + chunk]))
+                self.request(p.Command.IMAGE, p.words(pixels[start:start + chunk]))
             if (s + 1) % (report_every or max(1, samples // 10)) == 0:
                 status = self.status()
                 self.progress(f"sample {s + 1}/{samples} sent; updates per node "
@@ -181,4 +180,4 @@ class Client:
                                  f"{now} unchanged over {self.stall_reads} status reads (a link down?)")
 
     def stop(self):
-        self._every_board(p.STOP)
+        self._every_board(p.Command.STOP)

@@ -4,18 +4,19 @@
 with an optional ``link`` per stream: link cores between boards, or an on-chip PHY) and
 the hardware that executes the host's frames:
 
-- the receiver checks each frame's CRC (``amaranth.lib.crc``, the algorithm of
-  :data:`boards.protocol.CRC`) while it stores the payload in a frame buffer (one block
-  RAM of :data:`~boards.protocol.MAX_PAYLOAD` bytes), and keeps the first 8 payload
-  bytes (the command's arguments) in registers; only a frame whose CRC matches is
-  executed, so a corrupted frame never reaches the nodes;
+- the receiver (:class:`FrameReceiver`) checks each frame's CRC (``amaranth.lib.crc``, the
+  algorithm of :data:`boards.protocol.CRC`) while it stores the payload in a frame buffer
+  (one block RAM of :data:`~boards.protocol.MAX_PAYLOAD` bytes), and keeps the first 8
+  payload bytes (the command's arguments) in registers; only a frame whose CRC matches is
+  executed, so a corrupted frame never reaches the nodes (a refused one is answered with
+  NAK and its :class:`~boards.protocol.NakReason`);
 - the executor reads the buffer one word per cycle or two: WRITE and READ go through
   each node's ``host`` port (hw/node/top.py) to its weight memories, LABEL and IMAGE
   become beats on node 0's ``up.label`` and ``up.act`` (back-pressure from node 0 only
   delays the answer), START sets ``total_samples``, STOP resets every node (a reset
   of the chain's logic; the weights are in block RAM and keep their values), STATUS
   and INFO answer with a snapshot of the counters;
-- the sender frames the answer and appends its CRC.
+- the sender (:class:`FrameSender`) frames the answer and appends its CRC.
 
 Counters (per node): samples (labels that entered the node), weight updates applied,
 the cycle of the latest update (counted from START), link retries (go-back-N replays) and
@@ -39,7 +40,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from hw.base.handshake import SkidBuffer
 from hw.link.chain import attach_endpoint, chain_link_config, link_chain
 from hw.link.endpoint import LinkEndpoint
-from hw.link.layer import PhySignature
+from hw.link.signatures import PhySignature
 from hw.link.onchip_phy import on_chip_phy
 from hw.node import Node
 from hw.node.loss import LABEL_BITS
@@ -103,6 +104,103 @@ class FrameSender(wiring.Component):
                 m.d.comb += [out.payload.eq(crc.crc[:8]), out.valid.eq(1)]
                 with m.If(sent):
                     m.next = "idle"
+        return m
+
+
+class FrameReceiver(wiring.Component):
+    """Takes the host's frames from ``bytes``: the command, the length and the first
+    ``READ_HEADER`` payload bytes (``args``, every command's arguments) into registers, the
+    payload into a frame buffer (one block RAM of ``MAX_PAYLOAD`` bytes as 16-bit words, read
+    through ``words``), the CRC checked on the way. After a frame's last byte, once the answer
+    to the frame before has left (``answering`` low): a one-cycle ``execute``, or ``refuse``
+    with its ``reason``; the next frame is taken after ``done`` (the executor has handed the
+    whole answer on)."""
+
+    def __init__(self):
+        super().__init__({
+            "bytes": In(stream.Signature(8, always_ready=True)),
+            "answering": In(1),
+            "done": In(1),
+            "command": Out(8),
+            "length": Out(16),
+            "args": Out(8 * p.READ_HEADER),
+            "execute": Out(1),
+            "refuse": Out(1),
+            "reason": Out(p.NakReason, init=p.NakReason.CRC_ERROR),
+            "words": Out(memory.ReadPort.Signature(addr_width=(p.MAX_PAYLOAD // 2 - 1).bit_length(), shape=16)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.crc = crc = p.CRC.create()
+        m.submodules.buffer = buffer = memory.Memory(shape=16, depth=p.MAX_PAYLOAD // 2, init=[])
+        store = buffer.write_port(granularity=8)
+        wiring.connect(m, wiring.flipped(self.words), buffer.read_port())
+        command, length, args = self.command, self.length, self.args
+        # The byte count apart from the executor's word index: one register for both took every
+        # state of both machines into its input (an ECP5-85 node's path at 125 MHz).
+        received = Signal(16)
+        got, byte = self.bytes.valid, self.bytes.payload
+        refuse, reason = self.refuse, self.reason
+        m.d.comb += [crc.data.eq(byte), store.data.eq(byte.replicate(2)),
+                     store.addr.eq(received[1:]), store.en.eq(0)]
+        m.d.sync += [self.execute.eq(0), refuse.eq(0)]  # one-cycle pulses, set below
+        with m.FSM(name="receive"):
+            with m.State("sync"):
+                m.d.comb += crc.start.eq(1)
+                with m.If(got & (byte == p.SYNC)):
+                    m.next = "command"
+            with m.State("command"):
+                m.d.comb += crc.valid.eq(got)
+                with m.If(got):
+                    m.d.sync += command.eq(byte)
+                    m.next = "length0"
+            with m.State("length0"):
+                m.d.comb += crc.valid.eq(got)
+                with m.If(got):
+                    m.d.sync += length[:8].eq(byte)
+                    m.next = "length1"
+            with m.State("length1"):
+                m.d.comb += crc.valid.eq(got)
+                with m.If(got):
+                    m.d.sync += [length[8:].eq(byte), received.eq(0), args.eq(0)]
+                    m.next = "payload"
+                    with m.If(Cat(length[:8], byte) == 0):
+                        m.next = "crc1"
+            with m.State("payload"):
+                m.d.comb += crc.valid.eq(got)
+                with m.If(got):
+                    with m.If(received < p.MAX_PAYLOAD):
+                        m.d.comb += store.en.eq(Mux(received[0], 0b10, 0b01))
+                    for k in range(p.READ_HEADER):
+                        with m.If(received == k):
+                            m.d.sync += args.word_select(k, 8).eq(byte)
+                    m.d.sync += received.eq(received + 1)
+                    with m.If(received == length - 1):
+                        m.next = "crc1"
+            with m.State("crc1"):
+                m.d.comb += crc.valid.eq(got)
+                with m.If(got):
+                    m.next = "crc0"
+            with m.State("crc0"):
+                m.d.comb += crc.valid.eq(got)
+                with m.If(got):
+                    m.next = "check"
+            with m.State("check"):  # the CRC register has taken the last byte
+                # The verdict reaches the executor through registers, a cycle later: the CRC
+                # comparison ran on through the executor's decode into its state (an ECP5-85
+                # node's host paths at 125 MHz).
+                with m.If(~self.answering):
+                    with m.If(~crc.match_detected):
+                        m.d.sync += [refuse.eq(1), reason.eq(p.NakReason.CRC_ERROR)]
+                    with m.Elif(length > p.MAX_PAYLOAD):
+                        m.d.sync += [refuse.eq(1), reason.eq(p.NakReason.FRAME_TOO_LONG)]
+                    with m.Else():
+                        m.d.sync += self.execute.eq(1)
+                    m.next = "busy"
+            with m.State("busy"):
+                with m.If(self.done):
+                    m.next = "sync"
         return m
 
 
@@ -176,81 +274,16 @@ class Trainer(wiring.Component):
         m.submodules.uart_rx = rx = UartRx(self.divisor)
         m.submodules.uart_tx = tx = UartTx(self.divisor)
         m.submodules.sender = sender = FrameSender()
-        m.submodules.rx_crc = rx_crc = p.CRC.create()
         m.d.comb += [rx.pin.eq(self.rx), self.tx.eq(tx.pin)]
         wiring.connect(m, sender.bytes, tx.bytes)
 
-        # --- receiver ----------------------------------------------------------------------
-        m.submodules.buffer = buffer = memory.Memory(shape=16, depth=p.MAX_PAYLOAD // 2, init=[])
-        store, load = buffer.write_port(granularity=8), buffer.read_port()
-        command, length = Signal(8), Signal(16)
-        # The receiver's byte count and the executor's word index, apart: one register for both
-        # took every state of both machines into its input (an ECP5-85 node's path at 125 MHz).
-        received, index = Signal(16), Signal(16)
-        args = Signal(8 * p.READ_HEADER)  # the first payload bytes: every command's arguments
-        got, byte = rx.bytes.valid, rx.bytes.payload
-        execute, refuse, reason = Signal(), Signal(), Signal(8)
+        m.submodules.receiver = receiver = FrameReceiver()
+        wiring.connect(m, rx.bytes, receiver.bytes)
+        command, length, execute, refuse = receiver.command, receiver.length, receiver.execute, receiver.refuse
+        index = Signal(16)  # the executor's word in the frame buffer
         done = Signal()  # the executor has handed the whole answer to the sender
         frame_errors = Signal(32)
-        m.d.comb += [rx_crc.data.eq(byte), store.data.eq(byte.replicate(2)),
-                     store.addr.eq(received[1:]), store.en.eq(0)]
-        m.d.sync += [execute.eq(0), refuse.eq(0)]  # one-cycle pulses, set below
-        with m.FSM(name="receive"):
-            with m.State("sync"):
-                m.d.comb += rx_crc.start.eq(1)
-                with m.If(got & (byte == p.SYNC)):
-                    m.next = "command"
-            with m.State("command"):
-                m.d.comb += rx_crc.valid.eq(got)
-                with m.If(got):
-                    m.d.sync += command.eq(byte)
-                    m.next = "length0"
-            with m.State("length0"):
-                m.d.comb += rx_crc.valid.eq(got)
-                with m.If(got):
-                    m.d.sync += length[:8].eq(byte)
-                    m.next = "length1"
-            with m.State("length1"):
-                m.d.comb += rx_crc.valid.eq(got)
-                with m.If(got):
-                    m.d.sync += [length[8:].eq(byte), received.eq(0), args.eq(0)]
-                    m.next = "payload"
-                    with m.If(Cat(length[:8], byte) == 0):
-                        m.next = "crc1"
-            with m.State("payload"):
-                m.d.comb += rx_crc.valid.eq(got)
-                with m.If(got):
-                    with m.If(received < p.MAX_PAYLOAD):
-                        m.d.comb += store.en.eq(Mux(received[0], 0b10, 0b01))
-                    for k in range(p.READ_HEADER):
-                        with m.If(received == k):
-                            m.d.sync += args.word_select(k, 8).eq(byte)
-                    m.d.sync += received.eq(received + 1)
-                    with m.If(received == length - 1):
-                        m.next = "crc1"
-            with m.State("crc1"):
-                m.d.comb += rx_crc.valid.eq(got)
-                with m.If(got):
-                    m.next = "crc0"
-            with m.State("crc0"):
-                m.d.comb += rx_crc.valid.eq(got)
-                with m.If(got):
-                    m.next = "check"
-            with m.State("check"):  # the CRC register has taken the last byte
-                # The verdict reaches the executor through registers, a cycle later: the CRC
-                # comparison ran on through the executor's decode into its state (an ECP5-85
-                # node's host paths at 125 MHz).
-                with m.If(~sender.busy):
-                    with m.If(~rx_crc.match_detected):
-                        m.d.sync += [refuse.eq(1), reason.eq(1)]
-                    with m.Elif(length > p.MAX_PAYLOAD):
-                        m.d.sync += [refuse.eq(1), reason.eq(2)]
-                    with m.Else():
-                        m.d.sync += execute.eq(1)
-                    m.next = "busy"
-            with m.State("busy"):
-                with m.If(done):
-                    m.next = "sync"
+        m.d.comb += [receiver.answering.eq(sender.busy), receiver.done.eq(done)]
 
         # --- state the host sets and the counters ------------------------------------------
         # Timing: the counters and flags here only report, so what they read from the nodes
@@ -308,19 +341,22 @@ class Trainer(wiring.Component):
         snapshot = Signal(max(len(status), len(info)))
 
         # --- executor ----------------------------------------------------------------------
-        node_index, mem, addr, lane, count = (args[0:8], args[8:16], args[16:32], args[32:48],
-                                              args[48:64])
+        args = receiver.args
+        node_index, mem = args[0:8], args[8:16]
+        # The address, lane and count a WRITE or READ moves on: the executor's, loaded from the
+        # arguments when the frame executes (the receiver's registers are its own).
+        addr, lane, count = Signal(16), Signal(16), Signal(16)
         # The argument checks, registered: length and arguments are final two UART bytes
         # before ``execute`` (the CRC's), and as comparisons in front of the executor's decode
         # they ran into its state (node 0's latest inputs at 125 MHz).
         write_bad, read_bad, start_bad = (Signal(name=name) for name in ("write_bad", "read_bad", "start_bad"))
         m.d.sync += [write_bad.eq((length < p.WRITE_HEADER) | length[0] | (node_index >= len(nodes))),
                      read_bad.eq((length != p.READ_HEADER) | (node_index >= len(nodes))
-                                 | (count > p.MAX_PAYLOAD // 2)),
+                                 | (args[48:64] > p.MAX_PAYLOAD // 2)),
                      start_bad.eq(length != 8)]
         word = Signal(16)
         first = Signal(16)  # words of arguments before the data
-        m.d.comb += load.addr.eq(index)
+        m.d.comb += receiver.words.addr.eq(index)
         label_in, act_in = nodes[0].up.label, nodes[0].up.act
         if feeds:
             # Into node 0 through skid buffers (in the chain, reset with it): the executor's
@@ -370,33 +406,33 @@ class Trainer(wiring.Component):
             with m.State("wait"):
                 with m.If(refuse):
                     answer(p.NAK, 1)
-                    m.d.sync += snapshot.eq(reason)
+                    m.d.sync += snapshot.eq(receiver.reason)
                     m.next = "send_snapshot"
                 with m.Elif(execute):
-                    m.d.sync += index.eq(0)
+                    m.d.sync += [index.eq(0), addr.eq(args[16:32]), lane.eq(args[32:48]), count.eq(args[48:64])]
                     with m.Switch(command):
-                        with m.Case(p.INFO):
-                            answer(p.INFO | p.REPLY, len(info) // 8)
+                        with m.Case(p.Command.INFO):
+                            answer(p.Command.INFO | p.REPLY, len(info) // 8)
                             m.d.sync += snapshot.eq(info)
                             m.next = "send_snapshot"
-                        with m.Case(p.STATUS):
-                            answer(p.STATUS | p.REPLY, len(status) // 8)
+                        with m.Case(p.Command.STATUS):
+                            answer(p.Command.STATUS | p.REPLY, len(status) // 8)
                             m.d.sync += snapshot.eq(status)
                             m.next = "send_snapshot"
-                        with m.Case(p.WRITE):
+                        with m.Case(p.Command.WRITE):
                             with m.If(write_bad):
                                 m.next = "bad_argument"
                             with m.Else():
                                 m.d.sync += [index.eq(p.WRITE_HEADER // 2), first.eq(p.WRITE_HEADER // 2),
                                              fetched_all.eq(length[1:] == p.WRITE_HEADER // 2)]
                                 m.next = "write_fetch"
-                        with m.Case(p.READ):
+                        with m.Case(p.Command.READ):
                             with m.If(read_bad):
                                 m.next = "bad_argument"
                             with m.Else():
-                                answer(p.READ | p.REPLY, count << 1)
+                                answer(p.Command.READ | p.REPLY, args[48:64] << 1)
                                 m.next = "read_issue"
-                        with m.Case(p.LABEL, p.IMAGE):
+                        with m.Case(p.Command.LABEL, p.Command.IMAGE):
                             if not feeds:  # node 0 is on another board
                                 m.next = "bad_argument"
                             else:
@@ -405,7 +441,7 @@ class Trainer(wiring.Component):
                                 with m.Else():
                                     m.d.sync += [first.eq(0), channel.eq(0), fetched_all.eq(length[1:] == 0)]
                                     m.next = "feed_fetch"
-                        with m.Case(p.START):
+                        with m.Case(p.Command.START):
                             with m.If(start_bad):
                                 m.next = "bad_argument"
                             with m.Else():
@@ -413,16 +449,16 @@ class Trainer(wiring.Component):
                                              training.eq(1), error.eq(0)]
                                 m.d.comb += starting.eq(1)
                                 m.next = "acknowledge"
-                        with m.Case(p.STOP):
+                        with m.Case(p.Command.STOP):
                             m.d.sync += [training.eq(0), stop.eq(1)]
                             m.next = "acknowledge"
                         with m.Default():
                             answer(p.NAK, 1)
-                            m.d.sync += snapshot.eq(3)
+                            m.d.sync += snapshot.eq(p.NakReason.UNKNOWN_COMMAND)
                             m.next = "send_snapshot"
             with m.State("bad_argument"):
                 answer(p.NAK, 1)
-                m.d.sync += snapshot.eq(4)
+                m.d.sync += snapshot.eq(p.NakReason.BAD_ARGUMENT)
                 m.next = "send_snapshot"
             with m.State("acknowledge"):
                 m.d.sync += stop.eq(0)
@@ -445,7 +481,7 @@ class Trainer(wiring.Component):
                 with m.Else():
                     m.next = "write_word"
             with m.State("write_word"):
-                m.d.comb += [word.eq(load.data), host_write.eq(1)]
+                m.d.comb += [word.eq(receiver.words.data), host_write.eq(1)]
                 m.d.sync += next_word
                 advance()
                 m.next = "write_fetch"
@@ -479,13 +515,13 @@ class Trainer(wiring.Component):
                     with m.Else():
                         m.next = "feed_word"
                 with m.State("feed_word"):
-                    with m.If(command == p.LABEL):
-                        m.d.comb += [label_in.payload.eq(load.data[:LABEL_BITS]), label_in.valid.eq(1)]
+                    with m.If(command == p.Command.LABEL):
+                        m.d.comb += [label_in.payload.eq(receiver.words.data[:LABEL_BITS]), label_in.valid.eq(1)]
                         with m.If(label_in.ready):
                             advance()
                             m.next = "feed_fetch"
                     with m.Else():
-                        m.d.sync += pixel.eq(Cat(pixel[WORD_BITS:], load.data))
+                        m.d.sync += pixel.eq(Cat(pixel[WORD_BITS:], receiver.words.data))
                         advance()
                         with m.If(channel == channels - 1):
                             m.d.sync += channel.eq(0)

@@ -11,7 +11,7 @@ the hardware runs the same algorithm (``amaranth.lib.crc``) over the whole frame
 checks that the residue is zero, which is why the CRC goes most significant byte first.
 
 The board answers every frame: with ``command | REPLY`` and the command's reply
-payload, or with ``NAK`` and one byte saying why (:data:`NAK_REASONS`). The host sends
+payload, or with ``NAK`` and one byte saying why (:class:`NakReason`). The host sends
 the next frame only after the answer, so the board never has two frames to buffer.
 Words are 16-bit two's complement, little endian; counters unsigned little endian.
 """
@@ -19,6 +19,7 @@ Words are 16-bit two's complement, little endian; counters unsigned little endia
 import struct
 from dataclasses import dataclass
 
+from amaranth.lib import enum
 from amaranth.lib.crc import catalog
 
 SYNC = 0xA5
@@ -29,20 +30,41 @@ MAX_PAYLOAD = 512         # bytes a frame may carry: the board's frame buffer
 
 CRC = catalog.CRC16_IBM_3740(data_width=8)
 
-# Commands (host to board) and their payloads.
-INFO = 0x00       # -> first node's index in the chain, nodes held (1 byte each), then each
-                  #    node's number of weight memories (1 byte each)
-# WRITE and READ go on past a row's last lane to lane 0 of the next address.
-WRITE = 0x01      # node, memory (1 byte each), address, first lane (2 bytes each), words -> nothing
-READ = 0x02       # node, memory, address, first lane, count (2 bytes) -> count words
-LABEL = 0x03      # label words, one per sample, into node 0 (refused by a board without it)
-IMAGE = 0x04      # pixel words (channels of a pixel, pixels in raster order) into node 0
-START = 0x05      # samples of the run, mini-batch updates it makes (4 bytes each) -> nothing
-STOP = 0x06       # resets every node (weights keep their values) -> nothing
-STATUS = 0x07     # -> Status
+
+class Command(enum.IntEnum, shape=8):
+    """The commands (host to board) and their payloads; an answer's code is the command's
+    ``| REPLY`` (so ints). WRITE and READ go on past a row's last lane to lane 0 of the next
+    address."""
+    INFO = 0x00    # -> first node's index in the chain, nodes held (1 byte each), then each
+                   #    node's number of weight memories (1 byte each)
+    WRITE = 0x01   # node, memory (1 byte each), address, first lane (2 bytes each), words -> nothing
+    READ = 0x02    # node, memory, address, first lane, count (2 bytes) -> count words
+    LABEL = 0x03   # label words, one per sample, into node 0 (refused by a board without it)
+    IMAGE = 0x04   # pixel words (channels of a pixel, pixels in raster order) into node 0
+    START = 0x05   # samples of the run, mini-batch updates it makes (4 bytes each) -> nothing
+    STOP = 0x06    # resets every node (weights keep their values) -> nothing
+    STATUS = 0x07  # -> Status
+
 
 WRITE_HEADER, READ_HEADER = 6, 8
-NAK_REASONS = {1: "CRC error", 2: "frame too long", 3: "unknown command", 4: "bad argument"}
+
+
+class NakReason(enum.Enum, shape=8):
+    """Why the board refused a frame: the one byte of a NAK's payload."""
+    CRC_ERROR = 1       # the host sends the frame again
+    FRAME_TOO_LONG = 2  # more than MAX_PAYLOAD bytes
+    UNKNOWN_COMMAND = 3
+    BAD_ARGUMENT = 4
+
+
+def nak_reason(payload):
+    """A NAK's payload in words: its reason, "reason N" for a byte that is none, "no reason"."""
+    if not payload:
+        return "no reason"
+    try:
+        return NakReason(payload[0]).name.lower().replace("_", " ")
+    except ValueError:
+        return f"reason {payload[0]}"
 
 
 def crc16(data):

@@ -30,7 +30,7 @@ from amaranth.lib.cdc import AsyncFFSynchronizer, ResetSynchronizer
 from amaranth.lib.wiring import In, connect
 
 from hw.link.ddr_phy import ECP5DDRPhy, data_pins
-from hw.link.layer import PhySignature
+from hw.link.signatures import PhySignature
 from mapping.errors import SpecError
 
 from .host_interface import Trainer

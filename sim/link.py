@@ -17,7 +17,8 @@ from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 from hw.link.endpoint import LinkEndpoint
-from hw.link.layer import COUNTER_NAMES, LinkLayer, channel_ports
+from hw.link.layer import COUNTER_NAMES, LinkLayer
+from hw.link.signatures import channel_ports
 from hw.link.protocol import sized_config
 from hw.link.sim_phy import LaneErrors, SimulatedLane
 from mapping.errors import SpecError, run_cli

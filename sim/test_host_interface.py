@@ -13,12 +13,13 @@ from amaranth.hdl import UnusedElaboratable
 from boards import protocol as p
 from boards.client import BoardError, Client
 from boards.host import main as host_main
-from boards.host_interface import Trainer
+from boards.host_interface import FrameReceiver, Trainer
 from boards.simulated import SimulatedBoard
 from mapping import golden, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from sim.chain import CHAIN, assert_bit_exact
+from sim.testbench import simulate
 from sim.verilated_board import VerilatedBoards
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
@@ -34,13 +35,68 @@ def _trainer(network=zoo.tiny, cluster=CHAIN):
     return mapping, Trainer(mapping, divisor=DIVISOR)
 
 
+def test_frame_receiver_executes_a_frame_whose_crc_matches_and_refuses_the_others():
+    """A frame's command, length, first 8 payload bytes and payload words (the frame buffer) for
+    the executor, after the answer before it has left; a bit flipped or a frame too long for the
+    buffer refused with its reason; the next frame taken after ``done``."""
+    dut = FrameReceiver()
+    payload = bytes(range(1, 13))
+    flipped = bytearray(p.frame(p.Command.WRITE, payload))
+    flipped[6] ^= 0x04
+    too_long = p.frame(p.Command.IMAGE, bytes(p.MAX_PAYLOAD + 2))
+
+    async def send(ctx, data):
+        for byte in data:
+            ctx.set(dut.bytes.payload, byte)
+            ctx.set(dut.bytes.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.bytes.valid, 0)
+            await ctx.tick()  # a byte every other cycle, as from a UART
+
+    async def verdict(ctx):
+        """(execute, refuse, reason) of the one cycle that has either, then ``done``."""
+        while not (ctx.get(dut.execute) or ctx.get(dut.refuse)):
+            await ctx.tick()
+        found = (ctx.get(dut.execute), ctx.get(dut.refuse), ctx.get(dut.reason))
+        await ctx.tick()
+        assert not (ctx.get(dut.execute) or ctx.get(dut.refuse))  # a pulse
+        ctx.set(dut.done, 1)
+        await ctx.tick()
+        ctx.set(dut.done, 0)
+        return found
+
+    async def bench(ctx):
+        ctx.set(dut.answering, 1)  # the answer to an earlier frame is still leaving
+        await send(ctx, p.frame(p.Command.WRITE, payload))
+        await ctx.tick().repeat(5)
+        assert not ctx.get(dut.execute)
+        ctx.set(dut.answering, 0)
+        assert (await verdict(ctx))[:2] == (1, 0)
+        assert (ctx.get(dut.command), ctx.get(dut.length)) == (p.Command.WRITE, len(payload))
+        assert ctx.get(dut.args) == int.from_bytes(payload[:p.READ_HEADER], "little")
+        words = []
+        for addr in range(len(payload) // 2):
+            ctx.set(dut.words.addr, addr)
+            await ctx.tick()
+            words.append(ctx.get(dut.words.data))
+        assert words == [int.from_bytes(payload[i:i + 2], "little") for i in range(0, len(payload), 2)]
+        await send(ctx, flipped)
+        assert await verdict(ctx) == (0, 1, p.NakReason.CRC_ERROR)
+        await send(ctx, too_long)
+        assert await verdict(ctx) == (0, 1, p.NakReason.FRAME_TOO_LONG)
+        await send(ctx, p.frame(p.Command.STATUS))
+        assert (await verdict(ctx))[:2] == (1, 0) and ctx.get(dut.command) == p.Command.STATUS
+
+    simulate(dut, bench, deadline=10_000)
+
+
 def test_frames_refused_weights_written_and_read_back():
     """A corrupted frame is refused and counted, and never reaches the nodes; WRITE and READ
     reach any memory of any node and run on across its rows. (On the smallest chain, micro on
     two nodes: the frames do not depend on the network, the simulation time does.)"""
     mapping, trainer = _trainer(zoo.micro, "lfe5um5g-45f:2")
     board = SimulatedBoard(trainer)
-    frame = bytearray(p.frame(p.LABEL, p.words([1])))
+    frame = bytearray(p.frame(p.Command.LABEL, p.words([1])))
     frame[4] ^= 0x10  # a bit flipped on the wire
     board.write(frame)
     assert p.parse_frames(board.read(7)) == ([(p.NAK, bytes([1]))], b"")
@@ -49,18 +105,18 @@ def test_frames_refused_weights_written_and_read_back():
     # node 1's fc bias RAM (memory 3): 4 rows of one word; its fc LPRAM (memory 2, rows of 2
     # lanes) from row 1, lane 1, on across five rows
     words = [-3, 7, 1000, -32768, 32767, 0, 5, 6, 9, 12]
-    client.request(p.WRITE, bytes([1, 3, 0, 0, 0, 0]) + p.words(words[:4]))
-    client.request(p.WRITE, bytes([1, 2, 1, 0, 1, 0]) + p.words(words))
-    assert p.unwords(client.request(p.READ, bytes([1, 3, 0, 0, 0, 0, 4, 0]))) == words[:4]
-    assert p.unwords(client.request(p.READ, bytes([1, 2, 1, 0, 0, 0, 12, 0]))) == [0] + words + [0]
+    client.request(p.Command.WRITE, bytes([1, 3, 0, 0, 0, 0]) + p.words(words[:4]))
+    client.request(p.Command.WRITE, bytes([1, 2, 1, 0, 1, 0]) + p.words(words))
+    assert p.unwords(client.request(p.Command.READ, bytes([1, 3, 0, 0, 0, 0, 4, 0]))) == words[:4]
+    assert p.unwords(client.request(p.Command.READ, bytes([1, 2, 1, 0, 0, 0, 12, 0]))) == [0] + words + [0]
     status = client.status()
     assert (status.frame_errors, status.error, status.training) == (1, True, False)
     assert [node["samples"] for node in status.nodes] == [0, 0]
     # Bad arguments are refused: a node past the chain, a READ of more words than a frame
     # holds, a START without both counts.
-    for command, args in ((p.WRITE, bytes([2, 0, 0, 0, 0, 0]) + p.words([1])),
-                          (p.READ, bytes([1, 3, 0, 0, 0, 0]) + p.words([p.MAX_PAYLOAD // 2 + 1])),
-                          (p.START, p.words([1, 0]))):
+    for command, args in ((p.Command.WRITE, bytes([2, 0, 0, 0, 0, 0]) + p.words([1])),
+                          (p.Command.READ, bytes([1, 3, 0, 0, 0, 0]) + p.words([p.MAX_PAYLOAD // 2 + 1])),
+                          (p.Command.START, p.words([1, 0]))):
         with pytest.raises(BoardError, match=f"^board 0 refused command 0x{command:02x}: bad argument$"):
             client.request(command, args)
 
@@ -136,7 +192,7 @@ def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
         client.check()
         assert client.held == [range(0, 1), range(1, 2)]
         with pytest.raises(BoardError, match="board 1 refused command 0x03: bad argument"):
-            client.request(p.LABEL, p.words([1]), board=1)
+            client.request(p.Command.LABEL, p.words([1]), board=1)
         client.load(params)
         status = client.train(inputs, labels, report_every=SAMPLES)
         final = client.read_back(params)

@@ -39,14 +39,20 @@ def test_crc_is_the_catalogue_algorithm():
 
 
 def test_frame_layout_and_parse():
-    frame = p.frame(p.LABEL, p.words([3, -2]))
+    frame = p.frame(p.Command.LABEL, p.words([3, -2]))
     assert frame[:4] == bytes([0xA5, 0x03, 4, 0]) and frame[4:8] == bytes([3, 0, 0xFE, 0xFF])
     assert frame[8:] == p.crc16(frame[1:8]).to_bytes(2, "big")
     frames, rest = p.parse_frames(frame + frame[:5])
-    assert frames == [(p.LABEL, p.words([3, -2]))] and rest == frame[:5]
+    assert frames == [(p.Command.LABEL, p.words([3, -2]))] and rest == frame[:5]
     corrupted = frame[:5] + bytes([frame[5] ^ 1]) + frame[6:]
     with pytest.raises(p.ProtocolError, match="bad CRC"):
         p.parse_frames(corrupted)
+
+
+def test_nak_reasons_in_words():
+    assert [p.nak_reason(bytes([reason.value])) for reason in p.NakReason] == [
+        "crc error", "frame too long", "unknown command", "bad argument"]
+    assert (p.nak_reason(b"\x09"), p.nak_reason(b"")) == ("reason 9", "no reason")
 
 
 def test_status_unpacks_every_field():
@@ -316,7 +322,7 @@ class _ScriptedBoard:
 
     def write(self, data):
         (command, _), = p.parse_frames(data)[0]
-        if command == p.INFO:
+        if command == p.Command.INFO:
             payload = bytes([self.first, self.count] + [1] * self.count)
         else:
             payload = bytes([0, 0, self.links_up]) + bytes(16) + bytes(20 * self.count)

@@ -50,3 +50,9 @@ class ModuloCounter:
         with m.If(step):
             m.d.sync += [self.value.eq(Mux(self.last, 0, self.value + 1)), self.first.eq(self.last),
                          self.last.eq(~self.last & (self.value == count - 2))]
+
+
+def saturating_increment(m, counter, limit):
+    """``counter`` counts up to ``limit`` and stays there (one more each cycle this is reached)."""
+    with m.If(counter != limit):
+        m.d.sync += counter.eq(counter + 1)

@@ -22,8 +22,9 @@ from ..memory.update_gate import COUNT_BITS
 from ..node.ports import link_streams
 from ..node.top import Node, check_chain
 from .endpoint import LinkEndpoint
-from .layer import LinkLayer, PhySignature
+from .layer import LinkLayer
 from .protocol import LinkConfig, sized_config
+from .signatures import PhySignature
 
 
 def channel_name(path):

@@ -17,7 +17,7 @@ from amaranth.hdl import Cat, ClockSignal, Instance, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .layer import PhySignature
+from .signatures import PhySignature
 
 
 def data_pins(lane_width):

@@ -12,8 +12,9 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .layer import LinkLayer, LinkSignature, flit_layout
+from .layer import LinkLayer, LinkSignature
 from .protocol import K_IDLE, LinkConfig
+from .signatures import flit_layout
 
 
 class ElasticBuffer(wiring.Component):

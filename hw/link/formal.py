@@ -25,8 +25,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
 from ..synth import compile_yosys
-from .layer import LinkLayer, channel_ports
+from .layer import LinkLayer
 from .protocol import K_SOF, LinkConfig
+from .signatures import channel_ports
 
 # Small enough for a solver, with every mechanism exercised: two channels of one and two
 # flits, a two-frame replay buffer, two credits each, timers of a few frames.

@@ -11,7 +11,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, connect
 
-from .layer import PhySignature, flit_layout
+from .signatures import PhySignature, flit_layout
 
 
 class OnChipPhy(wiring.Component):

@@ -13,6 +13,7 @@ describes the protocol for a board designer; this module is its executable form.
 
 from dataclasses import dataclass
 
+from amaranth.lib import enum
 from amaranth.lib.crc import catalog
 
 from mapping import link_model
@@ -22,16 +23,28 @@ from mapping.link_model import FRAME_OVERHEAD_FLITS
 # lane width (each detects every burst of up to its own width, i.e. any corruption of one flit).
 CRC_FOR_LANE = {8: catalog.CRC8_AUTOSAR, 16: catalog.CRC16_IBM_3740, 32: catalog.CRC32_ISO_HDLC}
 
-# Control flits: the K character in byte 0 (the rest of the flit zero). K28.5 and K28.1 are
-# commas, so the 8b/10b word aligner can lock on idles and on training.
-K_IDLE = 0xBC  # K28.5
-K_SOF = 0xFB   # K27.7 (PCIe's start of packet)
-K_TS1 = 0x3C   # K28.1: training, "I am looking for you"
-K_TS2 = 0x5C   # K28.2: training, "I hear you"
 
-KIND_DATA = 1
-KIND_CTRL = 2
+class ControlCode(enum.IntEnum, shape=8):
+    """A control flit: the K character in byte 0 (the rest of the flit zero). K28.5 and K28.1
+    are commas, so the 8b/10b word aligner can lock on idles and on training."""
+    IDLE = 0xBC  # K28.5
+    SOF = 0xFB   # K27.7 (PCIe's start of packet)
+    TS1 = 0x3C   # K28.1: training, "I am looking for you"
+    TS2 = 0x5C   # K28.2: training, "I hear you"
+
+
+# Their values as plain ints, for the reference model's flits and the tools and tests that
+# compare with flits read from a simulation.
+K_IDLE, K_SOF, K_TS1, K_TS2 = (code.value for code in (ControlCode.IDLE, ControlCode.SOF, ControlCode.TS1,
+                                                       ControlCode.TS2))
+
 KIND_BITS = 2
+
+
+class FrameKind(enum.IntEnum, shape=KIND_BITS):
+    """A frame header's low bits (0 and 3 are no frame: a damaged header)."""
+    DATA = 1
+    CTRL = 2
 
 
 @dataclass(frozen=True)
@@ -165,11 +178,11 @@ def frame_efficiency(config, channel):
 # Reference encoder and decoder -------------------------------------------------------------------
 
 def data_header(config, channel, seq):
-    return KIND_DATA | channel << KIND_BITS | seq << (KIND_BITS + config.channel_bits)
+    return FrameKind.DATA | channel << KIND_BITS | seq << (KIND_BITS + config.channel_bits)
 
 
 def ctrl_header(config, ack_seq, nak):
-    return KIND_CTRL | int(nak) << KIND_BITS | ack_seq << (KIND_BITS + 1)
+    return FrameKind.CTRL | int(nak) << KIND_BITS | ack_seq << (KIND_BITS + 1)
 
 
 def _split(value, flits, width):
@@ -218,9 +231,9 @@ def decode_frame(config, body):
     if len(body) < 3 or config.crc.compute(body[:-1]) != body[-1]:
         return None
     header, payload = body[0], body[1:-1]
-    kind = header & 3
+    kind = header & ((1 << KIND_BITS) - 1)
     rest = header >> KIND_BITS
-    if kind == KIND_DATA:
+    if kind == FrameKind.DATA:
         channel = rest & ((1 << config.channel_bits) - 1)
         if channel >= len(config.channels) or len(payload) != config.payload_flits(channel):
             return None
@@ -228,7 +241,7 @@ def decode_frame(config, body):
         if word >> config.channels[channel][1]:
             return None
         return DataFrame(channel, rest >> config.channel_bits, word)
-    if kind == KIND_CTRL and len(payload) == config.ctrl_payload_flits:
+    if kind == FrameKind.CTRL and len(payload) == config.ctrl_payload_flits:
         packed = _join(payload, config.lane_width)
         mask = (1 << config.credit_bits) - 1
         limits = tuple((packed >> (config.credit_bits * c)) & mask for c in range(len(config.channels)))

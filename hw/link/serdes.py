@@ -16,7 +16,7 @@ from amaranth.lib import wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
-from .layer import PhySignature, flit_layout
+from .signatures import PhySignature, flit_layout
 from .protocol import K_IDLE, K_TS1
 
 

@@ -1,7 +1,7 @@
 """The simulation PHY: a lane with a latency, random bit errors (single or in bursts) and
 losses of lock, all from a seeded generator so that a run reproduces exactly.
 
-It drives :class:`hw.link.layer.PhySignature` ports from an Amaranth simulator process, one flit
+It drives :class:`hw.link.signatures.PhySignature` ports from an Amaranth simulator process, one flit
 per cycle of the sending endpoint's link clock; the receiving side sees it on that (forwarded)
 clock, as a board's receiver sees a recovered clock.
 """
