@@ -97,6 +97,9 @@ class ChannelRanges:
         return self.in_channels * self.out_channels * self.kernel * self.kernel
 
 
+ACT_STORAGES = ("chip", "dram")  # LayerSlice.act_storage
+
+
 @dataclass(frozen=True)
 class LayerSlice(ChannelRanges):
     layer: str
@@ -132,7 +135,11 @@ class LayerSlice(ChannelRanges):
     # The update that does not stop the engines (docs/weight_versions.md): two copies of the
     # weights for the engines and one for the walk, two gradient sums; EB one sample behind.
     overlapped_update: bool = False
-
+    # Where the samples in flight wait: "chip" keeps the Act-RAM and the SFU's mask FIFO in
+    # block RAM; "dram" keeps them in the node's DRAM behind small on-chip staging FIFOs
+    # (hw/memory/dram_fifo.py), for the first layers of VGG and AlexNet, whose activations
+    # for the samples in flight outgrow a device's block RAM (docs/nodeconfig.md).
+    act_storage: str = "chip"
 
     @property
     def owns_biases(self):
@@ -412,6 +419,8 @@ def check_mapping(mapping):
                             f"{node.training.lr} positive")
         for j, s in enumerate(node.slices):
             check_slice(s, f"{where}.slices[{j}]")
+            if s.act_storage == "dram" and device.dram_gb == 0:
+                raise SpecError(f"{where}.slices[{j}].act_storage: \"dram\", but {device.name} has no DRAM")
             first_path, first = update_mode = update_mode or (f"{where}.slices[{j}]", s)
             if s.overlapped_update != first.overlapped_update:  # one weight-version rule per chain
                 raise SpecError(f"{where}.slices[{j}].overlapped_update: {_show(s.overlapped_update)}, but "
@@ -507,6 +516,8 @@ def check_slice(s, where, cut=False):
     if s.act_ram_words % s.in_channels or s.act_ram_words < s.in_channels:  # whole input pixels
         raise SpecError(f"{where}.act_ram_words: {s.act_ram_words} is not a positive multiple of the "
                         f"slice's {s.in_channels} input channels")
+    if s.act_storage not in ACT_STORAGES:
+        raise SpecError(f"{where}.act_storage: {s.act_storage!r} is not one of {', '.join(ACT_STORAGES)}")
     if s.flatten_from is not None and math.prod(s.flatten_from) != c:
         raise SpecError(f"{where}.flatten_from: {list(s.flatten_from)} flattens to {math.prod(s.flatten_from)} "
                         f"values, but in_shape has {c} input channels")

@@ -105,6 +105,10 @@ CASES = {
     "one slice's update overlapped": (lambda d: slice_of(d, 1).update(overlapped_update=True),
                                       "nodes[1].slices[0].overlapped_update: true, but nodes[0].slices[0] has "
                                       "false: the update stops the engines everywhere or nowhere"),
+    "act storage": (lambda d: slice_of(d, 0).update(act_storage="disk"),
+                    "nodes[0].slices[0].act_storage: 'disk' is not one of chip, dram"),
+    "act storage without DRAM": (lambda d: slice_of(d, 0).update(act_storage="dram"),
+                                 'nodes[0].slices[0].act_storage: "dram", but lfe5um5g-85f has no DRAM'),
     "overlapped update as text": (lambda d: slice_of(d, 0).update(overlapped_update="yes"),
                                   'nodes[0].slices[0].overlapped_update: expected true or false, got "yes"'),
 }
