@@ -219,6 +219,41 @@ def _fifo(name, width, depth):
     return [Memory(name, width, depth)]
 
 
+# A queue kept in the node's DRAM (LayerSlice.act_storage "dram", hw/memory/dram_fifo.py)
+# keeps on chip only a FIFO of beats on their way to the DRAM and one of beats read ahead
+# from it: enough to cover the DRAM's read latency at one beat per cycle.
+DRAM_STAGING_BEATS = 32
+
+
+def _queue(name, width, depth, storage):
+    """The on-chip memories of a queue of ``depth`` beats of ``width`` bits kept in ``storage``."""
+    if storage == "dram":
+        return [Memory(f"{name}.to_dram", width, DRAM_STAGING_BEATS),
+                Memory(f"{name}.from_dram", width, DRAM_STAGING_BEATS)]
+    return _fifo(name, width, depth)
+
+
+def dram_queues(s):
+    """(name, width in bits, depth in beats, beats per sample) of each queue slice ``s`` keeps
+    in DRAM: the Act-RAM and, where the slice finishes its outputs with a mask to keep, the
+    SFU's masks; none with ``act_storage`` "chip"."""
+    if s.act_storage != "dram":
+        return []
+    _, h, w = s.in_shape
+    queues = [("act_ram", s.in_channels * WORD_BITS, s.act_ram_words // s.in_channels, h * w)]
+    if s.mode == "ocp" or s.last:
+        mask_bits = sfu_mask_bits(s.pool.kernel if s.pool is not None else 1, s.relu)[1]
+        _, ph, pw = sfu_shape(s)
+        if mask_bits:
+            queues.append(("sfu.masks", s.out_channels * mask_bits, sfu_samples_in_flight(s) * ph * pw, ph * pw))
+    return queues
+
+
+def dram_bits_per_sample(s):
+    """Bits slice ``s`` writes to its DRAM queues per sample; it reads as many back."""
+    return sum(width * beats for _, width, _, beats in dram_queues(s))
+
+
 # The engines' pipelines (hw/engines): multipliers registered in and out, then an adder tree
 # of one register per level. The FP and unfolded EB engines never stall; what their consumer
 # does not take waits in a buffer of latency + 1 beats (hw.arith.pipeline.CreditedOutput).
@@ -260,7 +295,7 @@ def slice_memories(s, grad_bits=ACC_BITS):
     words = own_in * kernel * kernel
     arriving = c_in - s.in_range[0] if s.mode == "icp" else c_in
     mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s)) + _engine_buffers(s)
-    mems += _fifo("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in)
+    mems += _queue("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in, s.act_storage)
     for role in ("fp", "pg"):
         mems += _fifo(f"{role}_windows", words * WORD_BITS, window_slack(s, role))
     if s.needs_eb:
@@ -332,7 +367,7 @@ def _sfu_memories(s, channels, samples_in_flight):
     _, ph, pw = sfu_shape(s)
     mems = [Memory("sfu.rounder.output_buffer", s.fp.ces * WORD_BITS, SFU_ROUNDER_BUFFER)]
     if mask_bits:
-        mems += _fifo("sfu.masks", channels * mask_bits, samples_in_flight * ph * pw)
+        mems += _queue("sfu.masks", channels * mask_bits, samples_in_flight * ph * pw, s.act_storage)
     rows = sfu_pool_rows(s.pool)
     for j in range(rows):
         suffix = str(j) if rows > 1 else ""
