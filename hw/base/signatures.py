@@ -1,7 +1,7 @@
-"""Port signatures shared between blocks: weight read ports and the update port."""
+"""Port signatures shared between blocks: weight read ports, the update port, DRAM queue ports."""
 
 from amaranth.hdl import signed
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping.numerics import WORD_BITS
@@ -90,3 +90,38 @@ class HostPortSignature(_Sized):
             "value": Out(signed(WORD_BITS)),
             "data": In(signed(WORD_BITS)),
         })
+
+
+class DramQueueSignature(wiring.Signature):
+    """A queue's two ports into the node's DRAM (the queue's side; flip it for the DRAM's), one
+    for writes and one for reads, as a LiteDRAM crossbar gives them (its native ports of mode
+    "write" and "read"; the crossbar converts ``width`` to the controller's). Addresses count
+    words of ``width`` bits from 0 to ``depth`` - 1 (the board places the queue in its DRAM).
+
+    ``write.cmd`` names the address of the next word written; the words follow on
+    ``write.data`` in the same order, and a word is in the DRAM once ``write.data`` takes it.
+    ``read.cmd`` names an address; its word comes back on ``read.data``, in the order of the
+    commands, and must be taken the cycle it is valid (the queue reserves room for it)."""
+
+    def __init__(self, width, depth):
+        self.width, self.depth = width, depth
+        super().__init__({
+            "write": Out(wiring.Signature({
+                "cmd": Out(stream.Signature(range(depth))),
+                "data": Out(stream.Signature(width)),
+            })),
+            "read": Out(wiring.Signature({
+                "cmd": Out(stream.Signature(range(depth))),
+                "data": In(stream.Signature(width)),
+            })),
+        })
+
+    def __eq__(self, other):
+        other = other.flip() if isinstance(other, wiring.FlippedSignature) else other
+        return type(self) is type(other) and (self.width, self.depth) == (other.width, other.depth)
+
+    def __hash__(self):
+        return hash((type(self), self.width, self.depth))
+
+    def __repr__(self):
+        return f"DramQueueSignature(width={self.width}, depth={self.depth})"

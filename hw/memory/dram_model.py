@@ -1,0 +1,79 @@
+"""A DRAM for simulation: the far side of one :class:`hw.base.signatures.DramQueueSignature`.
+
+Gateware, so the same model runs in Amaranth's simulator and in Verilator. It behaves as a
+LiteDRAM port does where the queue (hw/memory/dram_fifo.py) relies on it: write commands
+wait in a small queue until their data comes, a read's word returns ``latency`` cycles after
+its command, in command order, and the controller takes no command at all during a refresh
+of ``refresh_cycles`` every ``refresh_every`` cycles (0: never), as DDR3's tREFI and tRFC
+stall a real one. One memory of ``depth`` words of ``width`` bits holds the ring.
+
+:func:`attach_simulated_drams` gives each DRAM queue port of a node its own model.
+"""
+
+from amaranth.hdl import Assert, Module, Mux, Signal
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, connect, flipped
+
+from ..base.checks import positive, refuse
+from ..base.ram import NO_RW_CHECK, read_register
+from ..base.signatures import DramQueueSignature
+from .fifo import Fifo
+
+WRITE_COMMANDS = 4  # write commands the model takes ahead of their data (LiteDRAM's cmd buffer)
+
+
+class SimulatedDram(wiring.Component):
+    """The DRAM side of a queue of ``depth`` words of ``width`` bits (module docstring)."""
+
+    def __init__(self, width, depth, *, latency=20, refresh_every=0, refresh_cycles=0):
+        positive(self, "SimulatedDram", width=width, depth=depth, latency=latency)
+        if refresh_every < 0 or refresh_cycles < 0 or (refresh_every and refresh_cycles >= refresh_every):
+            refuse(self, f"SimulatedDram: refresh_cycles = {refresh_cycles} must be at least 0 and below "
+                         f"refresh_every = {refresh_every} (0: no refresh)")
+        self.width, self.depth, self.latency = width, depth, latency
+        self.refresh_every, self.refresh_cycles = refresh_every, refresh_cycles
+        super().__init__({"port": In(DramQueueSignature(width, depth))})
+
+    def elaborate(self, platform):
+        m = Module()
+        write, read = self.port.write, self.port.read
+        m.submodules.mem = mem = memory.Memory(shape=self.width, depth=self.depth, init=[], attrs=NO_RW_CHECK)
+
+        available = Signal(init=1)
+        if self.refresh_every:
+            clock = Signal(range(self.refresh_every))
+            m.d.sync += clock.eq(Mux(clock == self.refresh_every - 1, 0, clock + 1))
+            m.d.comb += available.eq(clock >= self.refresh_cycles)
+
+        commands = m.submodules.write_commands = Fifo(range(self.depth), WRITE_COMMANDS)
+        connect(m, flipped(write.cmd), commands.i)
+        m.d.comb += [commands.i.valid.eq(write.cmd.valid & available),
+                     write.cmd.ready.eq(commands.i.ready & available)]
+        port = mem.write_port()
+        m.d.comb += [
+            port.addr.eq(commands.o.payload), port.data.eq(write.data.payload),
+            port.en.eq(write.data.valid & commands.o.valid),
+            write.data.ready.eq(commands.o.valid), commands.o.ready.eq(write.data.valid),
+        ]
+
+        # A read's address travels `latency` - 1 registers, then the memory's read register.
+        m.d.comb += read.cmd.ready.eq(available)
+        valid, addr = read.cmd.valid & available, read.cmd.payload
+        for _ in range(self.latency - 1):
+            valid_next, addr_next = Signal(), Signal.like(addr)
+            m.d.sync += [valid_next.eq(valid), addr_next.eq(addr)]
+            valid, addr = valid_next, addr_next
+        m.d.comb += read.data.payload.eq(read_register(m, mem, addr, valid))
+        m.d.sync += [read.data.valid.eq(valid),
+                     Assert(~read.data.valid | read.data.ready, "simulated DRAM: a read word not taken")]
+        return m
+
+
+def attach_simulated_drams(m, node, **options):
+    """A :class:`SimulatedDram` (``options``: its latency and refresh) on every DRAM queue port
+    of ``node`` (``node.dram_queues``: member name -> DramQueueSignature), as submodules of
+    ``m`` named after the node and the queue."""
+    for name, signature in node.dram_queues.items():
+        model = m.submodules[f"dram_{node.config.index}_{name}"] = SimulatedDram(signature.width, signature.depth,
+                                                                                  **options)
+        connect(m, getattr(node.dram, name), model.port)
