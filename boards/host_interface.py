@@ -37,6 +37,7 @@ from amaranth.hdl import Assert, Cat, Const, Instance, Module, Mux, ResetInserte
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from hw.base.checks import refuse
 from hw.base.handshake import SkidBuffer
 from hw.link.chain import attach_endpoint, chain_link_config, link_chain
 from hw.link.endpoint import LinkEndpoint
@@ -242,6 +243,10 @@ class Trainer(wiring.Component):
         held = range(len(mapping.nodes)) if nodes is None else nodes
         self.first = held[0]
         self.nodes = [Node(mapping.nodes[n], params=params, family=family) for n in held]
+        for node in self.nodes:
+            if node.dram_queues:
+                refuse(self, f"node {node.config.index} keeps samples in flight in DRAM (act_storage \"dram\"), "
+                             f"but the boards do not build a DRAM controller yet; map with --act-storage chip")
         self.formats = mapping.nodes[0].formats
         ends = {"up": self.nodes[0], "down": self.nodes[-1]}
         self.off_board = {side: chain_link_config(getattr(node, side), link_lane_width, link_latency)

@@ -4,7 +4,8 @@
 labels on two streams into node 0, shares the sample count with every node and shows,
 per node, the mini-batch updates applied and whether an input beat entered this cycle.
 Amaranth's simulator and the Verilator backend drive exactly these ports, so both count
-the same cycles. Random stalls are hardware (``sim/stall.py``), on every link and on the
+the same cycles. Each queue a node keeps in DRAM gets a simulated DRAM
+(hw/memory/dram_model.py) in the node's clock domain. Random stalls are hardware (``sim/stall.py``), on every link and on the
 two feeds, so they are the same in both backends too.
 """
 
@@ -12,6 +13,7 @@ from amaranth.hdl import DomainRenamer, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.memory.dram_model import attach_simulated_drams
 from hw.memory.update_gate import COUNT_BITS
 from hw.node.loss import LABEL_BITS
 from hw.node.top import Node, connect_chain
@@ -46,6 +48,10 @@ class ChainTop(wiring.Component):
             m.submodules[f"node{n}"] = node if domain == "sync" else DomainRenamer(domain)(node)
             m.d.comb += [node.total_samples.eq(self.total_samples), self.updates[n].eq(node.updates),
                          self.entered[n].eq(node.up.act.valid & node.up.act.ready)]
+            if node.dram_queues:
+                drams = Module()
+                attach_simulated_drams(drams, node)
+                m.submodules[f"node{n}_drams"] = drams if domain == "sync" else DomainRenamer(domain)(drams)
         if self.lanes is not None:
             m.submodules.links = self.link_cores
         else:

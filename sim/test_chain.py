@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 from amaranth.hdl import Module
 
+from hw.base.checks import never_elaborated
 from hw.node.top import Node, connect_chain
 from mapping import mapper, zoo
 from mapping.cluster import parse_cluster
@@ -59,17 +60,22 @@ def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
         [("conv1", (0, 2), 1)], [("fc", (0, 4), 1)]]
 
 
-def test_an_overlapping_max_pool_trains_bit_exact():
+def test_an_overlapping_max_pool_with_the_samples_in_flight_in_dram_trains_bit_exact():
     """micro with AlexNet's pool, 3x3 windows at stride 2 (hw/node/sfu.OverlappingPoolSFU), on
-    the CI bitstream's two nodes: two mini-batches."""
+    the CI bitstream's two nodes, every Act-RAM and the pool's mask FIFO kept in the node's
+    DRAM (hw/memory/dram_fifo.py, a simulated DRAM per queue): two mini-batches."""
     network = micro_overlap()
     mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=2, lr=LR,
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
+    mapping = replace(mapping, nodes=[replace(node, slices=[replace(s, act_storage="dram") for s in node.slices])
+                                      for node in mapping.nodes])
     assert [[(s.layer, s.pool) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", Pool(3, 2))], [("fc", None)]]
     inputs, labels, params = random_data(network, 4, 2)
     run = train_chain(network, mapping, inputs, labels, params)
     assert_bit_exact(run.params, run.golden, params)
+    assert [list(never_elaborated(Node(config)).dram_queues) for config in mapping.nodes] == [
+        ["slice0_act_ram", "slice0_sfu_masks"], ["slice0_act_ram"]]
 
 
 def test_update_traces_are_refused_where_they_would_miscount():

@@ -104,7 +104,8 @@ class LinkedNode(wiring.Component):
     """One node as its FPGA sees the chain: the :class:`~hw.node.top.Node` with a
     :class:`LinkEndpoint` on each chain port that faces a neighbour (``up_phy``, ``down_phy``:
     :class:`PhySignature` ports for the PHYs; ``up_link_up``, ``down_link_up``). Node 0's ``up``
-    port, the images and labels from the host, stays a ChainLink port.
+    port, the images and labels from the host, stays a ChainLink port, and the node's ``dram``
+    port (its ``dram_queues``) passes through.
 
     Clock domains: the node in ``sync``; each endpoint's link clock ``{side}_link`` and receive
     clock ``{side}_link_rx`` (the PHY's word and recovered clocks).
@@ -113,7 +114,10 @@ class LinkedNode(wiring.Component):
     def __init__(self, config, *, lane_width=link_model.LANE_WIDTH, phy_latency=link_model.PHY_LATENCY,
                  params=None, family=None):
         self.node = Node(config, params=params, family=family)
+        self.dram_queues = self.node.dram_queues
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS)}
+        if self.dram_queues:
+            members["dram"] = self.node.signature.members["dram"]
         self.links = {}
         for side in ("up", "down"):
             if side not in self.node.signature.members:
@@ -132,6 +136,8 @@ class LinkedNode(wiring.Component):
         m.d.comb += [node.total_samples.eq(self.total_samples), self.updates.eq(node.updates)]
         if "up" not in self.links:
             connect(m, flipped(self.up), node.up)
+        if self.dram_queues:
+            connect(m, node.dram, flipped(self.dram))
         for side, config in self.links.items():
             endpoint = LinkEndpoint(config, "sync", f"{side}_link", f"{side}_link_rx")
             m.submodules[f"{side}_link"] = endpoint

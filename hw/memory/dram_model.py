@@ -71,9 +71,8 @@ class SimulatedDram(wiring.Component):
 
 def attach_simulated_drams(m, node, **options):
     """A :class:`SimulatedDram` (``options``: its latency and refresh) on every DRAM queue port
-    of ``node`` (``node.dram_queues``: member name -> DramQueueSignature), as submodules of
-    ``m`` named after the node and the queue."""
+    of ``node`` (a Node or LinkedNode: ``dram_queues``, member name -> DramQueueSignature, and
+    its ``dram`` port), as submodules of ``m`` named after the queues."""
     for name, signature in node.dram_queues.items():
-        model = m.submodules[f"dram_{node.config.index}_{name}"] = SimulatedDram(signature.width, signature.depth,
-                                                                                  **options)
+        model = m.submodules[f"dram_{name}"] = SimulatedDram(signature.width, signature.depth, **options)
         connect(m, getattr(node.dram, name), model.port)

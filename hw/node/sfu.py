@@ -39,7 +39,8 @@ Per pooled output and channel the SFU keeps the window position of the maximum
 (``ky*k + kx``) and, with ReLU, whether the maximum is > 0 (after ReLU that is
 exactly "the winner's pre-activation is > 0"); without a pool, the ReLU bit of every
 conv output. They go into a FIFO (``mask_level`` shows its occupancy) of
-``samples_in_flight`` samples; the forward stalls when it is full. ``eb_in`` brings
+``samples_in_flight`` samples, on chip or (``mask_storage`` "dram") in the node's DRAM
+through the ``dram`` port (hw/memory/dram_fifo.py); the forward stalls when it is full. ``eb_in`` brings
 the errors of the pooled output in raster order; ``eb_out`` gives the errors of the
 conv output in raster order: a pooled row's errors and masks are taken during the
 first conv row of its windows, kept in a row memory and replayed for their other rows;
@@ -53,7 +54,8 @@ in registers). One conv pixel per cycle.
 
 Memories (``ram_style`` by ``mapping.resources.ram_style`` for ``family``), each with
 one read port, PH x PW the pooled map, ``mask_bits = bit_length(k*k - 1) + relu``:
-mask FIFO (OC*mask_bits, samples_in_flight*PH*PW) when mask_bits > 0; with a pool
+mask FIFO (OC*mask_bits, samples_in_flight*PH*PW) when mask_bits > 0 (in DRAM: its two
+staging FIFOs); with a pool
 (k > 1) per pooled row built at once (one for k == s, r for k > s:
 ``mapping.memories.sfu_pool_rows``) a forward band (OC*(16 + bit_length(k*k - 1)), PW)
 and a backward replay (OC*(16 + mask_bits), PW).
@@ -61,16 +63,18 @@ and a backward replay (OC*(16 + mask_bits), PW).
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.memories import SFU_ROUNDER_BUFFER
+from mapping.nodeconfig import ACT_STORAGES
 
 from ..arith.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, saturate
 from ..base.checks import positive, refuse
 from ..base.layouts import pixel_layout, psum_layout
 from ..base.ram import ram_attrs
-from ..base.signatures import WeightPortSignature
+from ..base.signatures import DramQueueSignature, WeightPortSignature
+from ..memory.dram_fifo import DramFifo
 from ..memory.fifo import Fifo
 
 WORD = numerics.WORD_BITS
@@ -190,7 +194,8 @@ class SFU(wiring.Component):
         return pool is None or (pool.stride == pool.kernel and pool.padding == 0)
 
     def __init__(self, *, out_channels, height, width, lanes, position, formats=numerics.Formats(),
-                 bias=True, relu=True, pool=None, channel_base=0, samples_in_flight=1, family=None):
+                 bias=True, relu=True, pool=None, channel_base=0, samples_in_flight=1, mask_storage="chip",
+                 family=None):
         positive(self, "SFU", out_channels=out_channels, height=height, width=width, lanes=lanes,
                  samples_in_flight=samples_in_flight)
         name = type(self).__name__
@@ -219,8 +224,13 @@ class SFU(wiring.Component):
         }
         if bias:
             members["bias"] = Out(WeightPortSignature(self.groups, lanes, 1))
+        if mask_storage not in ACT_STORAGES:
+            refuse(self, f"{name}: mask_storage must be one of {', '.join(ACT_STORAGES)}, not {mask_storage!r}")
+        self.mask_storage = mask_storage
         if self.mask_bits:
             members["mask_level"] = Out(range(self.mask_depth + 1))
+            if mask_storage == "dram":
+                members["dram"] = Out(DramQueueSignature(out_channels * self.mask_bits, self.mask_depth))
         super().__init__(members)
 
     @staticmethod
@@ -231,7 +241,7 @@ class SFU(wiring.Component):
         return cls(out_channels=s.out_channels, height=s.out_shape[1], width=s.out_shape[2],
                    lanes=s.fp.ces, position=s.position, formats=formats, bias=s.bias, relu=s.relu,
                    pool=s.pool, channel_base=s.out_range[0], samples_in_flight=samples_in_flight,
-                   family=family)
+                   mask_storage=s.act_storage, family=family)
 
     @property
     def tensor(self):
@@ -246,8 +256,13 @@ class SFU(wiring.Component):
             # Its pops counted from a register: the backward pass's stall (from the errors'
             # skid buffer, by the consumers) into the level and full flag was node 0's worst
             # path at 125 MHz (1.0 ns logic, 7.4 ns routing).
-            fifo = m.submodules.masks = Fifo(self.out_channels * self.mask_bits, self.mask_depth,
-                                             family=self.family, input_register=True, pop_register=True)
+            if self.mask_storage == "dram":
+                fifo = m.submodules.masks = DramFifo(self.out_channels * self.mask_bits, self.mask_depth,
+                                                     family=self.family, input_register=True)
+                connect(m, fifo.dram, flipped(self.dram))
+            else:
+                fifo = m.submodules.masks = Fifo(self.out_channels * self.mask_bits, self.mask_depth,
+                                                 family=self.family, input_register=True, pop_register=True)
             m.d.comb += self.mask_level.eq(fifo.level)
         self._forward(m, fifo)
         self._backward(m, fifo)

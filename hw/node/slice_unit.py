@@ -3,7 +3,9 @@
 See docs/node_dataflow.md for the dataflow. The unit's chain-facing ports are its
 ``up`` (from the predecessor) and ``down`` (to the successor) ChainLinks
 (hw/node/ports.py), with the channels the slice's position in its layer needs, and
-``hosts``, one RowStreams per host of its rows kept on other nodes.
+``hosts``, one RowStreams per host of its rows kept on other nodes, and, where its
+``act_storage`` is "dram", ``dram``: the DramQueueSignature of its Act-RAM (``act_ram``) and
+of its SFU's mask FIFO (``sfu_masks``), named as in :attr:`SliceUnit.dram_queues`.
 """
 
 from dataclasses import replace
@@ -14,7 +16,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable,
+from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, dram_queues,
                               pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
 
@@ -23,6 +25,7 @@ from ..balance.blocks import RowStreams, remote_blocks
 from ..balance.weight_stream import GradientSplit, WeightSource
 from ..base.handshake import SkidBuffer
 from ..base.layouts import pixel_layout, psum_layout
+from ..base.signatures import DramQueueSignature
 from ..engines.eb_engine import EBEngine
 from ..engines.fp_engine import FPEngine
 from ..engines.pg_engine import PGEngine
@@ -151,6 +154,11 @@ class SliceUnit(wiring.Component):
         up, down = slice_ports(s)
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "up": In(ChainLink(up)), "down": Out(ChainLink(down))}
+        self.dram_queues = {name.replace(".", "_"): DramQueueSignature(width, depth)
+                            for name, width, depth, _ in dram_queues(s)}
+        if self.dram_queues:
+            members["dram"] = Out(wiring.Signature({name: Out(signature)
+                                                    for name, signature in self.dram_queues.items()}))
         if self.remote.blocks:
             members["hosts"] = Out(wiring.Signature({RowStreams.member_name(b): In(RowStreams(b))
                                                       for b in self.remote.blocks}))
@@ -245,6 +253,8 @@ class SliceUnit(wiring.Component):
         connect(m, act_in, split.i)
         act_ram = m.submodules.act_ram = ActRam.from_slice(s, family=self.family)
         connect(m, split.o0, act_ram.i)
+        if s.act_storage == "dram":
+            connect(m, act_ram.dram, flipped(self.dram.act_ram))
         fp_lb = m.submodules.fp_lb = LineBuffer.from_slice(s, "fp", family=self.family)
         connect(m, split.o1, fp_lb.i)
         if bypass:
@@ -277,6 +287,8 @@ class SliceUnit(wiring.Component):
             sfu = m.submodules.sfu = SFU.from_slice(s, f, samples_in_flight=sfu_samples_in_flight(s),
                                                   family=self.family)
             m.d.comb += sfu.sample_base.eq(0)
+            if "sfu_masks" in self.dram_queues:
+                connect(m, sfu.dram, flipped(self.dram.sfu_masks))
             connect(m, fp_end.o, sfu.fp_in)
             if self.owns_bias:
                 connect(m, sfu.bias, self.bias_ram.a)

@@ -12,6 +12,10 @@ rows that crosses the link: rows the node's slices keep on a host (hw/balance),
 rows it hosts, and rows it relays. ``connect_chain`` joins neighbours port to port,
 or through a ``link`` (stall injectors in simulation; link cores between boards).
 
+The ``dram`` port, where slices keep the samples in flight in DRAM (``act_storage``), has a
+DramQueueSignature per queue (:attr:`Node.dram_queues`); the board gives each a DRAM port
+and simulations a model (hw/memory/dram_model.attach_simulated_drams).
+
 The ``host`` port reaches every weight memory of the node (:attr:`Node.memories`, in
 that order) to load initial weights and read trained ones back while the node is idle
 (boards/: the host interface); read data is registered once more here, so a word read
@@ -106,11 +110,17 @@ class Node(wiring.Component):
         for relay in self.relays:
             for end in (relay.block.host, relay.block.owner):
                 rows[self._side(end)][RowStreams.member_name(relay.block)] = relay.block
+        # The queues its slices keep in DRAM, by member name of the ``dram`` port.
+        self.dram_queues = {f"slice{n}_{name}": signature for n, unit in enumerate(self.units)
+                            for name, signature in unit.dram_queues.items()}
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "host": In(NodeHostSignature(self.memories)),
                    "up": In(self._link(up, rows["up"], self.config.index - 1))}
         if down:
             members["down"] = Out(self._link(down, rows["down"], self.config.index))
+        if self.dram_queues:
+            members["dram"] = Out(wiring.Signature({name: Out(signature)
+                                                    for name, signature in self.dram_queues.items()}))
         super().__init__(members)
 
     def memory_rows(self, index, params):
@@ -172,6 +182,10 @@ class Node(wiring.Component):
         for relay in self.relays:
             connect(m, flipped(self._rows_port(relay.block, relay.block.host)), relay.host_side)
             connect(m, relay.owner_side, flipped(self._rows_port(relay.block, relay.block.owner)))
+
+        for n, unit in enumerate(units):
+            for name in unit.dram_queues:
+                connect(m, getattr(unit.dram, name), flipped(getattr(self.dram, f"slice{n}_{name}")))
 
         for upstream, downstream in zip(units, units[1:]):
             connect(m, upstream.down, downstream.up)
