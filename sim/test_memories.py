@@ -53,11 +53,18 @@ def assert_inventory(mapping):
         assert built == listed, f"node {config.index}: built {built - listed}, listed {listed - built}"
 
 
-def test_inventory_of_a_node_with_an_overlapping_max_pool():
-    """Its SFU's two band and two replay rows and the pooled row of errors in front."""
-    mapping = map_network(micro_overlap(), parse_cluster("ecp5-85:2"), batch=2, **GENERATOR_OPTIONS)
+@pytest.mark.parametrize("act_storage", ["chip", "dram"])
+def test_inventory_of_a_node_with_an_overlapping_max_pool(act_storage):
+    """Its SFU's two band and two replay rows and the pooled row of errors in front; with the
+    samples in flight in DRAM, the two staging FIFOs of the Act-RAM and of the mask FIFO."""
+    mapping = map_network(micro_overlap(), parse_cluster("lfe5um5g-45f:2"), batch=2, **GENERATOR_OPTIONS)
+    mapping = replace(mapping, nodes=[replace(node, slices=[replace(s, act_storage=act_storage) for s in node.slices])
+                                      for node in mapping.nodes])
     assert [s.pool for s in mapping.nodes[0].slices] == [Pool(3, 2)]
     assert_inventory(mapping)
+    staged = [m.name for m in memories.node_memories(mapping.nodes[0]) if m.depth == memories.DRAM_STAGING_BEATS]
+    assert staged == ([] if act_storage == "chip" else
+                      ["act_ram.to_dram", "act_ram.from_dram", "sfu.masks.to_dram", "sfu.masks.from_dram"])
 
 
 def test_slice_unit_refuses_engines_of_different_shapes_in_one_line():
