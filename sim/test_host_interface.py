@@ -18,7 +18,7 @@ from boards.simulated import SimulatedBoard
 from mapping import golden, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, assert_bit_exact
+from sim.chain import CHAIN, CI_BITSTREAM, assert_bit_exact
 from sim.testbench import simulate
 from sim.verilated_board import VerilatedBoards
 
@@ -169,10 +169,11 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
 
 
 @pytest.mark.slow
-def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
+def test_host_tool_trains_micro_bit_exact_on_two_boards_joined_by_their_link():
     """On the Verilator backend (sim/verilated_board.py), the host tool's whole session with
     two boards, one node each, as ``python -m boards.build --node 0`` and ``--node 1`` build
-    them: their link cores joined by a cable of a few registers. It checks which nodes each
+    them (micro on the CI bitstream's two nodes: the smallest chain with a link, so the
+    quickest build): their link cores joined by a cable of a few registers. It checks which nodes each
     board holds (INFO), writes the initial weights of each node to its board (WRITE), streams
     the samples into the first board (LABEL, IMAGE; the second refuses them), waits for the
     last update (STATUS of both) and reads every weight back (READ): bit-exact with the golden
@@ -182,9 +183,9 @@ def test_host_tool_trains_tiny_bit_exact_on_two_boards_joined_by_their_link():
     their values), so it trains bit-exactly as the golden model does from the first's result,
     its counters from zero, its rounding noise from sample 0 (a board that trained before
     needs nothing else)."""
-    network = zoo.tiny()
-    inputs, labels, params = golden.random_data(network, SAMPLES, 1)
-    mapping = _mapping(cluster="ecp5-85:2")
+    network = zoo.micro()
+    inputs, labels, params = golden.random_data(network, SAMPLES, 2)
+    mapping = _mapping(zoo.micro, CI_BITSTREAM["cluster"], max_multipliers=CI_BITSTREAM["max_multipliers"])
     trainers = [Trainer(mapping, divisor=DIVISOR, nodes=range(n, n + 1)) for n in range(2)]
     assert [sorted(trainer.off_board) for trainer in trainers] == [["down"], ["up"]]
     with VerilatedBoards(trainers) as boards:
