@@ -12,6 +12,7 @@ from hw.base.checks import never_elaborated
 from hw.base.signatures import DramQueueSignature
 from hw.memory.dram_fifo import DramFifo
 from hw.memory.dram_model import SimulatedDram
+from hw.node.sfu import SFU
 from sim.testbench import get, put, simulate
 
 
@@ -97,3 +98,5 @@ def test_parameters_refused_by_name():
                                          r"refresh_every = 8 \(0: no refresh\)$"):
         SimulatedDram(8, 10, refresh_every=8, refresh_cycles=8)
     assert never_elaborated(DramFifo(24, 10)).dram.signature == DramQueueSignature(24, 10).flip()
+    with pytest.raises(ValueError, match=r"^SFU: mask_storage must be one of chip, dram, not 'disk'$"):
+        SFU(out_channels=2, height=4, width=4, lanes=2, position=0, mask_storage="disk")
