@@ -15,6 +15,7 @@ import numpy as np
 
 from hw.memory.param_ram import bank_rows, slice_weights
 from mapping import golden, numerics
+from sim.chain_links import decode_counters
 from sim.chain_top import ChainTop
 from sim.testbench import simulate
 from sim.verilated import VerilatedModel
@@ -189,7 +190,8 @@ _VERILATOR_CHUNK = 200_000
 
 def _run_verilator(top, params, feed, final, progress, profile, threads):
     """The Verilator backend: the chain compiled once (weights zero in the build, written
-    through the VPI before the run, so any weights reuse it)."""
+    through the VPI before the run, so any weights reuse it), and the link counters read
+    from its outputs at the end."""
     rams = list(top.param_rams())
     count = len(top.nodes)
     paths = [f"{name}.{path}" for name, *_, ram in rams for path in ram.memory_paths]
@@ -224,7 +226,11 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
                                                                     numerics.WORD_BITS * lanes)]
             _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
         seconds, cpu = time.monotonic() - started, time.process_time() - cpu
-        return model.cycle, [list(model.events(f"entered_{n}")) for n in range(count)], seconds, cpu
+        counters = {}
+        for link, end, name, layout in (top.lanes.counter_ports() if top.lanes is not None else ()):
+            counters.setdefault(link, [None, None])[end] = decode_counters(model.get(name), layout)
+        return (model.cycle, [list(model.events(f"entered_{n}")) for n in range(count)], seconds, cpu,
+                [tuple(counters[link]) for link in sorted(counters)])
 
 
 def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline=200_000, backend="pysim",
@@ -236,7 +242,8 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     ``progress``: called with (fraction of the input beats taken, cycles) during a Verilator run;
     ``profile``: its build, "fast" or "quick", and ``threads`` the model's (``sim.verilated``).
     ``links``: a ``sim.chain_links.LinkedChain``: neighbours joined through link cores over the
-    simulation PHY (``stall`` then applies to the feeds only; Amaranth's simulator only).
+    simulation PHY (``stall`` then applies to the feeds only): Python lanes on Amaranth's
+    simulator, lanes in logic on Verilator (hw/link/model_phy.py, every node on one clock).
     ``trace_updates``: note when each slice's weight update starts and ends
     (``ChainRun.update_windows``; Amaranth's simulator without ``links`` only).
     """
@@ -249,8 +256,6 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     feed = _Feed(pixels, list(map(int, labels)), samples, samples // batch, deadline)
     final = {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
     counters, windows = (), {}
-    if links is not None and backend != "pysim":
-        raise ValueError("chains over link cores run on the pysim backend only")
     if trace_updates and (backend != "pysim" or links is not None):
         # a node on a clock of its own pulses its gate between node 0's clock edges
         raise ValueError("update traces come from the pysim backend, without link cores, only")
@@ -258,8 +263,8 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
         cycles, events, seconds, cpu, counters, windows = _run_pysim(ChainTop(mapping, params, stall, links), feed,
                                                                      final, trace_updates)
     elif backend == "verilator":
-        cycles, events, seconds, cpu = _run_verilator(ChainTop(mapping, None, stall), params, feed, final, progress,
-                                                 profile, threads)
+        cycles, events, seconds, cpu, counters = _run_verilator(ChainTop(mapping, None, stall, links, gateware_links=True),
+                                                                params, feed, final, progress, profile, threads)
     else:
         raise ValueError(f"unknown simulation backend '{backend}' (known: pysim, verilator)")
     beats = [input_beats(cfg) for cfg in mapping.nodes]

@@ -8,7 +8,8 @@ link clock of its own). ``sim.chain.train_chain(..., links=LinkedChain(...))`` u
 from dataclasses import dataclass
 
 from hw.link.chain import link_chain
-from hw.link.layer import COUNTER_NAMES
+from hw.link.layer import COUNTER_NAMES, counters_layout
+from hw.link.model_phy import model_phy
 from hw.link.sim_phy import LaneErrors, SimulatedLane
 
 # The downstream end of every link sends on a clock this much slower than the upstream end's:
@@ -39,10 +40,19 @@ class LinkedChain:
             raise ValueError(f"node_mhz gives {len(self.node_mhz)} clocks for {count} nodes")
         return ["sync"] + [f"node{n}" for n in range(1, count)]
 
-    def join(self, m, nodes):
+    def join(self, m, nodes, gateware=False):
         """Link cores between every pair of neighbours of ``nodes`` (already in ``m``): the
-        :class:`SimulatedLinks` that drives their lanes."""
+        :class:`SimulatedLinks` that drives their lanes. ``gateware``: lanes in logic
+        (hw/link/model_phy.py, for the Verilator backend, one clock) instead of simulator
+        processes."""
         lanes = SimulatedLinks(self)
+        phy = lanes.phy
+        if gateware:
+            if self.node_mhz is not None:
+                raise ValueError("nodes on clocks of their own run on the pysim backend only (the Verilator "
+                                 "harness drives one clock)")
+            phy = model_phy(self.lane_width, latency=self.latency, ber=self.ber, burst=self.burst,
+                            lock_loss=self.lock_loss, seed=self.seed)
         domains = None
         if self.node_mhz is not None:
             domains = self.node_domains(len(nodes))
@@ -54,7 +64,7 @@ class LinkedChain:
             for a, b in link_domains:
                 lanes.clocks[a] = 1e-6 / self.link_mhz
                 lanes.clocks[b] = 1e-6 / self.link_mhz * (1 + LINK_CLOCK_OFFSET)
-        lanes.links = link_chain(m, nodes, lanes.phy, lane_width=self.lane_width, phy_latency=self.latency,
+        lanes.links = link_chain(m, nodes, phy, lane_width=self.lane_width, phy_latency=self.latency,
                                  node_domains=domains, link_domains=domains and link_domains)
         return lanes
 
@@ -89,3 +99,13 @@ class SimulatedLinks:
         """Every endpoint's counters, link by link: [(upstream {name: value}, downstream {...})]."""
         return [tuple({name: int(ctx.get(getattr(end.counters, name))) for name in COUNTER_NAMES}
                       for end in (link.upstream, link.downstream)) for link in self.links]
+
+    def counter_ports(self):
+        """(link, end, port name, layout) of the endpoints' counters as ChainTop shows them."""
+        return [(link.index, end, f"link{link.index}_{side}_counters", counters_layout(link.config))
+                for link in self.links for end, side in enumerate(("up", "down"))]
+
+
+def decode_counters(value, layout):
+    """{name: count} of a counters struct read as one integer (the Verilator backend's ports)."""
+    return {name: (value >> layout[name].offset) & ((1 << layout[name].width) - 1) for name in COUNTER_NAMES}

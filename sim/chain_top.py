@@ -24,22 +24,26 @@ class ChainTop(wiring.Component):
     """The nodes of ``mapping`` in a chain. ``params``: initial words (golden layout) or None
     for zeros; ``stall``: probability that a link or a feed idles on a cycle; ``links``: a
     ``sim.chain_links.LinkedChain`` joining neighbours through link cores (then ``lanes``,
-    its SimulatedLinks, holds the PHY processes, clocks and counters) instead of port to port."""
+    its SimulatedLinks, holds the PHY processes, clocks and counters, and every endpoint's
+    counters are outputs, ``link{i}_up_counters`` and ``link{i}_down_counters``) instead of port
+    to port; ``gateware_links``: their lanes in logic (the Verilator backend)."""
 
-    def __init__(self, mapping, params=None, stall=0.0, links=None):
+    def __init__(self, mapping, params=None, stall=0.0, links=None, gateware_links=False):
         self.mapping, self.stall = mapping, stall
         self.nodes = [Node(cfg, params=params) for cfg in mapping.nodes]
         self.domains = links.node_domains(len(self.nodes)) if links else ["sync"] * len(self.nodes)
         # The link cores are built here, so the simulator's lane processes exist before it runs.
         self.link_cores = Module() if links else None
-        self.lanes = links.join(self.link_cores, self.nodes) if links else None
+        self.lanes = links.join(self.link_cores, self.nodes, gateware=gateware_links) if links else None
         act = self.nodes[0].signature.members["up"].signature.members["act"].signature
         count = len(self.nodes)
+        counters = {name: Out(layout) for *_, name, layout in self.lanes.counter_ports()} if links else {}
         super().__init__({
             "act": In(act.flip()), "label": In(stream.Signature(LABEL_BITS)),
             "total_samples": In(COUNT_BITS),
             "updates": Out(COUNT_BITS).array(count),
             "entered": Out(1).array(count),  # a beat entered the node's up.act this cycle
+            **counters,
         })
 
     def elaborate(self, platform):
@@ -54,6 +58,9 @@ class ChainTop(wiring.Component):
                 m.submodules[f"node{n}_drams"] = drams if domain == "sync" else DomainRenamer(domain)(drams)
         if self.lanes is not None:
             m.submodules.links = self.link_cores
+            for link in self.lanes.links:
+                for end, side in ((link.upstream, "up"), (link.downstream, "down")):
+                    m.d.comb += getattr(self, f"link{link.index}_{side}_counters").eq(end.counters)
         else:
             connect_chain(m, self.nodes, link=stalling_link(self.stall) if self.stall else None)
         first = self.nodes[0].up
