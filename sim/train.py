@@ -8,15 +8,17 @@ and the golden model on the same samples from the same initial weights, and repo
 whether every final word is the golden model's (the first differing one if not), the
 test accuracy of the trained weights (the golden model's forward pass on the held-out
 set), cycles per sample measured against the mapping's prediction on every node, and
-simulated cycles per second.
+simulated cycles per second. ``--links`` joins the neighbours through link cores over a
+simulated lane (``--ber``, ``--lock-loss``) and prints every endpoint's counters.
 """
 
+import argparse
 import sys
 import time
 
 import numpy as np
 
-from mapping import data, golden, zoo
+from mapping import data, golden, link_model, zoo
 from mapping.cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, positive_int,
                          positive_number)
 from mapping.cluster import parse_cluster
@@ -24,6 +26,7 @@ from mapping.errors import SpecError, run_cli
 from mapping.mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
+from sim.chain_links import LinkedChain
 
 
 def deadline(mapping, samples):
@@ -49,7 +52,49 @@ def parse_args(argv):
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
     parser.add_argument("--overlapped-update", action="store_true", help=OVERLAPPED_HELP)
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
+    links = parser.add_argument_group("links", "neighbours joined by link cores instead of wires")
+    links.add_argument("--links", action="store_true",
+                       help="join every pair of neighbours through two link endpoints and a simulated lane "
+                            "(on Verilator: lanes in logic, hw/link/model_phy.py)")
+    links.add_argument("--lane-width", type=int, choices=(8, 16, 32), default=link_model.LANE_WIDTH,
+                       help="flit width (the ECP5 SERDES PHY's)")
+    links.add_argument("--phy-latency", type=positive_int, default=link_model.PHY_LATENCY,
+                       help="lane latency each way, in cycles")
+    links.add_argument("--ber", type=probability, default=0.0, help="bit-error rate of every lane")
+    links.add_argument("--lock-loss", type=lock_loss, metavar="LINK:CYCLE:CYCLES",
+                       help="both lanes of link LINK lose lock for CYCLES cycles from CYCLE")
     return parser.parse_args(argv)
+
+
+def probability(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number at least 0 and below 1, got '{text}'")
+    return value
+
+
+def lock_loss(text):
+    parts = text.split(":")
+    if len(parts) != 3 or not all(part.isdigit() for part in parts) or int(parts[2]) == 0:
+        raise argparse.ArgumentTypeError(f"must be LINK:CYCLE:CYCLES with CYCLES at least 1, got '{text}'")
+    return tuple(map(int, parts))
+
+
+def linked_chain(args, mapping):
+    """The LinkedChain ``--links`` asks for, or None; a ``--lock-loss`` on a link the chain
+    does not have is refused."""
+    if not args.links:
+        if args.ber or args.lock_loss:
+            raise SpecError("--ber and --lock-loss need --links")
+        return None
+    if args.lock_loss is not None and not 0 <= args.lock_loss[0] < len(mapping.nodes) - 1:
+        raise SpecError(f"--lock-loss: link {args.lock_loss[0]} is not a link of the chain "
+                        f"(0..{len(mapping.nodes) - 2})")
+    return LinkedChain(lane_width=args.lane_width, latency=args.phy_latency, ber=args.ber,
+                       lock_loss=args.lock_loss, seed=args.seed)
 
 
 def accuracy(network, params, formats, images, labels):
@@ -106,8 +151,9 @@ def main(argv=None):
           f"lr {args.lr}; {len(inputs)} samples of {dataset.name} ({args.epochs} epoch(s)), "
           f"{len(dataset.test_x)} held out; backend {args.backend}", flush=True)
     bar = ProgressBar(len(inputs))
+    links = linked_chain(args, mapping)
     run = train_chain(network, mapping, inputs, labels, params, backend=args.backend, progress=bar,
-                      deadline=deadline(mapping, len(inputs)))
+                      deadline=deadline(mapping, len(inputs)) * (4 if links else 1), links=links)
     bar.close()
     difference = first_difference(run)
     print(f"bit-exact: {'yes' if difference is None else 'no, ' + difference}")
@@ -118,6 +164,9 @@ def main(argv=None):
           f"simulated {run.cycles_per_second:,.0f} cycles/s, {run.cycles_per_cpu_second:,.0f} per CPU second "
           f"({len(inputs) / run.seconds:.1f} samples/s)")
     print(report(mapping, run))
+    for i, ends in enumerate(run.link_counters):
+        print(f"link {i}: " + "; ".join(f"{side} " + ", ".join(f"{name} {count}" for name, count in end.items())
+                                        for side, end in zip(("up", "down"), ends)))
     return 0 if difference is None else 1
 
 

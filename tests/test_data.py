@@ -58,3 +58,14 @@ def test_sim_train_refuses_data_it_cannot_read(capsys):
     assert refusal(main, ["--backend", "icarus"], capsys).startswith("error: argument --backend: invalid choice")
     assert refusal(main, ["--loss", "hinge"], capsys) == (
         "error: argument --loss: invalid choice: 'hinge' (choose from 'mse', 'ce') (see python -m sim.train --help)")
+
+
+def test_sim_train_refuses_link_faults_it_cannot_simulate(capsys):
+    assert refusal(main, ["--links", "--ber", "1.5"], capsys) == (
+        "error: argument --ber: must be a number at least 0 and below 1, got '1.5' (see python -m sim.train --help)")
+    assert refusal(main, ["--links", "--lock-loss", "0:100"], capsys) == (
+        "error: argument --lock-loss: must be LINK:CYCLE:CYCLES with CYCLES at least 1, got '0:100' "
+        "(see python -m sim.train --help)")
+    assert refusal(main, ["--ber", "1e-4", "--samples", "8"], capsys) == "error: --ber and --lock-loss need --links"
+    assert refusal(main, ["--links", "--lock-loss", "2:100:50", "--samples", "8"], capsys) == (
+        "error: --lock-loss: link 2 is not a link of the chain (0..1)")
