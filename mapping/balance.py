@@ -33,6 +33,17 @@ Non-movable, sized by the partitioner:
   mini-batch (``B * (S + O)`` words, ``b`` and ``P`` wide), from which the weight
   gradient is formed once per mini-batch (mapping/perf.py, FC dataflow).
 
+Activations in DRAM (``LayerSlice.act_storage`` "dram", on a device with DRAM;
+``mapper.map_network``'s ``act_storage`` chooses the slices): the Act-RAM and the SFU
+masks are queues in the node's DRAM, and of each only two staging FIFOs of
+:data:`mapping.memories.DRAM_STAGING_BEATS` words of its width stay on chip (one
+filling towards the DRAM, one read ahead from it), in both models
+(:func:`fixed_buffers`; mapping/memories.py for the generator's). ``act_ram_words``
+stays the queue's depth: it is what the DRAM holds (``mapper.dram_bytes_held``, checked
+against the device's ``dram_gb``). Every word written is read back once: the traffic
+(:func:`dram_bits_per_sample`, twice) shares the node's DRAM with its FC weights and
+bounds its cycles per sample (mapping/perf.py).
+
 Movable (weights):
 
 - LPRAM: the slice's weights, one row of ``P`` output channels x ``b`` input
@@ -500,7 +511,8 @@ def activation_bits(plans):
 def check_total(plans, node_budgets, describe, offchip_fc, grad_bits=ACC_BITS, act_dram=False):
     """Refuse up front when the weights cannot fit the cluster's on-chip RAM at all, with
     :func:`activation_bits` on chip, or none where the activations may live in DRAM
-    (``act_dram``: a slice keeps on chip only their staging FIFOs)."""
+    (``act_dram``: a slice keeps on chip only their staging FIFOs, and a lower bound must
+    not count what any node might keep off chip)."""
     usable = sum(b.blocks for b in node_budgets) * 18 * 1024
     weights = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans
                   if not (p.kind == "fc" and offchip_fc))

@@ -5,7 +5,9 @@ exactly (:func:`check_accumulators`) or hold (:func:`mapping.balance.check_total
 partition (mapping/partition/) and balance weights (mapping/balance.py); derive
 the samples in flight of every slice from the timing model (mapping/perf.py) and
 repeat until the Act-RAM the partitioner reserved covers them; fill the
-NodeConfigs and the performance summary.
+NodeConfigs, check that each node's DRAM holds what the mapping keeps there
+(:func:`dram_bytes_held`), and the performance summary. Where the Act-RAMs and SFU
+masks live, on chip or in the node's DRAM, is :func:`map_network`'s ``act_storage``.
 
 Estimated resources of a node (``NodeConfig.estimate``): ``dsp`` = its
 multipliers (one per 16 x 16 product); ``bram_blocks`` = 18 Kb blocks of every

@@ -6,8 +6,14 @@ Assumptions
   why for each device; 200 MHz for the VC709). Cycle counts come from the
   engine shapes (mapping/partition/cost.py): a node's engines run concurrently, so
   its cycles per sample are the maximum of its slices' FP, EB, PG cycles and of
-  the transfer time of all its fully connected weights in DRAM (one DRAM per
-  node, at the device's ``dram_gbps``; FC dataflow below).
+  the transfer time of all its DRAM traffic (one DRAM per node, at the device's
+  ``dram_gbps``, reads and writes sharing it): its fully connected weights in DRAM
+  (FC dataflow below) and, for the slices whose activations live there
+  (``act_storage`` "dram", mapping/balance.py), every bit of their Act-RAM and SFU
+  mask queues written once and read back once per sample
+  (:func:`mapping.partition.slice_dram_bytes`). The DRAM's latency is covered by the
+  staging FIFOs and not modelled; an FC stage's pass (``fc_stage``) counts the weight
+  reads only.
 - Pipeline: every node works on one sample per period; the period is the
   slowest node's cycles / clock, throughput = 1 / period (compute bound). Links
   cap it at ``link_gbps / (8 * bytes per sample)`` of the busiest link direction
