@@ -28,11 +28,11 @@ class Refusals(GreedyFills):
     def _check_units(self):
         """Refuse up front a layer whose single channel overflows the largest node at any
         period: its Act-RAM and, on the node that finishes the layer, its SFU masks (none
-        where that node keeps them in DRAM)."""
+        where a node keeps them in DRAM: a channel may go there)."""
+        if any(self.act_dram):
+            return
         node = max(range(len(self.nodes)), key=lambda d: self.nodes[d].blocks)
         budget, family = self.nodes[node], self.families[node]
-        if self.act_storage(node) == "dram":
-            return
         for plan in self.plans:
             stale, (c, h, w) = self.samples_held[plan.name], plan.in_shape
             act = (1 if plan.mode == "icp" else c) * h * w * stale
