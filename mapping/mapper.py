@@ -92,10 +92,11 @@ def map_network(network, cluster, *, act_storage="auto", **options):
       (:class:`mapping.errors.MemoryRefusal`) and a device has DRAM, mapped again as "dram".
 
     "auto" moves every slice on a device with DRAM, not only those whose queues are large:
-    one rule per chain, as for fully connected weights in DRAM. A per-slice threshold would
-    make a slice's memory fall as it grows past it, which the partitioner's fills assume
-    does not happen (mapping/partition/fill.py), and which slices cross it depends on the
-    cuts it is meant to decide. The DRAM traffic this adds is priced (each node's cycles per
+    one rule per chain, as for fully connected weights in DRAM. A per-slice threshold (say,
+    queues over a share of the block RAM) would make a slice's memory drop as it grows past
+    it, against the bisection over a slice's units that the partitioner's fills rely on
+    (mapping/partition/fill.py), and which slices cross it would depend on the cuts it is
+    meant to help decide. The DRAM traffic this adds is priced (each node's cycles per
     sample, mapping/perf.py) and small beside the DRAM's bandwidth on the paper's boards
     (docs/paper_comparison.md); the cost not priced here is a DRAM controller on every such
     node. ``options``: :func:`_map_network`'s."""
