@@ -2,6 +2,7 @@
 
     python -m mapping --network vgg16 --cluster vc709:15 [--out DIR] [--sizes 5:85[:STEP]]
                       [--batch B --lr X] [--link-gbps G] [--max-multipliers M]
+                      [--grad-bits 16|24|32|48] [--act-storage chip|dram|auto] [--for-hardware]
 """
 
 import json

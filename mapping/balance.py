@@ -466,8 +466,8 @@ def _refuse(slices, node_budgets, owner, used, describe, homeless=None):
     if not movable:
         sums = sum(s.remote_rows * s.plan.out_pixels for s in mine)
         raise MemoryRefusal(f"{head}, and every weight row it could move already lives on other nodes: "
-                        f"their {sums:,} 48-bit partial sums and its activation and line buffers "
-                        f"exceed the budget")
+                            f"their {sums:,} 48-bit partial sums and its activation and line buffers "
+                            f"exceed the budget")
     sl = max(movable, key=lambda s: s.weight_words)
     lo, hi = sl.in_range
     _, oh, ow = sl.plan.out_shape
@@ -500,7 +500,7 @@ def _refuse_unbuildable(ranked, node_budgets, owner, used, describe):
                   f"layer '{sl.plan.name}' ({rows * sl.row_words:,} 16-bit weights and their 48-bit "
                   f"gradient sums{groups})")
     raise MemoryRefusal(f"{_head(node_budgets, owner, used, describe)}, and the hardware generator balances "
-                    f"weights only as rows of fully connected layers: {reason}")
+                        f"weights only as rows of fully connected layers: {reason}")
 
 
 def activation_bits(plans):

@@ -11,8 +11,8 @@ Assumptions
   (FC dataflow below) and, for the slices whose activations live there
   (``act_storage`` "dram", mapping/balance.py), every bit of their Act-RAM and SFU
   mask queues written once and read back once per sample
-  (:func:`mapping.partition.slice_dram_bytes`). The DRAM's latency is covered by the
-  staging FIFOs and not modelled; an FC stage's pass (``fc_stage``) counts the weight
+  (:func:`mapping.partition.slice_dram_bytes`). The DRAM's latency is taken as covered
+  by the staging FIFOs, not modelled; an FC stage's pass (``fc_stage``) counts the weight
   reads only.
 - Pipeline: every node works on one sample per period; the period is the
   slowest node's cycles / clock, throughput = 1 / period (compute bound). Links
