@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from mapping.cli import (DEFAULT_GRAD_BITS_HELP, LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, formats_of, fraction, output_folder,
+from mapping.cli import (ACT_STORAGE_HELP, DEFAULT_GRAD_BITS_HELP, LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_act_storage_option, add_loss_option, formats_of, fraction, output_folder,
                          positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
@@ -44,6 +44,7 @@ def parse_args(argv):
                         f"(without --mapping: {LEARNING_RATE})")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
     parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, help=DEFAULT_GRAD_BITS_HELP)
+    add_act_storage_option(parser, default=None, help=f"{ACT_STORAGE_HELP} (without --mapping: auto)")
     parser.add_argument("--overlapped-update", action="store_true", default=None, help=OVERLAPPED_HELP)
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
@@ -57,7 +58,8 @@ def load_mapping(args):
 
     options = {key: value for key, value in (("bram_fraction", args.bram_fraction), ("batch", args.batch),
                                              ("lr", args.lr), ("loss", args.loss), ("grad_bits", args.grad_bits),
-                                             ("overlapped_update", args.overlapped_update)) if value is not None}
+                                             ("overlapped_update", args.overlapped_update),
+                                             ("act_storage", args.act_storage)) if value is not None}
     if args.mapping:
         where = f"mapping file {args.mapping}"
         if options:

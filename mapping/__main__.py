@@ -2,11 +2,13 @@
 
     python -m mapping --network vgg16 --cluster vc709:15 [--out DIR] [--sizes 5:85[:STEP]]
                       [--batch B --lr X] [--link-gbps G] [--max-multipliers M]
+                      [--grad-bits 16|24|32|48] [--act-storage chip|dram|auto] [--for-hardware]
 """
 
 import json
 
-from .cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, fraction, output_folder, positive_int,
+from .cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_act_storage_option,
+                  add_grad_bits_option, add_loss_option, formats_of, fraction, output_folder, positive_int,
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
@@ -48,6 +50,7 @@ def parse_args(argv):
                              "balancing keep rows on other nodes")
     add_loss_option(parser)
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
+    add_act_storage_option(parser)
     parser.add_argument("--for-hardware", action="store_true",
                         help="map as hw/ generates: every weight on chip, balanced only as "
                              "fully connected rows kept on another node")
@@ -65,7 +68,7 @@ def main(argv=None):
                           f"{cluster.spec}@{args.link_gbps:g}")
     options = dict(batch=args.batch, lr=args.lr, formats=formats_of(args.loss, args.grad_bits), max_multipliers=args.max_multipliers,
                    bram_fraction=args.bram_fraction, overlapped_update=args.overlapped_update,
-                   **(GENERATOR_OPTIONS if args.for_hardware else {}))
+                   act_storage=args.act_storage, **(GENERATOR_OPTIONS if args.for_hardware else {}))
     with output_folder(args.out) as out:
         if args.grad_bits is None:
             mapping = map_with_default_gradient_sums(network, cluster, network_name=args.network, **options)

@@ -33,6 +33,17 @@ Non-movable, sized by the partitioner:
   mini-batch (``B * (S + O)`` words, ``b`` and ``P`` wide), from which the weight
   gradient is formed once per mini-batch (mapping/perf.py, FC dataflow).
 
+Activations in DRAM (``LayerSlice.act_storage`` "dram", on a device with DRAM;
+``mapper.map_network``'s ``act_storage`` chooses the slices): the Act-RAM and the SFU
+masks are queues in the node's DRAM, and of each only two staging FIFOs of
+:data:`mapping.memories.DRAM_STAGING_BEATS` words of its width stay on chip (one
+filling towards the DRAM, one read ahead from it), in both models
+(:func:`fixed_buffers`; mapping/memories.py for the generator's). ``act_ram_words``
+stays the queue's depth: it is what the DRAM holds (``mapper.dram_bytes_held``, checked
+against the device's ``dram_gb``). Every word written is read back once: the traffic
+(:func:`dram_bits_per_sample`, twice) shares the node's DRAM with its FC weights and
+bounds its cycles per sample (mapping/perf.py).
+
 Movable (weights):
 
 - LPRAM: the slice's weights, one row of ``P`` output channels x ``b`` input
@@ -73,7 +84,7 @@ from functools import lru_cache
 import math
 
 from . import memories, resources
-from .errors import SpecError
+from .errors import MemoryRefusal
 from .memories import sfu_mask_bits
 from .nodeconfig import Engine, LayerSlice, WeightBlock
 from .numerics import ACC_BITS, WORD_BITS
@@ -110,8 +121,19 @@ class FixedWords:
     overlapped_update: bool = False  # LayerSlice.overlapped_update: more copies of the weights
 
 
+def _queue_cost(width, depth, family, storage):
+    """On-chip cost of a queue of ``depth`` words of ``width`` bits kept in ``storage``: in
+    DRAM only its two staging FIFOs of :data:`mapping.memories.DRAM_STAGING_BEATS` words stay
+    on chip (memories._queue)."""
+    if storage == "dram":
+        return memory_cost(width, memories.DRAM_STAGING_BEATS, family, count=2)
+    return memory_cost(width, depth, family)
+
+
 def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_cycles,
-                  gradient_batch=0, grad_bits=ACC_BITS):
+                  gradient_batch=0, grad_bits=ACC_BITS, act_storage="chip"):
+    """The non-movable buffers of a slice of ``units`` units holding ``samples`` samples, its
+    Act-RAM and SFU masks kept in ``act_storage`` (LayerSlice.act_storage)."""
     c_in, h, w = plan.in_shape
     oc, oh, ow = plan.out_shape
     k, p = plan.kernel, plan.padding
@@ -122,7 +144,7 @@ def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_c
     cost = MemoryCost()
 
     act_words = samples * s_in * h * w
-    cost += memory_cost(shape.b * WORD_BITS, samples * h * w * shape.v, family)
+    cost += _queue_cost(shape.b * WORD_BITS, samples * h * w * shape.v, family, act_storage)
 
     lb_words = 0
     if k > 1:
@@ -149,7 +171,9 @@ def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_c
             memory_cost(shape.P * WORD_BITS, gradient_batch * shape.u, family)
 
     if last or not icp:  # this node runs the SFU of its output channels
-        cost += memory_cost(WORD_BITS, math.ceil(samples * mask_bits(plan, o_out) / WORD_BITS), family)
+        masks = samples * mask_bits(plan, o_out)
+        if masks:  # none without ReLU or pool
+            cost += _queue_cost(WORD_BITS, math.ceil(masks / WORD_BITS), family, act_storage)
         if plan.bias:
             cost += memory_cost(WORD_BITS, o_out, family) + memory_cost(grad_bits, o_out, family)
     return FixedWords(act_words, lb_words, pab_words, cost)
@@ -221,7 +245,16 @@ def layer_slice(sl, buffers, fp_stale=0, remote_weights=(), cycles_per_sample=0)
         pab_words=buffers.pab + sl.remote_rows * p.out_pixels,
         lgb_words=lgb, weights_offchip=sl.offchip, remote_weights=remote_weights,
         flatten_from=p.flatten_from, fp_stale=fp_stale, cycles_per_sample=cycles_per_sample,
-        overlapped_update=buffers.overlapped_update)
+        overlapped_update=buffers.overlapped_update, act_storage=sl.act_storage)
+
+
+def dram_bits_per_sample(sl):
+    """Bits partition slice ``sl`` writes to its DRAM queues per sample, as many read back
+    (:func:`mapping.memories.dram_bits_per_sample` of its LayerSlice): they depend on the
+    queues' widths and beats per sample, not on their depths, so its buffers are left empty."""
+    if sl.act_storage != "dram":
+        return 0
+    return memories.dram_bits_per_sample(layer_slice(sl, FixedWords(0, 0, 0, MemoryCost())))
 
 
 def planned_slice(sl, buffers):
@@ -424,7 +457,7 @@ def _refuse(slices, node_budgets, owner, used, describe, homeless=None):
     moving rows away would not free memory."""
     head = _head(node_budgets, owner, used, describe)
     if homeless is not None:
-        raise SpecError(
+        raise MemoryRefusal(
             f"{head}, and no other node has room for one more weight row of its layer "
             f"'{homeless.plan.name}' ({homeless.row_words:,} 16-bit weights and their 48-bit "
             f"gradient sums)")
@@ -432,13 +465,13 @@ def _refuse(slices, node_budgets, owner, used, describe, homeless=None):
     movable = [s for s in mine if s.out_channels > s.remote_rows]
     if not movable:
         sums = sum(s.remote_rows * s.plan.out_pixels for s in mine)
-        raise SpecError(f"{head}, and every weight row it could move already lives on other nodes: "
-                        f"their {sums:,} 48-bit partial sums and its activation and line buffers "
-                        f"exceed the budget")
+        raise MemoryRefusal(f"{head}, and every weight row it could move already lives on other nodes: "
+                            f"their {sums:,} 48-bit partial sums and its activation and line buffers "
+                            f"exceed the budget")
     sl = max(movable, key=lambda s: s.weight_words)
     lo, hi = sl.in_range
     _, oh, ow = sl.plan.out_shape
-    raise SpecError(
+    raise MemoryRefusal(
         f"{head}, and moving weight rows to other nodes frees nothing: a row of layer "
         f"'{sl.plan.name}' (input channels {lo}:{hi}, {sl.row_words:,} weights) used from another "
         f"node needs {oh * ow:,} 48-bit partial sums of its {oh}x{ow} outputs here")
@@ -466,16 +499,25 @@ def _refuse_unbuildable(ranked, node_budgets, owner, used, describe):
         reason = (f"no other node has room for {'one more row' if rows == 1 else f'{rows} more rows'} of "
                   f"layer '{sl.plan.name}' ({rows * sl.row_words:,} 16-bit weights and their 48-bit "
                   f"gradient sums{groups})")
-    raise SpecError(f"{_head(node_budgets, owner, used, describe)}, and the hardware generator balances "
-                    f"weights only as rows of fully connected layers: {reason}")
+    raise MemoryRefusal(f"{_head(node_budgets, owner, used, describe)}, and the hardware generator balances "
+                        f"weights only as rows of fully connected layers: {reason}")
 
 
-def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc, grad_bits=ACC_BITS):
-    """Refuse up front when the weights cannot fit the cluster's on-chip RAM at all."""
+def activation_bits(plans):
+    """Lower bound of the non-movable memory: one sample of every conv layer's input."""
+    return sum(math.prod(p.in_shape) * WORD_BITS for p in plans if p.kind == "conv")
+
+
+def check_total(plans, node_budgets, describe, offchip_fc, grad_bits=ACC_BITS, act_dram=False):
+    """Refuse up front when the weights cannot fit the cluster's on-chip RAM at all, with
+    :func:`activation_bits` on chip, or none where the activations may live in DRAM
+    (``act_dram``: a slice keeps on chip only their staging FIFOs, and a lower bound must
+    not count what any node might keep off chip)."""
     usable = sum(b.blocks for b in node_budgets) * 18 * 1024
     weights = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans
                   if not (p.kind == "fc" and offchip_fc))
     conv = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans if p.kind == "conv")
+    fixed_bits = 0 if act_dram else activation_bits(plans)
     need = weights * (WORD_BITS + grad_bits) + fixed_bits
     if need <= usable:
         return
@@ -484,10 +526,11 @@ def check_total(plans, node_budgets, fixed_bits, describe, offchip_fc, grad_bits
                   if not (p.kind == "fc" and offchip_fc) else 0)
     alone = (f"; its conv weights alone ({conv * WORD_BITS / 1e6:.1f} Mbit) exceed it"
              if conv * WORD_BITS > usable else "")
-    raise SpecError(
+    fixed = "activations in DRAM" if act_dram else f"{fixed_bits / 1e6:.1f} Mbit of activations and buffers"
+    raise MemoryRefusal(
         f"{describe()} does not fit even with weight balancing: it needs {need / 1e6:.1f} Mbit on chip "
         f"({weights * WORD_BITS / 1e6:.1f} Mbit of 16-bit weights, {weights * grad_bits / 1e6:.1f} Mbit "
-        f"of {grad_bits}-bit gradient buffers, {fixed_bits / 1e6:.1f} Mbit of activations and buffers) but "
+        f"of {grad_bits}-bit gradient buffers, {fixed}) but "
         f"{len(node_budgets)} x {'/'.join(devices)} offer {usable / 1e6:.1f} Mbit usable{alone} "
         f"(largest layer: '{largest.name}', {largest.out_shape[0] * largest.in_shape[0] * largest.kernel ** 2:,} "
         f"weights)")

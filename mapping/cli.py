@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from .errors import SpecError
+from .mapper import ACT_STORAGE_POLICIES
 from .numerics import ACC_BITS, GRAD_BITS, LOSSES, Formats
 
 
@@ -78,6 +79,16 @@ GRAD_BITS_HELP = (f"width of the gradient sums (LGB, BGB): {ACC_BITS} is exact, 
 def add_grad_bits_option(parser, default=ACC_BITS, help=GRAD_BITS_HELP):
     """``--grad-bits``: Formats.grad_bits, with its default fractional bits."""
     parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, default=default, help=help)
+
+
+ACT_STORAGE_HELP = ("where the Act-RAMs and SFU masks keep the samples in flight: chip (block RAM), dram (the "
+                    "node's DRAM behind small staging FIFOs, on devices with DRAM), or auto: on chip unless the "
+                    "mapping is refused so, then in DRAM (docs/nodeconfig.md)")
+
+
+def add_act_storage_option(parser, default="auto", help=ACT_STORAGE_HELP):
+    """``--act-storage``: map_network's ``act_storage``."""
+    parser.add_argument("--act-storage", choices=ACT_STORAGE_POLICIES, default=default, help=help)
 
 
 DEFAULT_GRAD_BITS_HELP = (f"{GRAD_BITS_HELP}; default: {ACC_BITS} where the cluster has the memory and links "

@@ -9,6 +9,11 @@ class SpecError(ValueError):
     """A network, cluster, mapping or option the user gave cannot be accepted."""
 
 
+class MemoryRefusal(SpecError):
+    """A mapping refused because the nodes' on-chip memory cannot hold it (what keeping the
+    activations in DRAM may relieve: mapper.map_network, ``act_storage`` "auto")."""
+
+
 def read_spec_file(path, what):
     """The parsed contents of a .toml or .json spec file; ``what`` names it in errors."""
     import json

@@ -5,7 +5,9 @@ exactly (:func:`check_accumulators`) or hold (:func:`mapping.balance.check_total
 partition (mapping/partition/) and balance weights (mapping/balance.py); derive
 the samples in flight of every slice from the timing model (mapping/perf.py) and
 repeat until the Act-RAM the partitioner reserved covers them; fill the
-NodeConfigs and the performance summary.
+NodeConfigs, check that each node's DRAM holds what the mapping keeps there
+(:func:`dram_bytes_held`), and the performance summary. Where the Act-RAMs and SFU
+masks live, on chip or in the node's DRAM, is :func:`map_network`'s ``act_storage``.
 
 Estimated resources of a node (``NodeConfig.estimate``): ``dsp`` = its
 multipliers (one per 16 x 16 product); ``bram_blocks`` = 18 Kb blocks of every
@@ -22,9 +24,9 @@ from dataclasses import replace
 import math
 
 from . import balance, memories, perf, resources
-from .errors import SpecError
-from .nodeconfig import Mapping, NodeConfig, Resources, Training, update_lane_counts
-from .numerics import ACC_BITS, Formats, acc_bits_needed, lr_constant
+from .errors import MemoryRefusal, SpecError
+from .nodeconfig import ACT_STORAGES, Mapping, NodeConfig, Resources, Training, update_lane_counts
+from .numerics import ACC_BITS, WORD_BITS, Formats, acc_bits_needed, lr_constant
 from .partition import budgets, partition, plan_layers
 from .resources import logic_estimate, tile_multipliers
 
@@ -75,10 +77,54 @@ def check_accumulators(plans, batch, grad_bits=ACC_BITS):
 GENERATOR_OPTIONS = {"offchip_fc": False, "buildable_balance": True}
 
 
-def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None, dsp_fraction=DSP_FRACTION,
-                bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None, fold_inputs=True,
-                offchip_fc=True, buildable_balance=False, overlapped_update=False):
-    """Map the training of ``network`` onto ``cluster`` (see module docstring).
+# Where map_network keeps the slices' Act-RAMs and SFU masks (LayerSlice.act_storage).
+ACT_STORAGE_POLICIES = (*ACT_STORAGES, "auto")
+
+
+def map_network(network, cluster, *, act_storage="auto", **options):
+    """Map the training of ``network`` onto ``cluster`` (see module docstring), the Act-RAMs
+    and SFU masks of the slices kept where ``act_storage`` says (LayerSlice.act_storage):
+
+    - "chip": in block RAM on every node;
+    - "dram": in the node's DRAM, behind two small staging FIFOs, on every node whose device
+      has DRAM (a device without keeps them on chip);
+    - "auto": on chip where the mapping fits so; where it is refused for on-chip memory
+      (:class:`mapping.errors.MemoryRefusal`) and a device has DRAM, mapped again as "dram".
+
+    "auto" moves every slice on a device with DRAM, not only those whose queues are large:
+    one rule per chain, as for fully connected weights in DRAM. A per-slice threshold (say,
+    queues over a share of the block RAM) would make a slice's memory drop as it grows past
+    it, against the bisection over a slice's units that the partitioner's fills rely on
+    (mapping/partition/fill.py), and which slices cross it would depend on the cuts it is
+    meant to help decide. The DRAM traffic this adds is priced (each node's cycles per
+    sample, mapping/perf.py) and small beside the DRAM's bandwidth on the paper's boards
+    (docs/paper_comparison.md); the cost not priced here is a DRAM controller on every such
+    node. ``options``: :func:`_map_network`'s."""
+    if not isinstance(act_storage, str):
+        raise TypeError(f"act_storage must be one of {', '.join(ACT_STORAGE_POLICIES)}, not {act_storage!r}")
+    if act_storage not in ACT_STORAGE_POLICIES:
+        raise SpecError(f"act_storage must be one of {', '.join(ACT_STORAGE_POLICIES)}, not {act_storage!r}")
+    if act_storage != "auto":
+        return _map_network(network, cluster, act_dram=act_storage == "dram", **options)
+    try:
+        return _map_network(network, cluster, act_dram=False, **options)
+    except MemoryRefusal as refusal:
+        if not any(device.dram_gb > 0 for device in cluster.devices):
+            raise
+        try:
+            return _map_network(network, cluster, act_dram=True, **options)
+        except SpecError as dram_refusal:
+            if str(dram_refusal) == str(refusal):
+                raise
+            raise type(dram_refusal)(f"{dram_refusal} (with activations in DRAM, tried as on-chip ones were "
+                                     f"refused too)") from None
+
+
+def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, formats=None,
+                 dsp_fraction=DSP_FRACTION, bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None,
+                 fold_inputs=True, offchip_fc=True, buildable_balance=False, overlapped_update=False):
+    """Map the training of ``network`` onto ``cluster``; ``act_dram``: the Act-RAMs and SFU
+    masks of the slices on devices with DRAM live there.
 
     ``fold_inputs=False``: no engine folds input channels over several cycles (one
     tile per input channel), the engines the hardware generator builds;
@@ -122,13 +168,14 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
                         f"(mapper.GENERATOR_OPTIONS)")
     if buildable_balance:
         _check_pools(plans, describe)
-    balance.check_total(plans, node_budgets, _activation_bits(plans), describe,
-                        offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0, grad_bits=grad_bits)
+    balance.check_total(plans, node_budgets, describe,
+                        offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0, grad_bits=grad_bits,
+                        act_dram=act_dram and any(b.device.dram_gb > 0 for b in node_budgets))
 
     def settle(local_weights):
         return _settle(plans, node_budgets, family_of, describe, batch, local_weights=local_weights,
-                       fold_inputs=fold_inputs, offchip_fc=offchip_fc,
-                       buildable_balance=buildable_balance, overlapped=overlapped_update, grad_bits=grad_bits)
+                       fold_inputs=fold_inputs, offchip_fc=offchip_fc, buildable_balance=buildable_balance,
+                       overlapped=overlapped_update, grad_bits=grad_bits, act_dram=act_dram)
 
     try:
         part, slices, blocks, hosted, stale = settle(local_weights=False)
@@ -174,6 +221,7 @@ def map_network(network, cluster, *, batch=BATCH, lr=LEARNING_RATE, formats=None
                           formats, training)
     nodes = [_with_update_lanes(node, budget.device, max_multipliers, len(nodes))
              for node, budget in zip(nodes, node_budgets)]
+    _check_dram(nodes, node_budgets, describe)
     result = _summary_dict(summary, part, node_budgets)
     if buildable_balance:
         _check_inventory(nodes, describe)
@@ -229,6 +277,26 @@ def map_with_default_gradient_sums(network, cluster, *, formats=None, batch=BATC
     return faster if faster.summary["samples_per_s"] > exact.summary["samples_per_s"] else exact
 
 
+def dram_bytes_held(config):
+    """(activation bytes, weight bytes) NodeConfig ``config`` keeps in its DRAM: every DRAM
+    queue, as deep as it is built (memories.dram_queues), and its fully connected weights off
+    chip, 16 bits each (their gradients never go to DRAM: mapping/perf.py, FC dataflow)."""
+    acts = sum(width * depth for s in config.slices for _, width, depth, _ in memories.dram_queues(s))
+    weights = sum(s.weight_words * WORD_BITS for s in config.slices if s.weights_offchip)
+    return acts / 8, weights / 8
+
+
+def _check_dram(nodes, node_budgets, describe):
+    """Refuse a node whose DRAM cannot hold what the mapping keeps there (a GB is 10^9 bytes)."""
+    for node, budget in zip(nodes, node_budgets):
+        acts, weights = dram_bytes_held(node)
+        device = budget.device
+        if acts + weights > device.dram_gb * 1e9:
+            raise SpecError(f"{describe()}: node {node.index} ({device.name}) needs {acts + weights:,.0f} bytes of "
+                            f"DRAM ({acts:,.0f} for the activations and masks of the samples in flight, "
+                            f"{weights:,.0f} for fully connected weights) but has {device.dram_gb * 1e9:,.0f}")
+
+
 def _check_pools(plans, describe):
     """Refuse up front a max-pool the generator's SFU does not build."""
     for plan in plans:
@@ -267,7 +335,7 @@ def _multipliers(sl, family):
 
 
 def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, fold_inputs,
-            offchip_fc, buildable_balance, overlapped, grad_bits=ACC_BITS):
+            offchip_fc, buildable_balance, overlapped, grad_bits=ACC_BITS, act_dram=False):
     """Partition and balance until the samples in flight the Act-RAMs were sized for
     cover those the resulting timing needs.
 
@@ -286,7 +354,7 @@ def _settle(plans, node_budgets, family_of, describe, batch, *, local_weights, f
                              batch=batch, link_latency_cycles=balance.LINK_LATENCY_CYCLES,
                              local_weights=local_weights, buildable_balance=buildable_balance,
                              fold_inputs=fold_inputs, offchip_fc=offchip_fc, overlapped_update=overlapped,
-                             grad_bits=grad_bits)
+                             grad_bits=grad_bits, act_dram=act_dram)
         except SpecError:
             if refusals:  # no longer period partitions: balancing was what failed
                 raise refusals[0] from None
@@ -342,12 +410,8 @@ def _buffers(sl, samples, family_of, batch, grad_bits=ACC_BITS):
     return balance.fixed_buffers(sl.plan, sl.units, sl.shape, samples, family_of(sl.node),
                                  first=sl.first, last=sl.last,
                                  latency_cycles=balance.LINK_LATENCY_CYCLES,
-                                 gradient_batch=batch if sl.offchip else 0, grad_bits=grad_bits)
-
-
-def _activation_bits(plans):
-    """Lower bound of the non-movable memory: one sample of every layer's input."""
-    return sum(math.prod(p.in_shape) * 16 for p in plans if p.kind == "conv")
+                                 gradient_batch=batch if sl.offchip else 0, grad_bits=grad_bits,
+                                 act_storage=sl.act_storage)
 
 
 def _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates, summary, formats,

@@ -6,8 +6,14 @@ Assumptions
   why for each device; 200 MHz for the VC709). Cycle counts come from the
   engine shapes (mapping/partition/cost.py): a node's engines run concurrently, so
   its cycles per sample are the maximum of its slices' FP, EB, PG cycles and of
-  the transfer time of all its fully connected weights in DRAM (one DRAM per
-  node, at the device's ``dram_gbps``; FC dataflow below).
+  the transfer time of all its DRAM traffic (one DRAM per node, at the device's
+  ``dram_gbps``, reads and writes sharing it): its fully connected weights in DRAM
+  (FC dataflow below) and, for the slices whose activations live there
+  (``act_storage`` "dram", mapping/balance.py), every bit of their Act-RAM and SFU
+  mask queues written once and read back once per sample
+  (:func:`mapping.partition.slice_dram_bytes`). The DRAM's latency is taken as covered
+  by the staging FIFOs, not modelled; an FC stage's pass (``fc_stage``) counts the weight
+  reads only.
 - Pipeline: every node works on one sample per period; the period is the
   slowest node's cycles / clock, throughput = 1 / period (compute bound). Links
   cap it at ``link_gbps / (8 * bytes per sample)`` of the busiest link direction
@@ -86,15 +92,14 @@ import numpy as np
 from . import link_model
 from .balance import LINK_LATENCY_CYCLES
 from .numerics import ACC_BITS, WORD_BITS
-from .partition import FC_READ_BYTES, FC_UPDATE_BYTES, dram_bytes, slice_cycles
-
+from .partition import FC_READ_BYTES, FC_UPDATE_BYTES, slice_cycles, slice_dram_bytes
 
 
 def dram_cycles(sl, budget, batch):
-    """Average DRAM cycles per sample of a slice with FC weights off chip (0 otherwise)."""
-    if not sl.offchip:
-        return 0
-    return math.ceil(dram_bytes(sl.plan, sl.units, batch) / budget.dram_bytes_per_s * budget.clock_hz)
+    """Average DRAM cycles per sample of a slice's own DRAM traffic: FC weights off chip,
+    activations in DRAM (0 with neither)."""
+    traffic = slice_dram_bytes(sl, batch)
+    return math.ceil(traffic / budget.dram_bytes_per_s * budget.clock_hz) if traffic else 0
 
 
 def cycles(sl, budget, batch):
@@ -104,13 +109,12 @@ def cycles(sl, budget, batch):
 
 def node_cycles(slices, node_budgets, batch):
     """Cycles per sample of every node: its slowest engine, or its one DRAM serving all
-    its FC slices."""
+    its slices' FC weights and activations."""
     engines = [0] * len(node_budgets)
     dram = [0.0] * len(node_budgets)
     for sl in slices:
         engines[sl.node] = max(engines[sl.node], slice_cycles(sl.plan, sl.shape))
-        if sl.offchip:
-            dram[sl.node] += dram_bytes(sl.plan, sl.units, batch)
+        dram[sl.node] += slice_dram_bytes(sl, batch)
     return [max(e, math.ceil(d / b.dram_bytes_per_s * b.clock_hz)) if d else e
             for e, d, b in zip(engines, dram, node_budgets)]
 
@@ -328,7 +332,7 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch, g
         alloc = mult * tau * budget.clock_hz
         links = [fwd[d] if d < n - 1 else 0, bwd[d] if d < n - 1 else 0,
                  fwd[d - 1] if d else 0, bwd[d - 1] if d else 0]
-        dram = sum(dram_bytes(sl.plan, sl.units, batch) for sl in mine if sl.offchip)
+        dram = sum(slice_dram_bytes(sl, batch) for sl in mine)
         device = budget.device
         nodes.append(NodePerf(
             cycles=cyc[d], multipliers=mult, useful_macs=useful,

@@ -2,7 +2,7 @@
 
 from .cluster import Cluster
 from .errors import SpecError
-from .mapper import map_network
+from .mapper import dram_bytes_held, map_network
 
 
 def table(mapping):
@@ -18,8 +18,11 @@ def table(mapping):
              f"idle stages {100 * s['idle']:.2f}%, busiest link {s['busiest_link_gbps']:.1f} Gb/s of payload, "
              f"{s['busiest_link_line_gbps']:.1f} Gb/s of line with the link cores' framing (at the compute-bound "
              f"rate); {100 * s['link_utilisation']:.0f}% of the busiest link used",
-             f"{'node':>4} {'device':<14} {'DSP%':>5} {'BRAM%':>6} {'link Gb/s':>9} {'idle%':>6}  slices"]
+             f"{'node':>4} {'device':<14} {'DSP%':>5} {'BRAM%':>6} {'link Gb/s':>9} {'idle%':>6} {'acts':>4} "
+             f"{'DRAM GB/s':>9} {'DRAM MB':>8}  slices"]
     for node, perf in zip(mapping.nodes, s["per_node"]):
+        storage = {sl.act_storage for sl in node.slices}
+        acts = "DRAM" if storage == {"dram"} else "chip" if storage <= {"chip"} else "both"
         parts = []
         for sl in node.slices:
             lo, hi = sl.in_range if sl.mode == "icp" else sl.out_range
@@ -30,7 +33,8 @@ def table(mapping):
             parts.append(f"hosts {sum(b.words for b in node.hosted):,} weights")
         lines.append(f"{node.index:>4} {node.device:<14} {100 * perf['dsp_util']:>5.1f} "
                      f"{100 * perf['bram_util']:>6.1f} {perf['link_gbps']:>9.2f} "
-                     f"{100 * perf['idle']:>6.2f}  {', '.join(parts) or '-'}")
+                     f"{100 * perf['idle']:>6.2f} {acts:>4} {perf['dram_gbps'] / 8:>9.2f} "
+                     f"{sum(dram_bytes_held(node)) / 1e6:>8.1f}  {', '.join(parts) or '-'}")
     return "\n".join(lines)
 
 

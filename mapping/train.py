@@ -26,7 +26,7 @@ import numpy as np
 
 from . import golden, stability
 from .cluster import parse_cluster
-from .cli import (LOSS_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, output_folder, positive_int,
+from .cli import (LOSS_HELP, DefaultsShown, Parser, add_act_storage_option, add_grad_bits_option, add_loss_option, formats_of, output_folder, positive_int,
                   positive_number)
 from .data import DIGITS, SOURCE_HELP, load
 from .errors import SpecError, run_cli
@@ -144,6 +144,7 @@ def parse_args(argv):
                         "update that does not stop the engines (not built in hardware)")
     add_loss_option(p, help=f"{LOSS_HELP}; docs/numerics.md")
     add_grad_bits_option(p)
+    add_act_storage_option(p)
     p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
     p.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
     p.add_argument("--init-scale", type=positive_number, default=golden.INIT_SCALE,
@@ -168,7 +169,8 @@ def _train_and_plot(args, out):
     if warning:
         print(f"warning: {warning}")
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
-                          formats=formats, overlapped_update=args.update == "overlapped", **GENERATOR_OPTIONS)
+                          formats=formats, overlapped_update=args.update == "overlapped", act_storage=args.act_storage,
+                          **GENERATOR_OPTIONS)
     stale, eb_stale = UPDATES[args.update](mapping.fp_stale())
     print(f"{args.network} on {args.cluster}: fp_stale per layer "
           f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}"

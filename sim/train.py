@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from mapping import data, golden, link_model, zoo
-from mapping.cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_grad_bits_option, add_loss_option, formats_of, positive_int,
+from mapping.cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_act_storage_option,
+                         add_grad_bits_option, add_loss_option, formats_of, positive_int,
                          positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
@@ -50,6 +51,7 @@ def parse_args(argv):
     parser.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
     add_loss_option(parser)
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
+    add_act_storage_option(parser)
     parser.add_argument("--overlapped-update", action="store_true", help=OVERLAPPED_HELP)
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
     links = parser.add_argument_group("links", "neighbours joined by link cores instead of wires")
@@ -137,6 +139,7 @@ def main(argv=None):
         print(f"warning: {warning}")
     mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                      formats=formats_of(args.loss, args.grad_bits), overlapped_update=args.overlapped_update,
+                     act_storage=args.act_storage,
                      **GENERATOR_OPTIONS)
     formats = mapping.nodes[0].formats
     dataset = data.load(args.data, network.input_shape, network.num_classes, seed=args.seed)

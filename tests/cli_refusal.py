@@ -24,6 +24,7 @@ BAD_OPTIONS = [
     (["--lr", "inf"], "argument --lr: must be a positive finite number, got 'inf'"),
     (["--lr", "-0.1"], "argument --lr: must be a positive finite number, got '-0.1'"),
     (["--loss", "softmax"], "argument --loss: invalid choice: 'softmax' (choose from 'mse', 'ce')"),
+    (["--act-storage", "disk"], "argument --act-storage: invalid choice: 'disk' (choose from 'chip', 'dram', 'auto')"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ]
 

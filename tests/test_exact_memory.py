@@ -3,6 +3,8 @@ builds (mapping/memories.py), so every node fits its block RAM as built. Planned
 coarser model of mapping/balance.py they did not always: lenet on four ECP5-85s at a fifth
 of their block RAM built 57 blocks on node 3, which had 41."""
 
+from dataclasses import replace
+
 import pytest
 
 from mapping import memories, zoo
@@ -129,3 +131,22 @@ def test_generator_mappings_plan_the_rows_of_an_overlapping_max_pool():
 def test_generator_mappings_refuse_the_max_pools_the_sfu_does_not_build(pool, message):
     with pytest.raises(SpecError, match=rf"^network 'pooled' on cluster 'ecp5-85:2': layer 'conv1': {message}$"):
         map_network(_pooled(pool), parse_cluster("ecp5-85:2"), **GENERATOR_OPTIONS)
+
+
+def test_generator_mappings_keep_on_chip_only_the_staging_fifos_of_queues_in_dram():
+    """With the activations in DRAM hw/ builds each Act-RAM and SFU mask FIFO as two FIFOs of
+    DRAM_STAGING_BEATS beats of its width (memories._queue); the mapping is planned with them
+    (balance.ExactMemory), so every node's block RAM is what hw/ builds."""
+    mapping = map_network(zoo.tiny(), parse_cluster("ecp5-45:4"), act_storage="dram", **GENERATOR_OPTIONS)
+    queues = 0
+    for node in mapping.nodes:
+        assert memories.node_bram_blocks(node) == node.estimate.bram_blocks
+        for s in node.slices:
+            assert s.act_storage == "dram"
+            built = {m.name: (m.width, m.depth) for m in memories.slice_memories(s)}
+            on_chip = {m.name: (m.width, m.depth) for m in memories.slice_memories(replace(s, act_storage="chip"))}
+            for name, width, depth, _ in memories.dram_queues(s):
+                assert on_chip[name] == (width, depth) and name not in built
+                assert built[f"{name}.to_dram"] == built[f"{name}.from_dram"] == (width, memories.DRAM_STAGING_BEATS)
+                queues += 1
+    assert queues == 7  # an Act-RAM on each of the 5 slices, masks on conv1's and conv2's last

@@ -27,6 +27,22 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_vgg16_maps_on_15_vc709_with_its_activations_in_dram(tmp_path, capsys):
+    """Refused for block RAM with every activation on chip (node 2 needed 2862 blocks of its
+    2646); with them in the nodes' DRAM (--act-storage auto) it maps, each DRAM well within
+    the VC709's 29.9 GB/s but the two fully connected nodes', which the FC weights fill."""
+    main(["--network", "vgg16", "--cluster", "vc709:15@150", "--grad-bits", "16", "--out", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("vgg16 on vc709:15@150: 166.1 samples/s (compute bound), 1026 GOPS per device, ")
+    assert lines[1].split() == ["node", "device", "DSP%", "BRAM%", "link", "Gb/s", "idle%", "acts", "DRAM", "GB/s",
+                                "DRAM", "MB", "slices"]
+    nodes = [line.split() for line in lines[2:17]]
+    assert [row[6] for row in nodes] == ["DRAM"] * 15
+    dram_gbs = [float(row[7]) for row in nodes]
+    assert max(dram_gbs[:12]) == 1.37 and dram_gbs[13:] == [29.85, 29.85]  # of 29.86
+    assert all(float(row[8]) < 100 for row in nodes)  # MB of the 8 GB
+
+
 def test_cli_maps_with_the_loss_given(tmp_path, capsys):
     main(["--network", "tiny", "--cluster", "ecp5-85:2", "--loss", "ce", "--for-hardware", "--out", str(tmp_path)])
     mapping = Mapping.from_json((tmp_path / "mapping.json").read_text())
@@ -85,6 +101,7 @@ def test_mappings_that_cannot_be_made_are_refused_in_one_line(tmp_path, capsys, 
 def test_a_network_too_large_for_the_cluster_is_refused_in_one_line(tmp_path, capsys):
     assert refusal(main, ["--network", "vgg16", "--cluster", "vc709:1", "--out", str(tmp_path)], capsys).endswith(
         "its conv weights alone (235.4 Mbit) exceed it (largest layer: 'conv4_2', 2,359,296 weights) "
+        "(with activations in DRAM, tried as on-chip ones were refused too) "
         "(with 16-bit gradient sums, tried as exact 48-bit ones were refused too)")
 
 
@@ -117,9 +134,10 @@ def test_alexnet_for_hardware_is_refused_for_its_memory_not_its_overlapping_pool
     args = ["--network", "alexnet-ungrouped", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path)]
     assert refusal(main, args, capsys) == (
         "error: network 'alexnet-ungrouped' on cluster 'vc709:15@150' does not fit even with weight balancing: "
-        "it needs 2002.1 Mbit on chip (997.9 Mbit of 16-bit weights, 997.9 Mbit of 16-bit gradient buffers, "
-        "6.4 Mbit of activations and buffers) but 15 x xc7vx690t offer 731.6 Mbit usable (largest layer: "
-        "'fc6', 37,748,736 weights) (with 16-bit gradient sums, tried as exact 48-bit ones were refused too)")
+        "it needs 1995.8 Mbit on chip (997.9 Mbit of 16-bit weights, 997.9 Mbit of 16-bit gradient buffers, "
+        "activations in DRAM) but 15 x xc7vx690t offer 731.6 Mbit usable (largest layer: 'fc6', 37,748,736 "
+        "weights) (with activations in DRAM, tried as on-chip ones were refused too) (with 16-bit gradient "
+        "sums, tried as exact 48-bit ones were refused too)")
 
 
 def test_ctrl_c_prints_interrupted(tmp_path, capsys, monkeypatch):

@@ -1,13 +1,16 @@
 """Partitioner, weight balancing and the NodeConfigs they produce."""
 
 from dataclasses import replace
+import math
 
 import pytest
 
-from mapping import balance, partition as partition_module, zoo
-from mapping.cluster import parse_cluster
+from mapping import balance, memories, partition as partition_module, zoo
+from mapping.cluster import Cluster, parse_cluster
 from mapping.devices import get_device
-from mapping.errors import SpecError
+from mapping.errors import MemoryRefusal, SpecError
+from mapping.network import Layer, infer
+from mapping.zoo import conv
 from mapping.mapper import GENERATOR_OPTIONS, LOGIC_FRACTION, map_network
 from mapping.nodeconfig import Mapping
 from mapping.partition import (Partitioner, Shape, _nearest_first, budgets, coarse, dram_bytes, partition,
@@ -306,6 +309,94 @@ def test_fc_slices_in_dram_keep_the_mini_batch_vectors():
                                      latency_cycles=128, gradient_batch=batch).cost.bits
 
     assert bits(4) - bits(0) == 4 * (128 + 4096) * 16  # inputs and output errors of 4 samples
+
+
+def test_the_coarse_model_prices_activations_in_dram_as_their_staging_fifos():
+    """conv1_2 of VGG-16, 8 of its 64 input channels, the layer's last slice, 6 samples held:
+    in DRAM its Act-RAM (128 bits x 6 x 224 x 224, 2,205 blocks) and its SFU masks (882
+    blocks) leave only two 32-word staging FIFOs each on chip, in distributed RAM."""
+    conv1_2 = next(p for p in plan_layers(zoo.vgg16()) if p.name == "conv1_2")
+    shape = Shape(P=64, b=8, u=1, v=1)
+
+    def buffers(storage):
+        return balance.fixed_buffers(conv1_2, 8, shape, 6, "xc7", first=False, last=True, latency_cycles=128,
+                                     act_storage=storage)
+
+    chip, dram = buffers("chip"), buffers("dram")
+    assert chip.act_ram == dram.act_ram == 6 * 8 * 224 * 224  # the queue's depth, wherever it lives
+    assert (chip.cost.bram_blocks, dram.cost.bram_blocks) == (3247, 160)
+    assert chip.cost.bram_blocks - dram.cost.bram_blocks == 2205 + 882
+    staging = 2 * 32 * (128 + 16)
+    assert chip.cost.bits - dram.cost.bits == 6 * 224 * 224 * 128 + 6 * 64 * 112 * 112 * 3 - staging
+    assert dram.cost.lut - chip.cost.lut == 256 + 32  # the staging FIFOs' distributed RAM
+
+
+def _custom(cluster, **device):
+    """``cluster``'s devices (one kind) with ``device``'s fields changed."""
+    devices = parse_cluster(cluster).devices
+    changed = replace(devices[0], **device)
+    return Cluster((changed,) * len(devices), (changed.link_gbps,) * (len(devices) - 1), f"{cluster}-changed")
+
+
+def test_activations_in_dram_set_a_floor_on_a_nodes_cycles():
+    """On ECP5-45s with a DRAM of 50 Mb/s, tiny's node 0 writes 184 bytes of activations and
+    masks per sample and reads them back: 368 bytes, 58.88 us at 100 MHz, 5888 cycles instead of
+    256, as fully connected weights in DRAM set it."""
+    cluster = _custom("ecp5-45:2", dram_gbps=0.05)
+    chip = map_network(zoo.tiny(), cluster, act_storage="chip", offchip_fc=False)
+    dram = map_network(zoo.tiny(), cluster, act_storage="dram", offchip_fc=False)
+    assert [n.cycles_per_sample for n in chip.nodes] == [256, 384]
+    traffic = [sum(2 * memories.dram_bits_per_sample(s) / 8 for s in n.slices) for n in dram.nodes]
+    assert traffic == [368, 344]
+    assert [n.cycles_per_sample for n in dram.nodes] == [5888, 5504] == [math.ceil(t * 8 / 0.05e9 * 100e6)
+                                                                         for t in traffic]
+    assert dram.summary["samples_per_s"] == pytest.approx(100e6 / 5888)
+    assert dram.summary["per_node"][0]["dram_gbps"] == pytest.approx(0.05)
+
+
+def test_a_dram_too_small_for_the_activations_is_refused_by_name():
+    with pytest.raises(SpecError, match=r"^network 'tiny' on cluster 'ecp5-45:2-changed': node 0 \(lfe5um5g-45f\) "
+                                        r"needs 696 bytes of DRAM \(696 for the activations and masks of the samples "
+                                        r"in flight, 0 for fully connected weights\) but has 500$"):
+        map_network(zoo.tiny(), _custom("ecp5-45:2", dram_gb=5e-7), act_storage="dram")
+
+
+def _wide():
+    """Small weights, large maps: 4 x 64 x 64 inputs."""
+    return infer("wide", (4, 64, 64), [
+        conv("conv1", 8, 3, pad=1), Layer("relu", "relu1"), Layer("maxpool", "pool1", kernel=2, stride=2),
+        conv("conv2", 8, 3, pad=1), Layer("relu", "relu2"), Layer("maxpool", "pool2", kernel=2, stride=2),
+        Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
+
+
+def test_auto_act_storage_moves_activations_to_dram_only_where_the_chip_refuses_them():
+    storages = lambda m: [s.act_storage for n in m.nodes for s in n.slices]  # noqa: E731
+    assert set(storages(map_network(zoo.tiny(), parse_cluster("ecp5-45:2")))) == {"chip"}
+    cluster = parse_cluster("ecp5-45:2")
+    with pytest.raises(MemoryRefusal, match=r"^network 'wide' on cluster 'ecp5-45:2': cluster too small: its 2 nodes "
+                                            r"hold the network only up to input channel 0 of 8 of layer 'conv2' at any "
+                                            r"pipeline period \(lfe5um5g-45f: 32 usable blocks of 18 Kb, 64 "
+                                            r"multipliers\)$"):
+        map_network(_wide(), cluster, bram_fraction=0.3, act_storage="chip")
+    auto = map_network(_wide(), cluster, bram_fraction=0.3)
+    assert set(storages(auto)) == {"dram"}
+    assert auto.summary["samples_per_s"] == map_network(_wide(), cluster, bram_fraction=0.3,
+                                                        act_storage="dram").summary["samples_per_s"]
+    with pytest.raises(MemoryRefusal, match=r"^network 'wide' on cluster 'ecp5-45:2': .* \(with activations in "
+                                            r"DRAM, tried as on-chip ones were refused too\)$"):
+        map_network(_wide(), cluster, bram_fraction=0.2)
+    # a device without DRAM keeps them on chip, whatever is asked
+    assert set(storages(map_network(zoo.tiny(), parse_cluster("ecp5-85:2"), act_storage="dram"))) == {"chip"}
+
+
+@pytest.mark.parametrize("value, error, message", [
+    ("disk", SpecError, "act_storage must be one of chip, dram, auto, not 'disk'"),
+    (None, TypeError, "act_storage must be one of chip, dram, auto, not None"),
+])
+def test_act_storage_is_one_of_three(value, error, message):
+    with pytest.raises(error) as refused:
+        map_network(zoo.tiny(), parse_cluster("ecp5-45:2"), act_storage=value)
+    assert str(refused.value) == message
 
 
 def test_too_few_multipliers_for_a_tile_is_refused():

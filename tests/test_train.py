@@ -79,6 +79,7 @@ def test_cli_trains_with_softmax_cross_entropy(tmp_path, capsys):
     (["--lr", "nan"], "argument --lr: must be a positive finite number, got 'nan'"),
     (["--epochs", "0"], "argument --epochs: must be a positive integer, got '0'"),
     (["--loss", "softmax"], "argument --loss: invalid choice: 'softmax' (choose from 'mse', 'ce')"),
+    (["--act-storage", "disk"], "argument --act-storage: invalid choice: 'disk' (choose from 'chip', 'dram', 'auto')"),
 ])
 def test_cli_refuses_bad_options_in_one_line(tmp_path, capsys, argv, message):
     assert refusal(train.main, [*argv, "--out", str(tmp_path / "out")], capsys) == (

@@ -51,13 +51,13 @@ from dataclasses import dataclass, field
 from .coarse import coarse
 from ..numerics import ACC_BITS
 from .cost import (CHOICE_SLACK, FC_READ_BYTES, FC_SPEEDUP, FC_UPDATE_BYTES, NodeBudget, Shape, Slice,
-                   budgets, dram_bytes, slice_cycles, slice_multipliers)
+                   budgets, dram_bytes, slice_cycles, slice_dram_bytes, slice_multipliers)
 from .cuts import SEARCH_ENDS, CutPlacement, _nearest_first
 from .plan import OCP_BELOW_IN_CHANNELS, LayerPlan, plan_layers
 
 __all__ = ["CHOICE_SLACK", "FC_READ_BYTES", "FC_SPEEDUP", "FC_UPDATE_BYTES", "OCP_BELOW_IN_CHANNELS",
            "SEARCH_ENDS", "LayerPlan", "NodeBudget", "Partition", "Partitioner", "Shape", "Slice",
-           "budgets", "coarse", "dram_bytes", "partition", "plan_layers", "slice_cycles",
+           "budgets", "coarse", "dram_bytes", "partition", "plan_layers", "slice_cycles", "slice_dram_bytes",
            "slice_multipliers", "_nearest_first"]
 
 
@@ -84,7 +84,7 @@ class Partition:
 
 def partition(plans, node_budgets, *, samples_held, link_latency_cycles, describe, batch=1,
               local_weights=False, buildable_balance=False, at_least=0, fold_inputs=True,
-              offchip_fc=True, overlapped_update=False, grad_bits=ACC_BITS):
+              offchip_fc=True, overlapped_update=False, grad_bits=ACC_BITS, act_dram=False):
     """The fine phase; ``local_weights`` makes every node hold all its weights itself
     (no balancing), ``buildable_balance`` all its conv weights (the generator balances
     only fully connected rows), otherwise only their width is reserved (see the package docstring).
@@ -94,12 +94,13 @@ def partition(plans, node_budgets, *, samples_held, link_latency_cycles, describ
     every input channel of a slice its own tile and ``offchip_fc=False`` keeps fully
     connected weights on chip (both as hw/ generates); ``overlapped_update`` plans the weight
     copies of the update that does not stop the engines (with ``buildable_balance``);
-    ``grad_bits`` the width of the gradient sums (numerics.Formats)."""
+    ``grad_bits`` the width of the gradient sums (numerics.Formats); ``act_dram`` keeps the
+    Act-RAM and SFU masks of every slice on a device with DRAM in that DRAM."""
     part = Partitioner(plans, node_budgets, samples_held=samples_held, link_latency_cycles=link_latency_cycles,
                        describe=describe, batch=batch, local_weights=local_weights,
                        buildable_balance=buildable_balance, fold_inputs=fold_inputs,
                        offchip_fc=offchip_fc, overlapped_update=overlapped_update, grad_bits=grad_bits,
-                       search_ends=SEARCH_ENDS)  # read when called: one setting
+                       act_dram=act_dram, search_ends=SEARCH_ENDS)  # read when called: one setting
     period = part.min_period(at_least)
     choices = part.feasible(period)
     cuts = part.cuts(period, choices)

@@ -117,6 +117,7 @@ class Slice(ChannelRanges):
     last: bool = False
     multipliers: int = 0
     remote_rows: int = 0  # output-channel rows kept on other nodes (balance)
+    act_storage: str = "chip"  # where its Act-RAM and SFU masks live (LayerSlice.act_storage)
 
     @property
     def units(self):
@@ -178,6 +179,14 @@ def dram_bytes(plan, units, batch):
     return units * plan.weights_per_unit * (FC_READ_BYTES + FC_UPDATE_BYTES / batch)
 
 
+def slice_dram_bytes(sl, batch):
+    """DRAM bytes per sample of slice ``sl``: its FC weights off chip (:func:`dram_bytes`) and
+    its Act-RAM and SFU masks in DRAM, written once and read back once
+    (:func:`mapping.balance.dram_bits_per_sample`)."""
+    weights = dram_bytes(sl.plan, sl.units, batch) if sl.offchip else 0
+    return weights + 2 * balance.dram_bits_per_sample(sl) / 8
+
+
 
 class LayerChoice(NamedTuple):
     """Per-layer engine parameters shared by all its slices at one period."""
@@ -198,7 +207,7 @@ class SliceCosts:
 
     def __init__(self, plans, node_budgets, *, samples_held, link_latency_cycles, describe, batch,
                  local_weights=False, buildable_balance=False, fold_inputs=True, offchip_fc=True,
-                 overlapped_update=False, grad_bits=ACC_BITS):
+                 overlapped_update=False, grad_bits=ACC_BITS, act_dram=False):
         self.describe = describe
         self.grad_bits = grad_bits
         self.overlapped_update = overlapped_update
@@ -218,6 +227,7 @@ class SliceCosts:
         self.ref_clock = min(self.clocks)
         self.has_dram = [offchip_fc and b.device.dram_gb > 0 for b in node_budgets]
         self.dram = any(self.has_dram)
+        self.act_dram = [act_dram and b.device.dram_gb > 0 for b in node_budgets]
         self.families = [b.device.family for b in node_budgets]
         self._costs = {}
 
@@ -267,6 +277,17 @@ class SliceCosts:
     def offchip(self, plan, node):
         return plan.kind == "fc" and self.has_dram[node]
 
+    def act_storage(self, node):
+        """Where the slices on ``node`` keep their Act-RAM and SFU masks: with ``act_dram``,
+        in the DRAM of a device that has one."""
+        return "dram" if self.act_dram[node] else "chip"
+
+    def slice(self, plan, node, lo, units, shape, first=False, last=False):
+        """The Slice of units [lo, lo + units) of ``plan`` on ``node`` with engines ``shape``."""
+        return Slice(plan, node, lo, lo + units, shape, self.offchip(plan, node), first, last,
+                     multipliers=slice_multipliers(plan, shape, self.families[node]),
+                     act_storage=self.act_storage(node))
+
     def _cost(self, plan, choice, lo, units, node, period, first, last):
         """(multipliers, fixed memory blocks, DRAM bytes per sample) of a candidate slice of
         units [lo, lo + units), or None if it cannot run.
@@ -275,19 +296,16 @@ class SliceCosts:
         vmax = self.vmax(plan, choice, node, period)
         if vmax < 1:
             return None
-        offchip = self.offchip(plan, node)
-        family = self.families[node]
-        key = (plan.index, choice, units, min(vmax, units), family, offchip, first, last,
-               self._start_key(plan, lo))
+        key = (plan.index, choice, units, min(vmax, units), self.families[node], self.offchip(plan, node),
+               self.act_storage(node), first, last, self._start_key(plan, lo))
         if key not in self._costs:
-            shape = engine_shape(plan, choice, units, vmax)
-            mem = self._memory(plan, shape, lo, units, node, offchip, first, last)
+            sl = self.slice(plan, node, lo, units, engine_shape(plan, choice, units, vmax), first, last)
+            mem = self._memory(sl)
             # The budget also pays for the weight update's multipliers, and for the bias
             # update's on every slice of a layer with biases (only the slice owning them has
             # one: the safe side; mapper.py counts exactly).
-            multipliers = slice_multipliers(plan, shape, family) + resources.update_multipliers(plan.bias)
-            self._costs[key] = (multipliers, mem.bram_blocks,
-                                dram_bytes(plan, units, self.batch) if offchip else 0)
+            multipliers = sl.multipliers + resources.update_multipliers(plan.bias)
+            self._costs[key] = (multipliers, mem.bram_blocks, slice_dram_bytes(sl, self.batch))
         return self._costs[key]
 
     def _start_key(self, plan, lo):
@@ -296,19 +314,19 @@ class SliceCosts:
         first one up (the later nodes' channels pass through it); none otherwise."""
         return lo if self.buildable_balance and plan.mode == "icp" else None
 
-    def _memory(self, plan, shape, lo, units, node, offchip, first, last):
-        """Memory a candidate slice holds whatever weight balancing does: its buffers and its
+    def _memory(self, sl):
+        """Memory a candidate slice ``sl`` holds whatever weight balancing does: its buffers and its
         weights, or where its rows may move (:meth:`weights_stay`), what of them cannot:
         with ``buildable_balance`` one engine group of rows (the generator's balancing
         leaves whole groups), else the weight memories' width."""
-        family, held = self.families[node], self.samples_held[plan.name]
-        buffers = balance.fixed_buffers(plan, units, shape, held, family, first=first, last=last,
-                                        latency_cycles=self.latency,
-                                        gradient_batch=self.batch if offchip else 0, grad_bits=self.grad_bits)
+        plan, shape, units, offchip = sl.plan, sl.shape, sl.units, sl.offchip
+        family, held = self.families[sl.node], self.samples_held[plan.name]
+        buffers = balance.fixed_buffers(plan, units, shape, held, family, first=sl.first, last=sl.last,
+                                        latency_cycles=self.latency, gradient_batch=self.batch if offchip else 0,
+                                        grad_bits=self.grad_bits, act_storage=sl.act_storage)
         if self.buildable_balance:
-            sl = Slice(plan, node, lo, lo + units, shape, offchip, first, last)
             if not self.weights_stay(plan):
-                sl.remote_rows = sl.out_channels - min(shape.P, sl.out_channels)
+                sl = replace(sl, remote_rows=sl.out_channels - min(shape.P, sl.out_channels))
             return balance.exact_slice_memory(sl, replace(buffers, overlapped_update=self.overlapped_update),
                                               family, self.grad_bits)
         if self.weights_stay(plan):

@@ -9,7 +9,6 @@ so every node's slices are checked against its budget and a boundary that would
 overfill a node gives way to the next nearest (:meth:`CutPlacement.cuts`)."""
 
 from .coarse import proportional_cuts
-from .cost import Slice, slice_multipliers
 from .search import PeriodSearch
 
 # Node ends the search for cuts near the proportional targets tries before it takes the
@@ -134,8 +133,7 @@ class CutPlacement(PeriodSearch):
                 plan = self.plans[l]
                 lo_unit, hi_unit = g - self.starts[l], hi - self.starts[l]
                 shape = self.shape(plan, choices[l], hi_unit - lo_unit, node, period)
-                result.append(Slice(plan, node, lo_unit, hi_unit, shape, self.offchip(plan, node),
-                                    multipliers=slice_multipliers(plan, shape, self.families[node])))
+                result.append(self.slice(plan, node, lo_unit, hi_unit - lo_unit, shape))
                 g = hi
         by_layer = {}
         for s in result:

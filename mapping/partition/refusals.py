@@ -5,7 +5,7 @@ import math
 
 from .. import balance
 from ..devices import BRAM_BLOCK_BITS
-from ..errors import SpecError
+from ..errors import MemoryRefusal, SpecError
 from ..numerics import WORD_BITS
 from ..resources import ram_style, tile_multipliers
 from .fill import GreedyFills
@@ -27,7 +27,10 @@ class Refusals(GreedyFills):
 
     def _check_units(self):
         """Refuse up front a layer whose single channel overflows the largest node at any
-        period: its Act-RAM and, on the node that finishes the layer, its SFU masks."""
+        period: its Act-RAM and, on the node that finishes the layer, its SFU masks (none
+        where a node keeps them in DRAM: a channel may go there)."""
+        if any(self.act_dram):
+            return
         node = max(range(len(self.nodes)), key=lambda d: self.nodes[d].blocks)
         budget, family = self.nodes[node], self.families[node]
         for plan in self.plans:
@@ -54,7 +57,7 @@ class Refusals(GreedyFills):
             what += (f" and, on the node that finishes the layer, ReLU/pooling masks of {outputs} "
                      f"output channel{'s' if outputs > 1 else ''} for those samples, {bits / 1e6:.1f} Mbit")
         channel = f"{'input' if plan.mode == 'icp' else 'output'} channel {unit}"
-        raise SpecError(
+        raise MemoryRefusal(
             f"{self.describe()}: layer '{plan.name}' cannot be cut finely enough: {channel} alone needs "
             f"{blocks} blocks of 18 Kb ({what}), but {budget.device.name} offers {budget.blocks} usable")
 
@@ -72,13 +75,16 @@ class Refusals(GreedyFills):
         first, last = unit == 0, unit + 1 == plan.units
         one = self._cost(plan, choices[l], unit, 1, node, period, first, last)
         if one is not None and one[2] > self.limits(node, period)[2]:
-            raise SpecError(f"{self.describe()}: layer '{plan.name}' streams its weights from DRAM, and "
-                            f"the DRAM of {budget.device.name} is too slow for even one channel")
+            uses = [what for what, used in (("streams its weights from DRAM", self.offchip(plan, node)),
+                                            ("keeps its activations in DRAM", self.act_storage(node) == "dram"))
+                    if used]
+            raise SpecError(f"{self.describe()}: layer '{plan.name}' {' and '.join(uses)}, and the DRAM of "
+                            f"{budget.device.name} is too slow for even one channel")
         if one is not None and one[1] > budget.blocks:
             self._refuse_unit(plan, unit, f"{one[1]}", budget, ", line buffers, partial sums")
         how = self._weights_held()
         channel = f"{'input' if plan.mode == 'icp' else 'output'} channel {unit}"
-        raise SpecError(
+        raise MemoryRefusal(
             f"{self.describe()}: cluster too small: {how}its {len(self.nodes)} nodes hold the network "
             f"only up to {channel} of {plan.units} of layer '{plan.name}' at any pipeline period "
             f"({budget.device.name}: {budget.blocks} usable blocks of 18 Kb, {budget.multipliers} "

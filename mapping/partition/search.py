@@ -6,7 +6,7 @@ then by bisection on integers."""
 
 import math
 
-from .cost import FC_SPEEDUP, dram_bytes
+from .cost import FC_SPEEDUP, Shape, dram_bytes, slice_dram_bytes
 from .refusals import Refusals
 
 
@@ -27,13 +27,18 @@ class PeriodSearch(Refusals):
 
     def saturation(self):
         """A period (cycles) beyond which nothing gets easier: every engine is down to one
-        tile per node and every FC slice has DRAM time for all its units."""
+        tile per node and every FC slice has DRAM time for all its units, and every slice
+        with its activations in DRAM for a whole layer's (more than any one node's share)."""
         cycles = max(p.pass_pixels * p.full * p.units * (FC_SPEEDUP if p.kind == "fc" else 1)
                      for p in self.plans)
         dram = [b.dram_bytes_per_s for b in self.nodes if b.dram_bytes_per_s]
-        fc = [dram_bytes(p, p.units, self.batch) for p in self.plans if p.kind == "fc"]
-        if dram and fc:
-            cycles = max(cycles, math.ceil(max(fc) / min(dram) * self.ref_clock))
+        traffic = [dram_bytes(p, p.units, self.batch) for p in self.plans if p.kind == "fc"]
+        if any(self.act_dram):
+            node = self.act_dram.index(True)
+            whole = (self.slice(p, node, 0, p.units, Shape(1, 1, 1, 1), True, True) for p in self.plans)
+            traffic += [slice_dram_bytes(sl, self.batch) for sl in whole]
+        if dram and traffic:
+            cycles = max(cycles, math.ceil(max(traffic) / min(dram) * self.ref_clock))
         return cycles
 
     def min_period(self, at_least=0):
