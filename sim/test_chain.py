@@ -65,10 +65,8 @@ def test_an_overlapping_max_pool_with_the_samples_in_flight_in_dram_trains_bit_e
     the CI bitstream's two nodes, every Act-RAM and the pool's mask FIFO kept in the node's
     DRAM (hw/memory/dram_fifo.py, a simulated DRAM per queue): two mini-batches."""
     network = micro_overlap()
-    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=2, lr=LR,
+    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=2, lr=LR, act_storage="dram",
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
-    mapping = replace(mapping, nodes=[replace(node, slices=[replace(s, act_storage="dram") for s in node.slices])
-                                      for node in mapping.nodes])
     assert [[(s.layer, s.pool) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", Pool(3, 2))], [("fc", None)]]
     inputs, labels, params = random_data(network, 4, 2)

@@ -57,9 +57,8 @@ def assert_inventory(mapping):
 def test_inventory_of_a_node_with_an_overlapping_max_pool(act_storage):
     """Its SFU's two band and two replay rows and the pooled row of errors in front; with the
     samples in flight in DRAM, the two staging FIFOs of the Act-RAM and of the mask FIFO."""
-    mapping = map_network(micro_overlap(), parse_cluster("lfe5um5g-45f:2"), batch=2, **GENERATOR_OPTIONS)
-    mapping = replace(mapping, nodes=[replace(node, slices=[replace(s, act_storage=act_storage) for s in node.slices])
-                                      for node in mapping.nodes])
+    mapping = map_network(micro_overlap(), parse_cluster("lfe5um5g-45f:2"), batch=2, act_storage=act_storage,
+                          **GENERATOR_OPTIONS)
     assert [s.pool for s in mapping.nodes[0].slices] == [Pool(3, 2)]
     assert_inventory(mapping)
     staged = [m.name for m in memories.node_memories(mapping.nodes[0]) if m.depth == memories.DRAM_STAGING_BEATS]
