@@ -63,6 +63,17 @@ def micro():
     ])
 
 
+def alexnet_digits():
+    """AlexNet's features at the size of 8x8 digit images: its overlapping max-pool (3x3
+    windows, stride 2) after a 3x3 conv of 4 channels, and a classifier of 10. CI trains it
+    through ``python -m sim.train`` with the features the generator builds for paper-scale
+    networks (narrow gradient sums, the samples in flight in DRAM)."""
+    return infer("alexnet-digits", (1, 8, 8), [
+        conv("conv1", 4, 3, pad=1), _relu("relu1"), _pool("pool1", k=3, stride=2),
+        Layer("flatten", "flatten"), _fc("fc", 10),
+    ])
+
+
 def lenet_digits():
     """A LeNet-size net for 8x8 digit images (as in scikit-learn's digits set), 10 classes."""
     return infer("lenet-digits", (1, 8, 8), [
@@ -188,6 +199,7 @@ NETWORKS = {
     "tiny": tiny,
     "micro": micro,
     "lenet-digits": lenet_digits,
+    "alexnet-digits": alexnet_digits,
     "alexnet": alexnet,
     "alexnet-ungrouped": alexnet_ungrouped,
     "vgg16": vgg16,

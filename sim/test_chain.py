@@ -18,7 +18,7 @@ from mapping.nodeconfig import Pool, WeightBlock
 from mapping.numerics import LOSSES, Formats
 from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, assert_bit_exact, cycles_per_sample,
                        mean_cycles_per_sample, report, train_chain)
-from sim.helpers import micro_overlap
+from sim.train import main as train_main
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
 
@@ -60,20 +60,21 @@ def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
         [("conv1", (0, 2), 1)], [("fc", (0, 4), 1)]]
 
 
-def test_an_overlapping_max_pool_with_the_samples_in_flight_in_dram_trains_bit_exact():
-    """micro with AlexNet's pool, 3x3 windows at stride 2 (hw/node/sfu.OverlappingPoolSFU), on
-    the CI bitstream's two nodes, every Act-RAM and the pool's mask FIFO kept in the node's
-    DRAM (hw/memory/dram_fifo.py, a simulated DRAM per queue): two mini-batches."""
-    network = micro_overlap()
-    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=2, lr=LR, act_storage="dram",
-                          max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
-    assert [[(s.layer, s.pool) for s in node.slices] for node in mapping.nodes] == [
-        [("conv1", Pool(3, 2))], [("fc", None)]]
-    inputs, labels, params = random_data(network, 4, 2)
-    run = train_chain(network, mapping, inputs, labels, params)
-    assert_bit_exact(run.params, run.golden, params)
+def test_sim_train_trains_alexnet_digits_bit_exact_with_the_paper_scale_features(capsys):
+    """``python -m sim.train`` on real digits: alexnet-digits (AlexNet's overlapping max-pool,
+    hw/node/sfu.OverlappingPoolSFU) on the CI bitstream's two nodes, 16-bit gradient sums, every
+    Act-RAM and the pool's mask FIFO in the node's DRAM (hw/memory/dram_fifo.py, a simulated
+    DRAM per queue): two mini-batches of one."""
+    argv = ["--network", "alexnet-digits", "--cluster", CI_BITSTREAM["cluster"], "--data", "digits",
+            "--samples", "2", "--batch", "1", "--backend", "pysim", "--grad-bits", "16", "--act-storage", "dram"]
+    assert train_main(argv) == 0
+    assert "bit-exact: yes" in capsys.readouterr().out.splitlines()
+    mapping = map_network(zoo.alexnet_digits(), parse_cluster(CI_BITSTREAM["cluster"]), batch=1, act_storage="dram",
+                          formats=Formats(grad_bits=16), **GENERATOR_OPTIONS)
+    assert [[(s.layer, s.pool, s.act_storage) for s in node.slices] for node in mapping.nodes] == [
+        [("conv1", Pool(3, 2), "dram")], [("conv1", Pool(3, 2), "dram"), ("fc", None, "dram")]]
     assert [list(never_elaborated(Node(config)).dram_queues) for config in mapping.nodes] == [
-        ["slice0_act_ram", "slice0_sfu_masks"], ["slice0_act_ram"]]
+        ["slice0_act_ram", "slice0_sfu_masks"], ["slice0_act_ram", "slice0_sfu_masks", "slice1_act_ram"]]
 
 
 def test_update_traces_are_refused_where_they_would_miscount():
