@@ -4,7 +4,7 @@ Words are 16-bit signed (``mapping.numerics.WORD_BITS``); partial sums are exact
 ``ACC_BITS``-bit words; gradient products are exact 32-bit products.
 """
 
-from amaranth.hdl import signed
+from amaranth.hdl import Shape, signed
 from amaranth.lib import data
 
 from mapping.numerics import ACC_BITS, WORD_BITS
@@ -45,3 +45,23 @@ def grads_layout(rows, ces, words):
 def bias_grads_layout(groups, ces):
     """One ``bias_grads`` beat: group ``row`` and the P errors of that group."""
     return data.StructLayout({"row": range(groups), "values": data.ArrayLayout(signed(WORD_BITS), ces)})
+
+
+
+def flat_elements(value, layout):
+    """The innermost elements of ``layout`` (an ArrayLayout, of arrays or of plain shapes) in
+    ``value``, in memory order (outer index major), each one slice of ``value`` itself, signed
+    where the element shape is.
+
+    Indexing a ``lib.data`` view element by element nests a slice per array level, and
+    Amaranth's netlist builder emits a nested slice by first emitting the whole slice inside
+    it: N elements of a wide beat then cost N times the beat's width (a PG beat of 864 lanes
+    made a VGG-16 node's elaboration quadratic). These slices cost their own width."""
+    shape, count = layout, 1
+    while isinstance(shape, data.ArrayLayout):
+        count *= shape.length
+        shape = shape.elem_shape
+    shape = Shape.cast(shape)
+    width = shape.width
+    return [value[k * width:(k + 1) * width].as_signed() if shape.signed else value[k * width:(k + 1) * width]
+            for k in range(count)]

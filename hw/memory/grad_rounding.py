@@ -25,7 +25,7 @@ the beats and their order are unchanged, only the values are rounded (in the sam
 sign-extended).
 """
 
-from amaranth.hdl import Assert, Const, Module, Signal, signed
+from amaranth.hdl import Assert, Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,6 +35,7 @@ from ..arith.pipeline import Pipeline
 from ..arith.rounding import SAMPLE_BITS, mix_final, mix_round
 from ..base.checks import positive, refuse
 from ..base.counter import ModuloCounter
+from ..base.layouts import flat_elements
 
 
 class GradientRounder(wiring.Component):
@@ -117,25 +118,24 @@ class GradientRounder(wiring.Component):
         noise = mix_final(key) ^ delay(pixel.value, len(numerics.MIX_ROUNDS))
         for xorshift, (a, b) in numerics.MIX_ROUNDS:
             noise = stage(mix_round(noise, xorshift, a, b))
-        noise = mix_final(noise)[:shift]
+        # Named once: an expression used by every lane would be built again for each of them.
+        lane_noise = Signal(shift)
+        m.d.comb += lane_noise.eq(mix_final(noise)[:shift])
+        noise = lane_noise
         rounds = 2 * len(numerics.MIX_ROUNDS)
         base = delay(scrambled, rounds)
         payload = delay(self.i.payload.as_value(), rounds)
         layout = self.i.payload.shape()
-        beat = layout(payload)
-        values = []
-        for p in range(self.banks):
-            for j in range(self.words):
-                term = beat.values[p] if self.bias else beat.values[p][j]
-                r = (noise ^ (base + self._scrambled(p * self.bank_stride + j))[:shift])
-                values.append((term + r) >> shift)
+        field = layout["values"]
+        terms = flat_elements(payload[field.offset:field.offset + field.width], field.shape)
+        lane_bits = len(terms[0])
+        rounded = []
+        for lane, term in enumerate(terms):
+            p, j = divmod(lane, self.words)
+            r = (noise ^ (base + self._scrambled(p * self.bank_stride + j))[:shift])
+            rounded.append(((term + r) >> shift)[:lane_bits])
         out = Signal(layout)
-        if self.bias:
-            m.d.comb += [out.values[p].eq(values[p]) for p in range(self.banks)]
-        else:
-            m.d.comb += [out.values[p][j].eq(values[p * self.words + j])
-                         for p in range(self.banks) for j in range(self.words)]
-        m.d.comb += out.row.eq(beat.row)
+        m.d.comb += [out.values.as_value().eq(Cat(*rounded)), out.row.eq(layout(payload).row)]
         m.d.comb += [self.o.valid.eq(delay(self.i.valid, self.latency, reset=True)),
                      self.o.payload.eq(stage(out))]
         advance = Signal()
