@@ -44,7 +44,7 @@ has taken the beat on display (an output that takes it early waits, flagged as
 taken, for the others), so a beat is never lost or duplicated on either output.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -52,7 +52,7 @@ from ..arith.mult import LATENCY
 from ..arith.pipeline import Pipeline
 from ..base.checks import positive
 from ..base.handshake import fork
-from ..base.layouts import (bias_grads_layout, grads_layout, pixel_layout,
+from ..base.layouts import (bias_grads_layout, flat_elements, grads_layout, pixel_layout,
                             window_layout)
 from ..memory.param_ram import WeightWalk
 from .common import Issue, multiply, select_words
@@ -125,13 +125,16 @@ class PGEngine(WeightWalk, wiring.Component):
         m.d.comb += [self.windows.ready.eq(issue.accept & self.errors.valid),
                      self.errors.ready.eq(issue.accept & self.windows.valid)]
 
-        window = window_layout(self.tiles, self.kernel)(
-            select_words(self.windows.payload, issue.pass_, self.passes, self.words))
-        errors = pixel_layout(self.ces)(select_words(self.errors.payload, issue.group, self.groups, self.ces))
-        for p in range(self.ces):
-            for j in range(self.words):
-                product = multiply(m, f"mult_{p}_{j}", errors[p], window[j], self.family, advance)
-                m.d.comb += self.grads.payload.values[p][j].eq(product)
+        # The two selects named once: every multiplier slices them, and a slice of an unnamed
+        # expression builds the expression again (a VGG-16 PG engine's 864 multipliers each
+        # built the whole window select).
+        window, errors = Signal(window_layout(self.tiles, self.kernel)), Signal(pixel_layout(self.ces))
+        m.d.comb += [window.eq(select_words(self.windows.payload, issue.pass_, self.passes, self.words)),
+                     errors.eq(select_words(self.errors.payload, issue.group, self.groups, self.ces))]
+        words = flat_elements(window.as_value(), window.shape())
+        products = [multiply(m, f"mult_{p}_{j}", errors[p], words[j], self.family, advance)
+                    for p in range(self.ces) for j in range(self.words)]
+        m.d.comb += self.grads.payload.values.as_value().eq(Cat(*products))
         m.d.comb += [valid.eq(pipe.delay(both, LATENCY, reset=True)),
                      self.grads.payload.row.eq(pipe.delay(issue.addr, LATENCY))]
         if self.bias:
