@@ -4,7 +4,7 @@ Words are 16-bit signed (``mapping.numerics.WORD_BITS``); partial sums are exact
 ``ACC_BITS``-bit words; gradient products are exact 32-bit products.
 """
 
-from amaranth.hdl import Shape, signed
+from amaranth.hdl import Shape, Signal, signed
 from amaranth.lib import data
 
 from mapping.numerics import ACC_BITS, WORD_BITS
@@ -65,3 +65,13 @@ def flat_elements(value, layout):
     width = shape.width
     return [value[k * width:(k + 1) * width].as_signed() if shape.signed else value[k * width:(k + 1) * width]
             for k in range(count)]
+
+
+def named(m, value, shape, name):
+    """``value`` as a Signal of ``shape`` (a view for a layout) driven combinationally: for a
+    value many places slice or use. Amaranth's netlist builder builds an unnamed expression
+    again at each use, so N lanes that each slice a wide Mux (or reuse one lane's result)
+    cost N times its logic, at elaboration and in the netlist."""
+    signal = Signal(shape, name=name)
+    m.d.comb += signal.eq(value)
+    return signal

@@ -105,7 +105,7 @@ from ..arith.rounding import (INDEX_BITS, SAMPLE_BITS, StochasticRounder,
                               saturate)
 from ..base.checks import positive, refuse
 from ..base.counter import ModuloCounter, next_value
-from ..base.layouts import bias_grads_layout, grads_layout
+from ..base.layouts import bias_grads_layout, flat_elements, grads_layout, named
 from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
 from ..base.signatures import UpdatePortSignature
 from .param_ram import WeightLayout, WeightWalk
@@ -206,12 +206,6 @@ class GradientBuffer(WeightWalk, wiring.Component):
         return data.StructLayout({"w": data.ArrayLayout(signed(numerics.WORD_BITS), self.lanes),
                                   "at": at, "addr": range(self.rows), "chunk": range(bank_chunks * word_chunks),
                                   "last": 1})
-
-    def _terms(self, values):
-        """A beat's P*words terms, bank-major like an address of either memory."""
-        if self.bias:
-            return [values[p] for p in range(self.banks)]
-        return [values[p][j] for p in range(self.banks) for j in range(self.words)]
 
     walk_has_own_copy = False  # the weights the walk reads are the engines' (ParamRam)
 
@@ -334,12 +328,13 @@ class GradientBuffer(WeightWalk, wiring.Component):
         m.d.sync += [s1_valid.eq(accept), forward.eq(accept & s1_valid & same_row), prev_sum.eq(new_sum)]
         with m.If(accept):
             m.d.sync += [s1_row.eq(self.i.payload.row), s1_values.eq(self.i.payload.values)]
-        old = sum_layout(Mux(forward, prev_sum, store.added))
+        old = flat_elements(named(m, Mux(forward, prev_sum, store.added), sum_layout, "old_sums").as_value(), sum_layout)
+        terms = flat_elements(s1_values.as_value(), values_shape)
         if self.sum_bits == numerics.ACC_BITS:
-            m.d.comb += [new_sum[k].eq(old[k] + term) for k, term in enumerate(self._terms(s1_values))]
+            sums_added = [old_sum + term for old_sum, term in zip(old, terms)]
         else:
-            m.d.comb += [new_sum[k].eq(saturate(old[k] + term, self.sum_bits))
-                         for k, term in enumerate(self._terms(s1_values))]
+            sums_added = [saturate(old_sum + term, self.sum_bits) for old_sum, term in zip(old, terms)]
+        m.d.comb += new_sum.as_value().eq(Cat(*(value[:self.sum_bits] for value in sums_added)))
         # An address's sums are cleared in its first chunk's cycle (their read is held).
         for write, written, clears in store.writes(s1_valid, clearing):
             m.d.comb += [
@@ -417,6 +412,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         m.d.comb += [side.valid.eq(feeding), side.index.eq(index), side.extra.addr.eq(g),
                      side.extra.chunk.eq(chunk), side.extra.last.eq(last_word), at.pn.eq(pn), at.jn.eq(jn),
                      at.last_group.eq(last_group), at.last_pass.eq(last_pass)]
+        upd_words = flat_elements(self.upd.data.as_value(), self.upd.data.shape())
         products, offsets = [], []
         for a in range(cb):
             for c in range(cw):
@@ -424,7 +420,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
                 gsum = Signal(signed(numerics.ACC_BITS), name=f"gsum{lane}")
                 with m.If(advance):
                     m.d.sync += gsum.eq(select(a, c, lambda p, j: sums[p * words + j], self.sum_bits))
-                m.d.comb += side.extra.w[lane].eq(select(a, c, lambda p, j: self.upd.data[p][j],
+                m.d.comb += side.extra.w[lane].eq(select(a, c, lambda p, j: upd_words[p * words + j],
                                                          numerics.WORD_BITS))
                 parts = [gsum[0:CHUNK_BITS], gsum[CHUNK_BITS:2 * CHUNK_BITS], gsum[2 * CHUNK_BITS:].as_signed()]
                 product = 0
@@ -451,13 +447,15 @@ class GradientBuffer(WeightWalk, wiring.Component):
         # (``shared``: not in a cycle the update reads).
         out = rounder.o.payload
         blocked = reading if self.shared else Const(0)
-        new_words = [saturate(out.extra.w[lane] - out.value[lane], numerics.WORD_BITS)[:numerics.WORD_BITS]
-                     for lane in range(self.lanes)]  # sliced to the word: Cat packs them
+        new_words = [named(m, saturate(out.extra.w[lane] - out.value[lane], numerics.WORD_BITS)[:numerics.WORD_BITS],
+                           numerics.WORD_BITS, f"new_word{lane}") for lane in range(self.lanes)]
         # Lane (a, c) holds a real word when pn*cb + a < real_banks and jn*cw + c < real_words,
         # as bounds on the chunk counts: no multiply.
         at = out.extra.at
-        real = [(at.pn < Mux(at.last_group, _chunks_below(self.last_banks - a, cb), _chunks_below(self.banks - a, cb)))
-                & (at.jn < Mux(at.last_pass, _chunks_below(self.last_words - c, cw), _chunks_below(words - c, cw)))
+        real = [named(m, (at.pn < Mux(at.last_group, _chunks_below(self.last_banks - a, cb),
+                                      _chunks_below(self.banks - a, cb)))
+                      & (at.jn < Mux(at.last_pass, _chunks_below(self.last_words - c, cw), _chunks_below(words - c, cw))),
+                      1, f"real{a}_{c}")
                 for a in range(cb) for c in range(cw)]
         value, mask = [], []
         for p in range(self.banks):
@@ -510,7 +508,8 @@ class OverlappedGradientBuffer(GradientBuffer):
             data.append(read_register(m, mem, Mux(walking, read_addr, self.i.payload.row),
                                       Mux(walking, reading, accept & (adding == n))))
         return SimpleNamespace(
-            walked=layout(Mux(walked, data[1], data[0])), added=layout(Mux(s1_adding, data[1], data[0])),
+            walked=named(m, Mux(walked, data[1], data[0]), layout, "walked_sums"),
+            added=named(m, Mux(s1_adding, data[1], data[0]), layout, "added_sums"),
             # a mini-batch's last beat and the next one's first add into different sums
             same=adding == s1_adding, into_walked=adding == walked,
             writes=lambda s1_valid, clearing: [(write, s1_valid & (s1_adding == n), clearing & (walked == n))
