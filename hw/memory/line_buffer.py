@@ -55,7 +55,7 @@ pixel), stage B holds the read column, and the window register is the output
 payload; ``i.ready`` and the output advance depend combinationally on ``o.ready``.
 """
 
-from amaranth.hdl import Array, Assert, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Assert, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -64,7 +64,7 @@ from mapping.line_walk import Axis, error_axis, row_steps, walk_cycles
 
 from ..base.checks import refuse
 from ..base.counter import next_value
-from ..base.layouts import pixel_layout, window_layout
+from ..base.layouts import flat_elements, pixel_layout, window_layout
 from ..base.ram import ram_attrs
 
 
@@ -270,9 +270,8 @@ class LineBuffer(wiring.Component):
         with m.Elif(self.o.ready):
             m.d.sync += o_valid.eq(0)
 
-        # Output order: channel-major, then ky, then kx.
-        for ch in range(c):
-            for ky in range(k):
-                for kx in range(k):
-                    m.d.comb += self.o.payload[(ch * k + ky) * k + kx].eq(window[kx][ky][ch])
+        # Output order: channel-major, then ky, then kx (the window's words sliced flat).
+        words = flat_elements(window.as_value(), window.shape())  # kx-major, then ky, then channel
+        m.d.comb += self.o.payload.as_value().eq(Cat(*(words[(kx * k + ky) * c + ch]
+                                                      for ch in range(c) for ky in range(k) for kx in range(k))))
         return m
