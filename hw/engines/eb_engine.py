@@ -52,7 +52,7 @@ from mapping.numerics import ACC_BITS, WORD_BITS
 from ..arith.mult import LATENCY
 from ..arith.pipeline import CreditedOutput, Pipeline
 from ..base.checks import positive
-from ..base.layouts import psum_layout, window_layout
+from ..base.layouts import flat_elements, psum_layout, window_layout
 from ..base.signatures import WeightPortSignature
 from ..memory.param_ram import WeightWalk
 from .common import Issue, multiply, select_words
@@ -123,13 +123,15 @@ class EBEngine(WeightWalk, wiring.Component):
         first, last, pass_ = (pipe.stage(flag) for flag in (issue.first_group, issue.last_group, issue.pass_))
 
         # CE c: tap (p, ky, kx) meets word (c, K-1-ky, K-1-kx) of bank p (transposed, flipped).
+        weights = flat_elements(self.weights.data.as_value(), self.weights.data.shape())  # bank-major
+        words = self.weights.data.shape().elem_shape.length
         sums = []
         for c in range(b):
             products = []
             for p in range(self.ces):
                 for ky in range(k):
                     for kx in range(k):
-                        weight = self.weights.data[p][c * kk + (k - 1 - ky) * k + (k - 1 - kx)]
+                        weight = weights[p * words + c * kk + (k - 1 - ky) * k + (k - 1 - kx)]
                         products.append(multiply(m, f"mult_{c}_{p}_{ky}_{kx}", taps[(p * k + ky) * k + kx],
                                                  weight, self.family, credit.enable))
             sums.append(products)

@@ -51,7 +51,7 @@ from mapping.numerics import ACC_BITS
 from ..arith.mult import LATENCY
 from ..arith.pipeline import CreditedOutput, Pipeline
 from ..base.checks import positive
-from ..base.layouts import psum_layout, window_layout
+from ..base.layouts import flat_elements, psum_layout, window_layout
 from ..base.signatures import WeightPortSignature
 from ..memory.param_ram import WeightWalk
 from .common import Issue, multiply, select_words
@@ -112,7 +112,8 @@ class FPEngine(WeightWalk, wiring.Component):
             pipe.stage(select_words(self.windows.payload, issue.pass_, self.passes, self.taps)))
         valid = pipe.stage(issue.issue, reset=True)
         first, last_pass, last_group = (pipe.stage(flag) for flag in (issue.first_pass, issue.last_pass, issue.last_group))
-        products = [[multiply(m, f"mult_{p}_{j}", window[j], self.weights.data[p][j], self.family)
+        weights = flat_elements(self.weights.data.as_value(), self.weights.data.shape())
+        products = [[multiply(m, f"mult_{p}_{j}", window[j], weights[p * self.taps + j], self.family)
                      for j in range(self.taps)] for p in range(self.ces)]
 
         # Lanes past OC exist only in the last group; their weight rows are not read as zero,
