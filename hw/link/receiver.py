@@ -15,7 +15,7 @@ from .signatures import (AckRequestSignature, ChannelsSignature, channel_ports, 
 class LinkReceiver(wiring.Component):
     """Frames from ``rx`` while ``link_up``: a data frame whose CRC matches, of the length its
     header's channel and word count give, with the next sequence number (``expected``), leaves
-    as its words, one a cycle, on that channel of ``words`` from two cycles later; a control
+    as its words, one a cycle, on that channel of ``words`` from the next cycle; a control
     frame that checks leaves on ``ctrl`` in the cycle its end is seen.
 
     Requests for the sender (``acks``): an ACK for a frame accepted or a replayed duplicate (the
@@ -91,7 +91,7 @@ class LinkReceiver(wiring.Component):
         max_width = max(width for _, width in cfg.channels)
         entry = data.StructLayout({"word": max_width, "channel": cfg.channel_bits})
         m.submodules.ring = ring = Memory(shape=entry, depth=2 ** ring_bits, init=[])
-        ring_write, ring_read = ring.write_port(), ring.read_port(transparent_for=())
+        ring_write, ring_read = ring.write_port(), ring.read_port(domain="comb")
         commit, read = Signal(ring_bits), Signal(ring_bits)
         word_flit = Signal(range(max(word_flits)))
         words_seen = Signal(range(B + 1))       # words of this frame so far, saturating
@@ -137,15 +137,14 @@ class LinkReceiver(wiring.Component):
         with m.Elif(frame_end & ~ctrl_ok):
             m.d.comb += self.frame_rejected.eq(1)
             request_nak()
-        # The accepted words leave one a cycle from the ring's registered read port: the
+        # The accepted words leave one a cycle, read from the ring's registered pointers: the
         # decision (the elastic buffer's valid, the CRC, the sequence check) stops at ``commit``
         # instead of running on into the write enable of every RAM cell of a receive buffer
         # (8.3 ns of routing, the CI bitstream's worst path).
         leaving = Signal()
-        m.d.comb += ring_read.addr.eq(read)
-        m.d.sync += [leaving.eq(read != commit),
-                     Assert((commit - read)[:ring_bits] <= B, "link layer: the receiver's ring overflows")]
-        with m.If(read != commit):
+        m.d.comb += [ring_read.addr.eq(read), leaving.eq(read != commit)]
+        m.d.sync += Assert((commit - read)[:ring_bits] <= B, "link layer: the receiver's ring overflows")
+        with m.If(leaving):
             m.d.sync += read.eq(read + 1)
         for c, port in enumerate(channel_ports(cfg, self.words)):
             m.d.comb += [port.payload.eq(ring_read.data.word), port.valid.eq(leaving & (ring_read.data.channel == c))]
