@@ -135,6 +135,13 @@ class LinkConfig:
         return link_model.credit_bits(self.receive_depth)
 
     @property
+    def replay_flits(self):
+        """Flits of the replay buffer (a power of two): ``replay_frames`` frames of one word of
+        the narrowest channel (what the window is sized for) and a longest burst more."""
+        shortest = min(self.payload_flits(c) for c in range(len(self.channels)))
+        return 1 << (self.replay_frames * (1 + shortest) + 1 + self.burst_words * self.max_word_flits - 1).bit_length()
+
+    @property
     def ack_batch(self):
         """Frames accepted that make an ACK due: half the partner's replay window."""
         return max(1, self.replay_frames // 2)

@@ -1,7 +1,7 @@
 """The go-back-N sender: which frame goes next (a control frame, a replay or a channel's word),
 its framing and CRC, and the replay buffer that keeps every data frame until it is ACKed."""
 
-from amaranth.hdl import Array, Assert, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Assert, Module, Mux, Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -70,11 +70,19 @@ class LinkSender(wiring.Component):
         ctrl_timer = Signal(range(cfg.refresh_interval + 1))
         since_idle = Signal(range(cfg.idle_interval + 1))
 
-        index_bits = (cfg.burst_words * max(word_flits)).bit_length()  # header and payload flits of one frame
+        # The replay buffer: a ring of flits (header and payload of each data frame, one after
+        # another, so a frame takes what it needs, not a slot for the longest burst) and where
+        # each frame starts in it, by sequence number.
         slot_bits = (cfg.replay_frames - 1).bit_length()
-        m.submodules.replay = replay = Memory(shape=W, depth=cfg.replay_frames << index_bits, init=[])
+        m.submodules.replay = replay = Memory(shape=W, depth=cfg.replay_flits, init=[])
         replay_write = replay.write_port()
         replay_read = replay.read_port(transparent_for=())
+        ring_bits = (cfg.replay_flits - 1).bit_length()
+        m.submodules.starts = starts = Memory(shape=ring_bits, depth=cfg.replay_frames, init=[])
+        starts_write, starts_replay, starts_oldest = (starts.write_port(), starts.read_port(domain="comb"),
+                                                      starts.read_port(domain="comb"))
+        write_ptr = Signal(ring_bits)   # the next flit written
+        frame_base = Signal(ring_bits)  # where the frame on the line starts in the ring
 
         busy = Signal()
         mode = Signal(TxMode)
@@ -103,13 +111,19 @@ class LinkSender(wiring.Component):
         m.d.sync += [sent.eq(emit), sent_crc_slot.eq(crc_slot), sent_start.eq(crc_start), sent_valid.eq(crc_valid),
                      self.line.data.eq(Mux(sent_crc_slot, crc.crc, sent.data)), self.line.ctrl.eq(sent.ctrl)]
         m.d.comb += [crc.start.eq(sent_start), crc.valid.eq(sent_valid), crc.data.eq(sent.data)]
-        m.d.comb += replay_read.addr.eq(Mux(busy, Cat(index[:index_bits], frame_seq[:slot_bits]),
-                                            Cat(Const(0, index_bits), send_seq[:slot_bits])))
+        m.d.comb += [starts_replay.addr.eq(send_seq[:slot_bits]), starts_oldest.addr.eq(window.oldest[:slot_bits]),
+                     replay_read.addr.eq(Mux(busy, frame_base + index, starts_replay.data))]
+        # Room in the ring for a longest frame more, from the oldest unacknowledged frame's start
+        # to the end of the frame on the line (known from its start: a frame's room is checked
+        # before its flits are written).
+        data_end = Mux(busy & (mode == TxMode.DATA), frame_base + frame_payload + 1, write_ptr)
+        in_ring = Mux(window.oldest == next_seq, 0, (data_end - starts_oldest.data)[:ring_bits])
+        ring_room = in_ring <= cfg.replay_flits - (cfg.burst_words * max(word_flits) + 1)
 
         # Which channel's word goes next, registered (hw/link/arbiter.py), a frame start taking it.
         m.submodules.arbiter = arbiter = ChannelArbiter(cfg)
         wiring.connect(m, wiring.flipped(self.tx), arbiter.tx)
-        m.d.comb += [arbiter.available.eq(self.available), arbiter.window_open.eq(window.open),
+        m.d.comb += [arbiter.available.eq(self.available), arbiter.window_open.eq(window.open & ring_room),
                      arbiter.select.eq(Mux(busy, frame_channel, arbiter.grant))]
         grant, any_eligible = arbiter.grant, arbiter.ready
 
@@ -193,9 +207,10 @@ class LinkSender(wiring.Component):
                 m.d.comb += crc_slot.eq(1)  # the CRC goes in on the way out
                 m.d.sync += busy.eq(0)
             m.d.comb += [crc_start.eq(index == 1), crc_valid.eq(~last),
-                         replay_write.addr.eq(Cat((index - 1)[:index_bits], frame_seq[:slot_bits])),
-                         replay_write.data.eq(emit.data),
+                         replay_write.addr.eq(write_ptr), replay_write.data.eq(emit.data),
                          replay_write.en.eq((mode == TxMode.DATA) & ~last)]
+            with m.If(replay_write.en):
+                m.d.sync += write_ptr.eq(write_ptr + 1)
             m.d.sync += index.eq(index + 1)
         with m.Elif(state == TrainState.TRAIN):
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(ControlCode.TS1)]
@@ -210,14 +225,16 @@ class LinkSender(wiring.Component):
                          credit_pending.eq(0), ctrl_timer.eq(0), acks_waiting.eq(0), freed_waiting.eq(0)]
         with m.Elif(~idle_due & replaying):
             start_frame(TxMode.REPLAY)
-            m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1)]
+            m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1), frame_base.eq(starts_replay.data)]
             m.d.comb += self.frame_replayed.eq(1)
         with m.Elif(~idle_due & any_eligible):
             start_frame(TxMode.DATA)
             m.d.comb += [starting_data.eq(1), self.sent.valid.eq(1), window.starting.eq(1), arbiter.take.eq(1),
                          arbiter.pop.eq(1)]
+            m.d.comb += [starts_write.addr.eq(next_seq[:slot_bits]), starts_write.data.eq(write_ptr),
+                         starts_write.en.eq(1)]
             m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
-                         frame_payload.eq(arbiter.flits),
+                         frame_base.eq(write_ptr), frame_payload.eq(arbiter.flits),
                          Assert(arbiter.flits == Array(word_flits)[grant] * arbiter.words,
                                 "link layer: the frame length is not its words'")]
         with m.Else():

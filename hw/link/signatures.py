@@ -96,6 +96,7 @@ class ReplayWindowSignature(wiring.Signature):
             "next_seq": Out(config.seq_bits),
             "send_seq": Out(config.seq_bits),
             "starting": Out(1),
+            "oldest": In(config.seq_bits),
             "open": In(1),
             "rewind": In(stream.Signature(config.seq_bits, always_ready=True)),
         })
