@@ -41,7 +41,7 @@ K_IDLE, K_SOF, K_TS1, K_TS2 = (code.value for code in (ControlCode.IDLE, Control
 
 KIND_BITS = 2
 # The burst a link sized by :func:`sized_config` allows unless told otherwise.
-BURST_WORDS = 8
+BURST_WORDS = 16
 
 
 class FrameKind(enum.IntEnum, shape=KIND_BITS):
