@@ -37,7 +37,9 @@ class ReceiveBuffers(wiring.Component):
         taken = []
         for c, (name, width), incoming, outgoing in zip(range(len(cfg.channels)), cfg.channels,
                                                         channel_ports(cfg, self.words), channel_ports(cfg, self.rx)):
-            buffer = m.submodules[f"buffer_{name}"] = SyncFIFOBuffered(width=width, depth=cfg.receive_depth)
+            # A burst's words arrive one a cycle, and a SyncFIFOBuffered of two words is not ready
+            # for its second while its first moves to the output register: three at least.
+            buffer = m.submodules[f"buffer_{name}"] = SyncFIFOBuffered(width=width, depth=max(3, cfg.receive_depth))
             m.d.comb += [buffer.w_data.eq(incoming.payload), buffer.w_en.eq(incoming.valid)]
             m.d.sync += Assert(~buffer.w_en | buffer.w_rdy, f"receive buffer of {name} overflows")
             # The consumer's ready stops at the skid's registers instead of running on into the

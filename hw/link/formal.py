@@ -30,12 +30,12 @@ from .protocol import K_SOF, LinkConfig
 from .signatures import channel_ports
 
 # Small enough for a solver, with every mechanism exercised: two channels of one and two
-# flits, a two-frame replay buffer, two credits each, timers of a few frames.
-FORMAL_CONFIG = LinkConfig((("a", 4), ("b", 10)), lane_width=8, receive_depth=2, replay_frames=2,
+# flits, bursts of two words, a two-frame replay window, two credits each, timers of a few frames.
+FORMAL_CONFIG = LinkConfig((("a", 4), ("b", 10)), lane_width=8, burst_words=2, receive_depth=2, replay_frames=2,
                            ack_interval=4, refresh_interval=8, replay_timeout=12, train_count=1,
-                           train_timeout=12, idle_interval=12, counter_bits=2)
-QUIET = 25          # fault-free cycles after which a waiting word must have been delivered
-BMC_DEPTH = 32
+                           train_timeout=12, idle_interval=14, counter_bits=2)
+QUIET = 28          # fault-free cycles after which a waiting word must have been delivered
+BMC_DEPTH = 35
 PROVE_DEPTH = 12
 COVER_DEPTH = 36
 # The YoWASP builds of the tools sby calls (it looks for a plain `yosys` otherwise).
