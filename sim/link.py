@@ -237,7 +237,8 @@ def main(argv=None):
               f"({seconds:.0f} s)", file=sys.stderr, flush=True)
 
     print(f"{config.lane_width}-bit lane, latency {args.latency}, bursts of up to {config.burst_words} words: "
-          f"receive buffers of {config.receive_depth} words, replay buffer of {config.replay_frames} frames",
+          f"receive buffers of {config.receive_depth} words, replay window of {config.replay_frames} frames "
+          f"in a ring of {config.replay_flits} flits",
           file=sys.stderr)
     run = run_link(config, words, errors, latency=args.latency, seed=args.seed, stall=args.stall,
                    progress=progress)
