@@ -96,7 +96,7 @@ class ChannelArbiter(wiring.Component):
                         with m.If(eligible[c]):
                             flits = cfg.payload_flits(c)
                             m.d.sync += [grant.eq(c), self.words.eq(words[c]), self.word_flits.eq(flits),
-                                         self.flits.eq(words[c] * flits)]
+                                         self.flits.eq(Array(k * flits for k in range(B + 1))[words[c]])]
         with m.If(self.take):
             m.d.sync += [last_grant.eq(grant),
                          Assert((self.words != 0) & (self.words <= Array(q.r_level for q in queues)[grant])

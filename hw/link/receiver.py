@@ -1,7 +1,7 @@
 """The frame receiver: frames out of the received flits, their CRC, length and sequence
 checks, and the decision to ACK or NAK."""
 
-from amaranth.hdl import Assert, Cat, Module, Signal
+from amaranth.hdl import Array, Assert, Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -69,10 +69,12 @@ class LinkReceiver(wiring.Component):
         m.d.comb += frame_end.eq(rx_ctrl & in_frame & self.link_up)
         channel, seq, words = header.data.channel, header.data.seq, header.data.count + 1
         right_length = Signal()
+        # Frame lengths by word count from tables (a product here took a DSP block on an ECP5).
         with m.Switch(channel):
             for c in range(N):
                 with m.Case(c):
-                    m.d.comb += right_length.eq((count == words * word_flits[c] + 2) & (header.data.count < B))
+                    lengths = Array((k + 1) * word_flits[c] + 2 for k in range(2 ** cfg.burst_bits))
+                    m.d.comb += right_length.eq((count == lengths[header.data.count]) & (header.data.count < B))
         data_ok = frame_end & crc.match_detected & (header.data.kind == FrameKind.DATA) & right_length
         ctrl_ok = (frame_end & crc.match_detected & (header.ctrl.kind == FrameKind.CTRL)
                    & (count == cfg.ctrl_payload_flits + 2))

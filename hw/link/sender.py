@@ -199,7 +199,8 @@ class LinkSender(wiring.Component):
                     with m.Switch(replayed.channel):
                         for c in range(N):
                             with m.Case(c):
-                                m.d.sync += frame_payload.eq((replayed.count + 1) * word_flits[c])
+                                payloads = Array((k + 1) * word_flits[c] for k in range(2 ** cfg.burst_bits))
+                                m.d.sync += frame_payload.eq(payloads[replayed.count])
             with m.Elif(~last):
                 m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data,
                                              Mux(mode == TxMode.CTRL, ctrl_word[:W], data_word[:W])))
@@ -235,7 +236,7 @@ class LinkSender(wiring.Component):
                          starts_write.en.eq(1)]
             m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
                          frame_base.eq(write_ptr), frame_payload.eq(arbiter.flits),
-                         Assert(arbiter.flits == Array(word_flits)[grant] * arbiter.words,
+                         Assert(arbiter.flits == arbiter.word_flits * arbiter.words,
                                 "link layer: the frame length is not its words'")]
         with m.Else():
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(ControlCode.IDLE)]
