@@ -54,9 +54,10 @@ def round_trip_cycles(frame, longest, control_frame, phy_latency, ack_interval):
     return frame + 1 + 2 * (phy_latency + PHY_TX_PIPELINE + PHY_RX_PIPELINE) + longest + ack_interval + control_frame + 2
 
 
-def receive_depth(frame, round_trip):
-    """Words of receive buffer that keep a channel of ``frame``-flit frames at line rate alone."""
-    return ceil(round_trip / frame) + 1
+def receive_depth(frame, round_trip, words=1):
+    """Words of receive buffer that keep a channel of ``frame``-flit frames of ``words`` words
+    each at line rate alone: a round trip of frames and one more."""
+    return words * (ceil(round_trip / frame) + 1)
 
 
 def replay_frames(shortest, round_trip):

@@ -1,6 +1,6 @@
 """Two link endpoints over the simulation PHY with random traffic on every channel, both ways.
 
-    python -m sim.link --ber 1e-4 [--lane-width W --latency L --frames N --seed S]
+    python -m sim.link --ber 1e-4 [--lane-width W --burst-words B --ack-interval A --latency L --frames N --seed S]
 
 ends with one line ``sent N delivered N lost 0 duplicated 0 reordered 0 efficiency E``, where E
 is the payload bits delivered per raw line bit (lane width times link-clock cycles, both
@@ -19,7 +19,7 @@ from amaranth.sim import Simulator
 from hw.link.endpoint import LinkEndpoint
 from hw.link.layer import COUNTER_NAMES, LinkLayer
 from hw.link.signatures import channel_ports
-from hw.link.protocol import sized_config
+from hw.link.protocol import BURST_WORDS, LinkConfig, sized_config
 from hw.link.sim_phy import LaneErrors, SimulatedLane
 from mapping.errors import SpecError, run_cli
 
@@ -209,6 +209,10 @@ def main(argv=None):
     parser.add_argument("--ber", type=_positive(float), default=0.0, help="bit-error rate of each direction")
     parser.add_argument("--burst", type=_positive(int, 1), default=1, help="bits per error event")
     parser.add_argument("--lane-width", type=int, default=16, help="flit width: 8, 16 or 32")
+    parser.add_argument("--burst-words", type=_positive(int, 1), default=BURST_WORDS,
+                        help="most words of one channel in a data frame")
+    parser.add_argument("--ack-interval", type=_positive(int, 1), default=LinkConfig.ack_interval,
+                        help="cycles a pending ACK or credit update waits at most under load")
     parser.add_argument("--latency", type=_positive(int, 1), default=8, help="PHY latency in link cycles")
     parser.add_argument("--frames", type=_positive(int, 1), default=2000,
                         help="data frames (words) each endpoint sends, spread over its channels")
@@ -221,7 +225,7 @@ def main(argv=None):
     if args.ber >= 1 or args.stall >= 1:
         raise SpecError("--ber and --stall are probabilities below 1")
     try:
-        config = sized_config(DEFAULT_CHANNELS, args.lane_width, args.latency)
+        config = sized_config(DEFAULT_CHANNELS, args.lane_width, args.latency, args.burst_words, args.ack_interval)
     except ValueError as error:
         raise SpecError(str(error)) from None
     lock_losses = ((args.lock_loss, 200),) if args.lock_loss is not None else ()
@@ -232,8 +236,10 @@ def main(argv=None):
         print(f"  cycle {cycle}: {delivered} of {2 * words * len(config.channels)} words delivered "
               f"({seconds:.0f} s)", file=sys.stderr, flush=True)
 
-    print(f"{config.lane_width}-bit lane, latency {args.latency}: receive buffers of "
-          f"{config.receive_depth} words, replay buffer of {config.replay_frames} frames", file=sys.stderr)
+    print(f"{config.lane_width}-bit lane, latency {args.latency}, bursts of up to {config.burst_words} words: "
+          f"receive buffers of {config.receive_depth} words, replay window of {config.replay_frames} frames "
+          f"in a ring of {config.replay_flits} flits",
+          file=sys.stderr)
     run = run_link(config, words, errors, latency=args.latency, seed=args.seed, stall=args.stall,
                    progress=progress)
     for name, counters in zip("AB", run.counters):

@@ -56,7 +56,9 @@ def test_link_channels_of_the_default_chain():
         (("act", 16), ("err", 16), ("label", 16), ("psum", 96), ("zerr", 128)),
         (("act", 128), ("err", 128), ("label", 16))]
     assert [node.links["up"] for node in linked[1:]] == configs
-    # 16-bit lanes, 16 cycles of PHY latency: round trips of 133-141 cycles
-    assert [(config.receive_depth, config.replay_frames) for config in configs] == [(35, 64)] * 3
+    # 16-bit lanes, 16 cycles of PHY latency, bursts of 16 words: round trips of 270-384 cycles
+    # (a label channel alone at full rate, 16 words per 19 flits, needs 256 credits)
+    assert [(config.burst_words, config.receive_depth, config.replay_frames) for config in configs] == [
+        (16, 256, 64), (16, 256, 64), (16, 256, 128)]
     assert [sorted(node.links) for node in linked] == [["down"], ["down", "up"], ["down", "up"], ["up"]]
     assert "up" in linked[0].signature.members and "up_phy" in linked[1].signature.members

@@ -24,10 +24,12 @@ QUICK = dict(train_count=4, train_timeout=256)
 
 
 def test_reference_frames_round_trip_and_reject_any_one_corrupted_flit():
-    config = LinkConfig(DEFAULT_CHANNELS)
+    config = LinkConfig(DEFAULT_CHANNELS, burst_words=4)
     rng = random.Random(3)
-    frames = [(encode_data(config, c, rng.getrandbits(config.seq_bits), rng.getrandbits(w)))
-              for c, (_, w) in enumerate(config.channels)]
+    sent = [DataFrame(c, rng.getrandbits(config.seq_bits), tuple(rng.getrandbits(w) for _ in range(1 + c)))
+            for c, (_, w) in enumerate(config.channels)]
+    frames = [encode_data(config, f.channel, f.seq, f.words) for f in sent]
+    assert [len(flits) for flits in frames] == [3 + 4, 3 + 2 * 6, 3 + 3 * 2]
     frames.append(encode_ctrl(config, 5, True, (1, 2, 3)))
     for flits in frames:
         body = [data for _, data in flits[1:]]
@@ -40,6 +42,12 @@ def test_reference_frames_round_trip_and_reject_any_one_corrupted_flit():
                 assert decode_frame(config, damaged) is None
         assert decode_frame(config, body[:-2] + body[-1:]) is None  # a lost flit
     assert decode_frame(config, [d for _, d in frames[-1][1:]]) == CtrlFrame(5, True, (1, 2, 3))
+    assert [decode_frame(config, [d for _, d in flits[1:]]) for flits in frames[:-1]] == sent
+    # A word more or less than the header counts: refused.
+    psum = [d for _, d in frames[1][1:]]
+    assert decode_frame(config, psum[:-7] + psum[-1:]) is None
+    with pytest.raises(ValueError, match=r"^a data frame carries 1 to 4 words, not 5$"):
+        encode_data(config, 0, 0, [0] * 5)
 
 
 def test_sizing_formulas_by_hand():
@@ -63,6 +71,14 @@ def test_config_refusals():
         LinkConfig((("a", 8), ("a", 8)))
     with pytest.raises(ValueError, match="replay_frames must be a power of two from 2 to 2048"):
         LinkConfig(DEFAULT_CHANNELS, replay_frames=24)
+    with pytest.raises(TypeError, match=r"^burst_words must be a positive integer, not '4'$"):
+        LinkConfig(DEFAULT_CHANNELS, burst_words="4")
+    with pytest.raises(ValueError, match=r"^burst_words must be a positive integer, not 0$"):
+        LinkConfig(DEFAULT_CHANNELS, burst_words=0)
+    # The word count takes header bits from the sequence number: 8 - 2 - 2 - 3 leaves 1.
+    with pytest.raises(ValueError, match=r"^3 channels leave 1 sequence bits in a 8-bit header with bursts of 8 "
+                                         r"words; use a wider lane or shorter bursts$"):
+        LinkConfig(DEFAULT_CHANNELS, lane_width=8, burst_words=8)
 
 
 def _single_layer(config, drive):
@@ -112,8 +128,9 @@ async def _send_line(ctx, layer, flits):
 
 def test_transmitter_frames_match_the_reference_encoder():
     """Words offered on every channel with random gaps leave as exactly the reference model's
-    frames (CRC included), sequence numbers 0, 1, 2... in round-robin order of the offers."""
-    config = LinkConfig(DEFAULT_CHANNELS, **QUICK)
+    frames (CRC included), sequence numbers 0, 1, 2... in round-robin order of the offers, each
+    a burst of the words waiting when it started (up to 3)."""
+    config = LinkConfig(DEFAULT_CHANNELS, burst_words=3, **QUICK)
     rng = random.Random(7)
     words = {c: [rng.getrandbits(w) for _ in range(5)] for c, (_, w) in enumerate(config.channels)}
 
@@ -135,9 +152,11 @@ def test_transmitter_frames_match_the_reference_encoder():
     frames = [frame for what, frame in parse_line(config, line[up:]) if what == "frame"]
     assert None not in frames
     data_frames = [f for f in frames if isinstance(f, DataFrame)]
-    assert [f.seq for f in data_frames] == list(range(15))
+    assert [f.seq for f in data_frames] == list(range(len(data_frames)))
+    sizes = {len(f.words) for f in data_frames}
+    assert sizes <= {1, 2, 3} and max(sizes) > 1
     for c, ws in words.items():
-        assert [f.word for f in data_frames if f.channel == c] == ws
+        assert [w for f in data_frames if f.channel == c for w in f.words] == ws
     # Control frames: nothing received, so ACK of sequence -1 (all ones) and full credits.
     for f in frames:
         if isinstance(f, CtrlFrame):
@@ -145,15 +164,16 @@ def test_transmitter_frames_match_the_reference_encoder():
     # Every flit a data frame put on the line is the reference encoding of that frame.
     on_line = "".join(map(str, line))
     for f in data_frames:
-        assert "".join(map(str, encode_data(config, f.channel, f.seq, f.word))) in on_line
+        assert "".join(map(str, encode_data(config, f.channel, f.seq, f.words))) in on_line
 
 
 def test_receiver_delivers_good_frames_in_order_and_naks_a_damaged_one():
-    """Reference frames 0..3 with frame 2 damaged: 0 and 1 are delivered, 3 is refused (out of
-    order), a NAK of 1 goes out; after 2 and 3 are replayed all four are delivered and ACKed."""
-    config = LinkConfig(DEFAULT_CHANNELS, **QUICK)
-    words = [(0, 0x1111), (1, 0x2222), (2, 0x3333), (0, 0x4444)]
-    frames = [encode_data(config, c, seq, w) for seq, (c, w) in enumerate(words)]
+    """Reference frames 0..3 (bursts of 1 to 3 words) with frame 2 damaged: 0 and 1 are
+    delivered, 3 is refused (out of order), a NAK of 1 goes out; after 2 and 3 are replayed all
+    four are delivered and ACKed."""
+    config = LinkConfig(DEFAULT_CHANNELS, burst_words=3, **QUICK)
+    words = [(0, [0x1111, 0x5555]), (1, [0x2222]), (2, [0x3333, 0x6666, 0x7777]), (0, [0x4444])]
+    frames = [encode_data(config, c, seq, ws) for seq, (c, ws) in enumerate(words)]
     damaged = list(frames[2])
     damaged[3] = (0, damaged[3][1] ^ 0x0100)
     delivered = {c: [] for c in range(3)}
@@ -176,7 +196,7 @@ def test_receiver_delivers_good_frames_in_order_and_naks_a_damaged_one():
         for flits in (frames[0], frames[1], damaged, frames[3], [(1, K_IDLE)]):
             await _send_line(ctx, layer, flits)
         await collect(150)
-        assert delivered == {0: [0x1111], 1: [0x2222], 2: []}
+        assert delivered == {0: [0x1111, 0x5555], 1: [0x2222], 2: []}
         assert layer.counters.crc_errors.shape().width == 32
         assert ctx.get(layer.counters.crc_errors) == 1
         for flits in (frames[2], frames[3], [(1, K_IDLE)]):
@@ -184,27 +204,28 @@ def test_receiver_delivers_good_frames_in_order_and_naks_a_damaged_one():
         await collect(150)
 
     line = _single_layer(config, drive)
-    assert delivered == {0: [0x1111, 0x4444], 1: [0x2222], 2: [0x3333]}
+    assert delivered == {0: [0x1111, 0x5555, 0x4444], 1: [0x2222], 2: [0x3333, 0x6666, 0x7777]}
     ctrl = [f for what, f in parse_line(config, line) if what == "frame" and isinstance(f, CtrlFrame)]
     acks = [(f.ack_seq, f.nak) for f in ctrl]
     assert (1, True) in acks                       # NAK: got 0..1, resend from 2
     assert acks.index((1, True)) < acks.index((3, False))
     assert acks[-1] == (3, False)
-    # The credit limits count the four words taken out of the buffers.
-    assert ctrl[-1].credit_limits == (config.receive_depth + 2, config.receive_depth + 1,
-                                      config.receive_depth + 1)
+    # The credit limits count the seven words taken out of the buffers.
+    assert ctrl[-1].credit_limits == (config.receive_depth + 3, config.receive_depth + 1,
+                                      config.receive_depth + 3)
 
 
 def _check_exact(run, words, config):
     assert run.totals() == (0, 0, 0)
     for delivery in run.deliveries.values():
         assert delivery.received == delivery.sent and len(delivery.sent) == words
-    for counters in run.counters:
-        assert counters["frames_sent"] == counters["frames_received"] == words * len(config.channels)
+    frames = [counters["frames_sent"] for counters in run.counters]
+    assert [counters["frames_received"] for counters in run.counters[::-1]] == frames
+    assert all(words * len(config.channels) / config.burst_words <= n <= words * len(config.channels) for n in frames)
 
 
 def test_exact_delivery_with_bit_errors_bursts_and_backpressure_on_every_channel():
-    config = LinkConfig(DEFAULT_CHANNELS, **QUICK)
+    config = LinkConfig(DEFAULT_CHANNELS, burst_words=4, **QUICK)
     errors = (LaneErrors(ber=1e-3), LaneErrors(ber=2e-4, burst=12))
     run = run_link(config, 40, errors, latency=5, seed=11, offer=0.6, stall=0.3)
     _check_exact(run, 40, config)

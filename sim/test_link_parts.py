@@ -68,7 +68,7 @@ def test_receiver_accepts_in_order_naks_a_gap_or_damage_once_and_acks_duplicates
     dut = LinkReceiver(CONFIG)
     rng = random.Random(5)
     words = [(c, rng.getrandbits(width)) for c, (_, width) in enumerate(CONFIG.channels)] * 2
-    frames = [encode_data(CONFIG, c, seq, word) for seq, (c, word) in enumerate(words)]
+    frames = [encode_data(CONFIG, c, seq, [word]) for seq, (c, word) in enumerate(words)]
     damaged = list(frames[2])
     damaged[2] = (0, damaged[2][1] ^ 0x0040)
     events = []
@@ -84,7 +84,7 @@ def test_receiver_accepts_in_order_naks_a_gap_or_damage_once_and_acks_duplicates
                                                   ("nak", nak)) if flag)
             if ctrl_valid:
                 events.append(CtrlFrame(ctrl.ack_seq, bool(ctrl.nak), tuple(int(x) for x in ctrl.credit_limits)))
-            events.extend(DataFrame(c, None, int(payloads[c])) for c in range(len(ports)) if valids[c])
+            events.extend(DataFrame(c, None, (int(payloads[c]),)) for c in range(len(ports)) if valids[c])
 
     async def bench(ctx):
         ctx.set(dut.link_up, 1)
@@ -104,7 +104,7 @@ def test_receiver_accepts_in_order_naks_a_gap_or_damage_once_and_acks_duplicates
             return got
 
         def word(seq):
-            return DataFrame(words[seq][0], None, words[seq][1])
+            return DataFrame(words[seq][0], None, (words[seq][1],))
 
         assert await line(frames[0], frames[1]) == ["received", "ack", word(0), "received", "ack", word(1)]
         # Frame 2 damaged: rejected, a NAK; 3 after the gap: no second NAK for the same frame.
@@ -164,14 +164,20 @@ def test_receive_buffers_keep_order_and_advertise_the_words_taken():
 
 
 def test_send_credits_count_words_sent_against_the_limits_received():
-    dut = SendCredits(CONFIG)
-    depth, wrap = CONFIG.receive_depth, 2 ** CONFIG.credit_bits
+    config = LinkConfig(DEFAULT_CHANNELS, receive_depth=4, burst_words=4)
+    dut = SendCredits(config)
+    depth, wrap = config.receive_depth, 2 ** config.credit_bits
 
     async def send(ctx, channel, words):
-        ctx.set(dut.sent.payload, channel)
+        """A frame of ``words`` words of ``channel``."""
+        ctx.set(dut.sent.payload.channel, channel)
+        ctx.set(dut.sent.payload.words, words)
         ctx.set(dut.sent.valid, 1)
-        await ctx.tick().repeat(words)
+        await ctx.tick()
         ctx.set(dut.sent.valid, 0)
+
+    def available(ctx):
+        return [ctx.get(dut.available[c]) for c in range(3)]
 
     async def limits(ctx, values):
         ctx.set(dut.ctrl.payload.credit_limits, [v % wrap for v in values])
@@ -180,22 +186,23 @@ def test_send_credits_count_words_sent_against_the_limits_received():
         ctx.set(dut.ctrl.valid, 0)
 
     async def bench(ctx):
-        assert ctx.get(dut.credit) == 0b111                      # every buffer empty at the start
+        assert available(ctx) == [depth] * 3                     # every buffer empty at the start
         await send(ctx, 1, depth - 1)
-        assert ctx.get(dut.credit) == 0b111
+        assert available(ctx) == [depth, 1, depth]
         await send(ctx, 1, 1)
-        assert ctx.get(dut.credit) == 0b101                      # psum's buffer is full
+        assert available(ctx) == [depth, 0, depth]               # psum's buffer is full
         await limits(ctx, (depth, depth + 2, depth))
-        assert ctx.get(dut.credit) == 0b111                      # two taken out
+        assert available(ctx) == [depth, 2, depth]              # two taken out
         await send(ctx, 1, 2)
-        await send(ctx, 0, depth)
-        assert ctx.get(dut.credit) == 0b100
+        await send(ctx, 0, 1)
+        await send(ctx, 0, depth - 1)
+        assert available(ctx) == [0, 0, depth]
         # Cumulative limits wrap: around the counter's range and back, nothing changes.
         for _ in range(wrap // depth):
             await limits(ctx, (ctx.get(dut.ctrl.payload.credit_limits[0]) + depth, depth + 2, depth))
-            assert ctx.get(dut.credit) == 0b101
+            assert available(ctx) == [depth, 0, depth]
             await send(ctx, 0, depth)
-        assert ctx.get(dut.credit) == 0b100
+        assert available(ctx) == [0, 0, depth]
 
     simulate(dut, bench, deadline=500)
 
@@ -272,15 +279,17 @@ def test_ack_tracker_window_naks_timeout_and_stale_acks():
     simulate(dut, bench, deadline=1000)
 
 
-def test_arbiter_grants_round_robin_among_words_with_credit_while_the_window_is_open():
-    dut = ChannelArbiter(CONFIG)
+def test_arbiter_grants_bursts_round_robin_of_the_words_with_credit_while_the_window_is_open():
+    config = LinkConfig(DEFAULT_CHANNELS, burst_words=3)
+    dut = ChannelArbiter(config)
     rng = random.Random(4)
-    offered = {c: [rng.getrandbits(w) for _ in range(4)] for c, (_, w) in enumerate(CONFIG.channels)}
-    taken = []
+    offered = {c: [rng.getrandbits(w) for _ in range(4)] for c, (_, w) in enumerate(config.channels)}
+    credits = [4, 2, 4]                           # psum: credits for two words
+    taken = []                                    # (channel, words) per frame
 
     async def feed(ctx):
         """Every channel's words, each offered until taken (the node's side)."""
-        ports = channel_ports(CONFIG, dut.tx)
+        ports = channel_ports(config, dut.tx)
         queues = {c: list(words) for c, words in offered.items()}
         while any(queues.values()):
             for c, port in enumerate(ports):
@@ -293,41 +302,52 @@ def test_arbiter_grants_round_robin_among_words_with_credit_while_the_window_is_
         for port in ports:
             ctx.set(port.valid, 0)
 
-    async def take(ctx, cycles, frames=None):
-        """A sender that takes the grant when ready (up to ``frames``), then is busy three cycles."""
+    async def take(ctx, cycles):
+        """A sender (with the partner's credits) that takes the grant when ready: its first word
+        at the start, the others a flit apart after the header, then the CRC."""
         for _ in range(cycles):
-            if ctx.get(dut.ready) and frames != 0:
-                grant = ctx.get(dut.grant)
-                assert ctx.get(dut.flits) == CONFIG.payload_flits(grant)
-                taken.append((grant, ctx.get(dut.word)))
-                frames = None if frames is None else frames - 1
-                ctx.set(dut.take, 1)
+            ctx.set(dut.available, credits)
+            if not ctx.get(dut.ready):
                 await ctx.tick()
+                continue
+            grant, words = ctx.get(dut.grant), ctx.get(dut.words)
+            assert ctx.get(dut.word_flits) == config.payload_flits(grant)
+            assert ctx.get(dut.flits) == words * config.payload_flits(grant)
+            credits[grant] -= words
+            ctx.set(dut.select, grant)
+            got = []
+            for k in range(words):
+                got.append(ctx.get(dut.word))
+                ctx.set(dut.take, k == 0)
+                ctx.set(dut.pop, 1)
+                await ctx.tick()
+                ctx.set(dut.pop, 0)
                 ctx.set(dut.take, 0)
-                await ctx.tick().repeat(3)
-            else:
-                await ctx.tick()
+                ctx.set(dut.available, credits)
+                if k == 0:
+                    await ctx.tick().repeat(2)
+            taken.append((grant, got))
+            await ctx.tick().repeat(2)
 
     async def bench(ctx):
-        ctx.set(dut.credit, 0b111)
         ctx.set(dut.window_open, 1)
-        await take(ctx, 40, frames=3)             # from the channel after the last (0 at reset)
-        # psum has no credit (on a link its own words close it, in the cycles a frame is busy).
-        ctx.set(dut.credit, 0b101)
-        await ctx.tick().repeat(2)
-        await take(ctx, 40)
-        assert [c for c, _ in taken] == [1, 2, 0] + [2, 0] * 3
+        await take(ctx, 60)
+        assert {c: sum(len(ws) for g, ws in taken if g == c) for c in range(3)} == {0: 4, 1: 2, 2: 4}
         ctx.set(dut.window_open, 0)               # the replay window is full
-        ctx.set(dut.credit, 0b111)
+        credits[1] += 2
         await take(ctx, 20)
-        assert len(taken) == 9
+        assert sum(len(ws) for _, ws in taken) == 10
         ctx.set(dut.window_open, 1)
         await take(ctx, 40)
 
     simulate(dut, bench, processes=[feed], deadline=500)
-    assert [c for c, _ in taken] == [1, 2, 0] + [2, 0] * 3 + [1] * 3
+    # Round robin from the channel after the last (0 at reset); each frame takes what waits (a
+    # word alone at first, as it arrives: nothing waits for a burst to fill), at most three.
+    assert [c for c, _ in taken][:3] == [1, 2, 0]
+    assert all(1 <= len(ws) <= 3 for _, ws in taken) and max(len(ws) for _, ws in taken) > 1
+    assert taken[-1][0] == 1
     for c, words in offered.items():
-        assert [word for channel, word in taken if channel == c] == words
+        assert [word for channel, ws in taken if channel == c for word in ws] == words
 
 
 def _line_frames(config, line):
@@ -347,7 +367,7 @@ def test_sender_trains_frames_words_replays_identically_and_sends_acks_and_credi
 
     async def bench(ctx):
         window = dut.window
-        ctx.set(dut.credit, 0b111)
+        ctx.set(dut.available, [4, 4, 4])
         ctx.set(window.open, 1)
         ctx.set(dut.credit_limits, [4, 5, 6])
         ctx.set(dut.acks.expected, 7)
@@ -381,7 +401,7 @@ def test_sender_trains_frames_words_replays_identically_and_sends_acks_and_credi
             await ctx.tick()
             ctx.set(request, 0)
             await ctx.tick().repeat(20)
-        ctx.set(dut.credit, 0b101)                               # psum has no credit: its word waits
+        ctx.set(dut.available, [4, 0, 4])                        # psum has no credit: its word waits
         psum = channel_ports(CONFIG, dut.tx)[1]
         ctx.set(psum.payload, late_word)
         ctx.set(psum.valid, 1)
@@ -389,7 +409,7 @@ def test_sender_trains_frames_words_replays_identically_and_sends_acks_and_credi
         ctx.set(psum.valid, 0)
         await ctx.tick().repeat(30)
         assert ctx.get(window.next_seq) == 3
-        ctx.set(dut.credit, 0b111)
+        ctx.set(dut.available, [4, 4, 4])
         await ctx.tick().repeat(30)
 
     simulate(dut, bench, processes=[record], deadline=500)
@@ -399,12 +419,12 @@ def test_sender_trains_frames_words_replays_identically_and_sends_acks_and_credi
     assert [(flit, len(list(run))) for flit, run in groupby(before)][:2] == [((1, K_TS1), 4), ((1, K_TS2), 4)]
     assert set(before[8:]) == {(1, K_IDLE)}
     frames = _line_frames(CONFIG, line)
-    data_frames = [DataFrame(c, seq, word) for seq, (c, word) in enumerate(words)]
+    data_frames = [DataFrame(c, seq, (word,)) for seq, (c, word) in enumerate(words)]
     assert frames == [*data_frames, *data_frames[1:], CtrlFrame(6, True, (4, 5, 6)), CtrlFrame(7, False, (4, 5, 6)),
-                      CtrlFrame(7, False, (5, 5, 6)), DataFrame(1, 3, late_word)]
+                      CtrlFrame(7, False, (5, 5, 6)), DataFrame(1, 3, (late_word,))]
     # Bit for bit the reference encoding, the replays too.
     text = "".join(map(str, line))
     for frame in data_frames:
-        assert text.count("".join(map(str, encode_data(CONFIG, frame.channel, frame.seq, frame.word)))) \
+        assert text.count("".join(map(str, encode_data(CONFIG, frame.channel, frame.seq, frame.words)))) \
             == (1 if frame.seq == 0 else 2)
     assert "".join(map(str, encode_ctrl(CONFIG, 6, True, (4, 5, 6)))) in text

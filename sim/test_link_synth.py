@@ -49,16 +49,17 @@ class DDRLink(wiring.Component):
 
 @pytest.mark.slow
 def test_link_layer_memories_are_inferred():
-    """Replay buffer (16 frames x 8 flits x 16 bits) in one DP16KD; the three receive buffers
-    (16 words of 64 + 96 + 32 bits) in 48 16x4 distributed RAMs, not flip-flops (which would
-    be 3,072 more): the flip-flops are the sender's registers (among them a word of each
-    channel waiting for its frame: 192), the received word on its way into its buffer (96:
-    the channels share the frame's payload bits), the receive ports' skid buffers (two words
-    of each channel: 384) and the counters."""
+    """Memories in 16x4 distributed RAMs, not flip-flops: the three receive buffers (16 words of
+    64 + 96 + 32 bits: 48), the replay ring (64 flits of 16 bits: 16), its table of frame starts
+    (16 x 6 bits, two read ports: 4) and the receiver's ring (2 words of 96 bits and a channel:
+    25); with single-word frames the replay ring is too small for a DP16KD. No DSP block (the
+    frame lengths are tables). The flip-flops are the sender's registers (among them a word of
+    each channel waiting for its frame: 192), the receive ports' skid buffers (two words of each
+    channel: 384) and the counters."""
     result = synthesize(LinkLayer(LinkConfig(DEFAULT_CHANNELS)), "ecp5")
-    assert result.bram == 1
-    assert result.cells.get("TRELLIS_DPR16X4") == 48
-    assert result.ff == pytest.approx(1721, rel=0.05)
+    assert result.bram == 0 and "MULT18X18D" not in result.cells
+    assert result.cells.get("TRELLIS_DPR16X4") == 93
+    assert result.ff == pytest.approx(1614, rel=0.05)
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ class AckTracker(wiring.Component):
         S = cfg.seq_bits
         window = self.window
         next_seq, send_seq = window.next_seq, window.send_seq
-        oldest = Signal(S)     # oldest unacknowledged frame
+        oldest = window.oldest  # oldest unacknowledged frame
         in_flight = Signal(S)  # next_seq - oldest, a register (below)
         replay_timer = Signal(range(cfg.replay_timeout + 1))
         m.d.comb += window.open.eq(in_flight < cfg.replay_frames)

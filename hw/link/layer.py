@@ -75,7 +75,7 @@ class LinkLayer(wiring.Component):
         # A second reader of the control frames (connect() takes one sink per stream).
         m.d.comb += [acks.ctrl.valid.eq(receiver.ctrl.valid), acks.ctrl.payload.eq(receiver.ctrl.payload),
                      sender.credit_limits.eq(buffers.credit_limits), sender.credits_freed.eq(buffers.freed),
-                     sender.credit.eq(credits.credit)]
+                     sender.available.eq(credits.available)]
 
         # The counters count a cycle late, from registered events, so their adders stay off the
         # paths that decide (an ACK's window check on into ``replays`` was a one-board chain's

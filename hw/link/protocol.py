@@ -6,7 +6,8 @@ link-clock cycle plus a control flag (a K character on an 8b/10b line). Frames a
 
     SOF (control flit) | header | payload flits | CRC          (data and control frames)
 
-and every control flit (SOF, IDLE, TS1, TS2) ends the frame before it, so a frame's length is
+where a data frame's payload is 1 to ``burst_words`` words of one channel (their count in the
+header), and every control flit (SOF, IDLE, TS1, TS2) ends the frame before it, so a frame's length is
 checked against its header and a dropped or corrupted flit is always caught. docs/link_protocol.md
 describes the protocol for a board designer; this module is its executable form.
 """
@@ -39,6 +40,8 @@ K_IDLE, K_SOF, K_TS1, K_TS2 = (code.value for code in (ControlCode.IDLE, Control
                                                        ControlCode.TS2))
 
 KIND_BITS = 2
+# The burst a link sized by :func:`sized_config` allows unless told otherwise.
+BURST_WORDS = 16
 
 
 class FrameKind(enum.IntEnum, shape=KIND_BITS):
@@ -52,11 +55,14 @@ class LinkConfig:
     """One link's parameters; both endpoints of a link must be built from equal configs.
 
     ``channels``: (name, payload width in bits) per logical channel, in priority-free order.
+    ``burst_words``: the most words of one channel a data frame carries (its header counts them
+    in ``burst_bits``, taken from the sequence number).
     ``receive_depth``: words of receive buffer per channel (the credits the sender starts with);
     use :func:`receive_depth` for the depth that keeps one channel at full rate.
     ``replay_frames``: frames kept for go-back-N replay (a power of two).
     ``ack_interval``: a pending ACK or credit update is sent within this many cycles even when
-    data frames are waiting; ``refresh_interval``: an unchanged update is repeated this often
+    data frames are waiting, and sooner once ``ack_batch`` frames or ``credit_batch`` words wait
+    for it (half the replay window, half a receive buffer); ``refresh_interval``: an unchanged update is repeated this often
     (it repairs a lost control frame). ``replay_timeout``: cycles without ACK progress before the
     sender replays everything unacknowledged. ``train_count`` consecutive training flits are
     needed to move on; ``train_timeout`` cycles without completing the handshake restart it.
@@ -66,6 +72,7 @@ class LinkConfig:
     """
     channels: tuple
     lane_width: int = 16
+    burst_words: int = 1
     receive_depth: int = 16
     replay_frames: int = 16
     ack_interval: int = 64
@@ -81,6 +88,10 @@ class LinkConfig:
         if self.lane_width not in CRC_FOR_LANE:
             raise ValueError(f"lane width {self.lane_width} not supported "
                              f"(one of {', '.join(map(str, CRC_FOR_LANE))})")
+        if not isinstance(self.burst_words, int):
+            raise TypeError(f"burst_words must be a positive integer, not {self.burst_words!r}")
+        if self.burst_words < 1:
+            raise ValueError(f"burst_words must be a positive integer, not {self.burst_words!r}")
         if not self.channels:
             raise ValueError("a link needs at least one channel")
         names = [name for name, _ in self.channels]
@@ -90,10 +101,11 @@ class LinkConfig:
             raise ValueError("every channel needs a payload width of at least 1 bit")
         if self.seq_bits < 3:
             raise ValueError(f"{len(self.channels)} channels leave {self.seq_bits} sequence bits "
-                             f"in a {self.lane_width}-bit header; use a wider lane")
+                             f"in a {self.lane_width}-bit header with bursts of {self.burst_words} words; "
+                             f"use a wider lane or shorter bursts")
         if self.replay_frames & (self.replay_frames - 1) or not 2 <= self.replay_frames <= self.seq_window:
             raise ValueError(f"replay_frames must be a power of two from 2 to {self.seq_window}")
-        longest = max(self.frame_flits(c) for c in [None, *range(len(self.channels))])
+        longest = FRAME_OVERHEAD_FLITS + self.max_payload_flits
         if self.idle_interval < 2 * longest:
             raise ValueError(f"idle_interval must be at least twice the longest frame ({2 * longest} flits)")
         if self.receive_depth < 1 or self.receive_depth >= 2 ** (self.credit_bits - 1):
@@ -104,8 +116,13 @@ class LinkConfig:
         return max(1, (len(self.channels) - 1).bit_length())
 
     @property
+    def burst_bits(self):
+        """Width of a data header's word count (the words less one)."""
+        return (self.burst_words - 1).bit_length()
+
+    @property
     def seq_bits(self):
-        return self.lane_width - KIND_BITS - self.channel_bits
+        return self.lane_width - KIND_BITS - self.channel_bits - self.burst_bits
 
     @property
     def seq_window(self):
@@ -118,10 +135,28 @@ class LinkConfig:
         return link_model.credit_bits(self.receive_depth)
 
     @property
+    def replay_flits(self):
+        """Flits of the replay buffer (a power of two): ``replay_frames`` frames of one word of
+        the narrowest channel (what the window is sized for) and a longest burst more."""
+        shortest = min(self.payload_flits(c) for c in range(len(self.channels)))
+        return 1 << (self.replay_frames * (1 + shortest) + 1 + self.burst_words * self.max_word_flits - 1).bit_length()
+
+    @property
+    def ack_batch(self):
+        """Frames accepted that make an ACK due: half the partner's replay window."""
+        return max(1, self.replay_frames // 2)
+
+    @property
+    def credit_batch(self):
+        """Words freed that make a credit update due: half a receive buffer."""
+        return max(1, self.receive_depth // 2)
+
+    @property
     def crc(self):
         return CRC_FOR_LANE[self.lane_width](data_width=self.lane_width)
 
     def payload_flits(self, channel):
+        """Payload flits of one word of ``channel``."""
         return link_model.payload_flits(self.channels[channel][1], self.lane_width)
 
     @property
@@ -129,56 +164,70 @@ class LinkConfig:
         return link_model.payload_flits(len(self.channels) * self.credit_bits, self.lane_width)
 
     @property
-    def max_payload_flits(self):
-        return max(self.ctrl_payload_flits, *(self.payload_flits(c) for c in range(len(self.channels))))
+    def max_word_flits(self):
+        """Payload flits of the widest channel's word."""
+        return max(self.payload_flits(c) for c in range(len(self.channels)))
 
-    def frame_flits(self, channel=None):
-        """Line flits of a data frame of ``channel`` (a control frame when None): SOF, header, payload, CRC."""
-        payload = self.ctrl_payload_flits if channel is None else self.payload_flits(channel)
+    @property
+    def max_payload_flits(self):
+        """Payload flits of the longest frame: a full burst of the widest channel, or a control frame."""
+        return max(self.ctrl_payload_flits, self.burst_words * self.max_word_flits)
+
+    def frame_flits(self, channel=None, words=1):
+        """Line flits of a data frame of ``words`` words of ``channel`` (a control frame when
+        None): SOF, header, payload, CRC."""
+        payload = self.ctrl_payload_flits if channel is None else words * self.payload_flits(channel)
         return FRAME_OVERHEAD_FLITS + payload
 
 
 def round_trip_cycles(config, phy_latency, channel=None):
-    """Worst link-clock cycles from a sender committing to a frame of ``channel`` (the longest
-    data frame when None) to the credit (or ACK) it frees reaching the sender again, with
-    ``phy_latency`` cycles of PHY latency each way (:func:`mapping.link_model.round_trip_cycles`)."""
-    longest = max(config.frame_flits(c) for c in range(len(config.channels)))
-    frame = longest if channel is None else config.frame_flits(channel)
-    return link_model.round_trip_cycles(frame, longest, config.frame_flits(None), phy_latency,
+    """Worst link-clock cycles from a sender committing to a full burst of ``channel`` (the
+    longest burst of any channel when None) to the credit (or ACK) it frees reaching the sender
+    again, with ``phy_latency`` cycles of PHY latency each way
+    (:func:`mapping.link_model.round_trip_cycles`)."""
+    bursts = [config.frame_flits(c, config.burst_words) for c in range(len(config.channels))]
+    frame = max(bursts) if channel is None else bursts[channel]
+    return link_model.round_trip_cycles(frame, max(bursts), config.frame_flits(None), phy_latency,
                                         config.ack_interval)
 
 
 def receive_depth(config, phy_latency, channel):
     """Receive-buffer words that keep ``channel`` at the full line rate when it is alone on the
-    link: enough credits to cover one round trip of its frames."""
-    return link_model.receive_depth(config.frame_flits(channel), round_trip_cycles(config, phy_latency, channel))
+    link: enough credits to cover one round trip of its full bursts, and one burst more."""
+    return link_model.receive_depth(config.frame_flits(channel, config.burst_words),
+                                    round_trip_cycles(config, phy_latency, channel), config.burst_words)
 
 
 def replay_frames(config, phy_latency):
-    """Replay-buffer frames (a power of two) that never stall a sender at full rate waiting for ACKs."""
+    """Replay-buffer frames (a power of two) that never stall a sender at full rate waiting for
+    ACKs, even when every frame carries one word of the channel with the shortest words."""
     shortest = min(config.frame_flits(c) for c in range(len(config.channels)))
     return link_model.replay_frames(shortest, round_trip_cycles(config, phy_latency))
 
 
-def sized_config(channels, lane_width, latency):
-    """A LinkConfig whose receive buffers and replay buffer are sized for ``latency`` cycles of
-    PHY latency by the protocol's formulas (the replay buffer capped by the sequence window)."""
-    base = LinkConfig(channels, lane_width=lane_width, replay_frames=2)
+def sized_config(channels, lane_width, latency, burst_words=BURST_WORDS, ack_interval=LinkConfig.ack_interval):
+    """A LinkConfig with bursts of ``burst_words`` whose receive buffers and replay buffer are
+    sized for ``latency`` cycles of PHY latency by the protocol's formulas (the replay buffer
+    capped by the sequence window)."""
+    fixed = dict(lane_width=lane_width, burst_words=burst_words, ack_interval=ack_interval)
+    base = LinkConfig(channels, replay_frames=2, **fixed)
     depth = max(receive_depth(base, latency, c) for c in range(len(channels)))
-    sized = LinkConfig(channels, lane_width=lane_width, replay_frames=2, receive_depth=depth)
-    return LinkConfig(channels, lane_width=lane_width, receive_depth=depth,
-                      replay_frames=min(replay_frames(sized, latency), sized.seq_window))
+    sized = LinkConfig(channels, replay_frames=2, receive_depth=depth, **fixed)
+    return LinkConfig(channels, receive_depth=depth, replay_frames=min(replay_frames(sized, latency), sized.seq_window),
+                      **fixed)
 
 
 def frame_efficiency(config, channel):
-    """Payload bits per line bit of back-to-back data frames of ``channel``, without ACK traffic."""
-    return link_model.frame_efficiency(config.channels[channel][1], config.lane_width)
+    """Payload bits per line bit of back-to-back full bursts of ``channel``, without ACK traffic."""
+    words = config.burst_words
+    return words * config.channels[channel][1] / (config.frame_flits(channel, words) * config.lane_width)
 
 
 # Reference encoder and decoder -------------------------------------------------------------------
 
-def data_header(config, channel, seq):
-    return FrameKind.DATA | channel << KIND_BITS | seq << (KIND_BITS + config.channel_bits)
+def data_header(config, channel, seq, words=1):
+    return (FrameKind.DATA | channel << KIND_BITS | (words - 1) << (KIND_BITS + config.channel_bits)
+            | seq << (KIND_BITS + config.channel_bits + config.burst_bits))
 
 
 def ctrl_header(config, ack_seq, nak):
@@ -198,10 +247,13 @@ def _frame(config, header, payload_flits):
     return [(1, K_SOF)] + [(0, flit) for flit in body] + [(0, config.crc.compute(body))]
 
 
-def encode_data(config, channel, seq, word):
-    """The line flits (ctrl, data) of data frame ``seq`` carrying ``word`` on ``channel``."""
-    flits = _split(word, config.payload_flits(channel), config.lane_width)
-    return _frame(config, data_header(config, channel, seq), flits)
+def encode_data(config, channel, seq, words):
+    """The line flits (ctrl, data) of data frame ``seq`` carrying ``words`` (1 to
+    ``burst_words``, oldest first) on ``channel``."""
+    if not 1 <= len(words) <= config.burst_words:
+        raise ValueError(f"a data frame carries 1 to {config.burst_words} words, not {len(words)!r}")
+    flits = [flit for word in words for flit in _split(word, config.payload_flits(channel), config.lane_width)]
+    return _frame(config, data_header(config, channel, seq, len(words)), flits)
 
 
 def encode_ctrl(config, ack_seq, nak, credit_limits):
@@ -215,7 +267,7 @@ def encode_ctrl(config, ack_seq, nak, credit_limits):
 class DataFrame:
     channel: int
     seq: int
-    word: int
+    words: tuple
 
 
 @dataclass(frozen=True)
@@ -235,12 +287,16 @@ def decode_frame(config, body):
     rest = header >> KIND_BITS
     if kind == FrameKind.DATA:
         channel = rest & ((1 << config.channel_bits) - 1)
-        if channel >= len(config.channels) or len(payload) != config.payload_flits(channel):
+        count = (rest >> config.channel_bits & ((1 << config.burst_bits) - 1)) + 1
+        if channel >= len(config.channels) or count > config.burst_words:
             return None
-        word = _join(payload, config.lane_width)
-        if word >> config.channels[channel][1]:
+        word_flits = config.payload_flits(channel)
+        if len(payload) != count * word_flits:
             return None
-        return DataFrame(channel, rest >> config.channel_bits, word)
+        words = tuple(_join(payload[i:i + word_flits], config.lane_width) for i in range(0, len(payload), word_flits))
+        if any(word >> config.channels[channel][1] for word in words):
+            return None
+        return DataFrame(channel, rest >> (config.channel_bits + config.burst_bits), words)
     if kind == FrameKind.CTRL and len(payload) == config.ctrl_payload_flits:
         packed = _join(payload, config.lane_width)
         mask = (1 << config.credit_bits) - 1

@@ -1,8 +1,8 @@
 """The go-back-N sender: which frame goes next (a control frame, a replay or a channel's word),
 its framing and CRC, and the replay buffer that keeps every data frame until it is ACKed."""
 
-from amaranth.hdl import Array, Assert, Cat, Const, Module, Mux, Signal
-from amaranth.lib import enum, stream, wiring
+from amaranth.hdl import Array, Assert, Module, Mux, Signal
+from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -10,7 +10,7 @@ from ..base.counter import saturating_increment
 from .protocol import ControlCode, FrameKind, LinkConfig
 from .arbiter import ChannelArbiter
 from .signatures import (AckRequestSignature, ChannelsSignature, ReplayWindowSignature, credit_limits_layout,
-                         flit_layout, header_layout)
+                         flit_layout, header_layout, sent_stream)
 from .training import TrainState
 
 
@@ -25,15 +25,17 @@ class LinkSender(wiring.Component):
     (``ts2_sent`` counts the latter), once it is up frames, else IDLE.
 
     A frame is, in this order: a control frame when one is urgent (a NAK, an ACK or credit
-    update older than ``ack_interval``, a refresh due) or pending with nothing else to send; a
-    replay from ``window.send_seq``; a data frame of the next channel in round-robin order with
-    a word on ``tx``, a ``credit`` and the window open. ``sent`` names the channel of each data
+    update older than ``ack_interval``, ``ack_batch`` frames to ACK or ``credit_batch`` words
+    freed, a refresh due) or pending with nothing else to send; a replay from
+    ``window.send_seq``; a data frame of the next channel in round-robin order with words on
+    ``tx``, ``available`` credits and the window open, carrying as many of its waiting words as
+    it has credits for, up to ``burst_words``. ``sent`` names the channel and words of each data
     frame started (``window.next_seq`` is its sequence number); ``window.rewind`` moves
     ``send_seq`` back.
 
     The control frames carry ``acks.expected`` - 1 (an ACK, or a NAK when one is requested)
-    and ``credit_limits``; updates are requested by ``acks``, ``credits_freed`` and ``resync``
-    (re-trained: an ACK and the credits again).
+    and ``credit_limits``; updates are requested by ``acks``, ``credits_freed`` (words freed)
+    and ``resync`` (re-trained: an ACK and the credits again).
     """
 
     def __init__(self, config: LinkConfig):
@@ -45,11 +47,11 @@ class LinkSender(wiring.Component):
             "ts2_sent": Out(1),
             "acks": In(AckRequestSignature(config)),
             "credit_limits": In(credit_limits_layout(config)),
-            "credits_freed": In(1),
+            "credits_freed": In(range(len(config.channels) + 1)),
             "resync": In(1),
-            "credit": In(len(config.channels)),
+            "available": In(credit_limits_layout(config)),
             "window": Out(ReplayWindowSignature(config)),
-            "sent": Out(stream.Signature(config.channel_bits, always_ready=True)),
+            "sent": Out(sent_stream(config)),
             "frame_replayed": Out(1),
         })
 
@@ -58,7 +60,7 @@ class LinkSender(wiring.Component):
         m = Module()
         W, N, S, K = cfg.lane_width, len(cfg.channels), cfg.seq_bits, cfg.credit_bits
         state = self.state
-        payload_flits = [cfg.payload_flits(c) for c in range(N)]
+        word_flits = [cfg.payload_flits(c) for c in range(N)]
         max_flits = cfg.max_payload_flits
 
         window = self.window
@@ -68,22 +70,36 @@ class LinkSender(wiring.Component):
         ctrl_timer = Signal(range(cfg.refresh_interval + 1))
         since_idle = Signal(range(cfg.idle_interval + 1))
 
-        index_bits = (max(payload_flits)).bit_length()  # header and payload flits of one frame
+        # The replay buffer: a ring of flits (header and payload of each data frame, one after
+        # another, so a frame takes what it needs, not a slot for the longest burst) and where
+        # each frame starts in it, by sequence number.
         slot_bits = (cfg.replay_frames - 1).bit_length()
-        m.submodules.replay = replay = Memory(shape=W, depth=cfg.replay_frames << index_bits, init=[])
+        m.submodules.replay = replay = Memory(shape=W, depth=cfg.replay_flits, init=[])
         replay_write = replay.write_port()
         replay_read = replay.read_port(transparent_for=())
+        ring_bits = (cfg.replay_flits - 1).bit_length()
+        m.submodules.starts = starts = Memory(shape=ring_bits, depth=cfg.replay_frames, init=[])
+        starts_write, starts_replay, starts_oldest = (starts.write_port(), starts.read_port(domain="comb"),
+                                                      starts.read_port(domain="comb"))
+        write_ptr = Signal(ring_bits)   # the next flit written
+        frame_base = Signal(ring_bits)  # where the frame on the line starts in the ring
 
         busy = Signal()
         mode = Signal(TxMode)
         index = Signal(range(max_flits + 3))     # flit of the frame on the line (0 = SOF)
         frame_payload = Signal(range(max_flits + 1))
         frame_seq = Signal(S)
+        # A data frame's words, one after another from its channel's queue: which channel, the
+        # flits of one word, the flit of the word on the line, the words still to come.
+        frame_channel = Signal(cfg.channel_bits)
+        frame_word_flits = Signal(range(max(word_flits) + 1))
+        word_flit = Signal(range(max(word_flits)))
+        words_left = Signal(range(cfg.burst_words))
         # A frame's header and payload (still to send, low flit first) are loaded in every idle
         # cycle with both kinds' candidates and chosen by ``mode`` on the way out, so the start
         # decision reaches ``mode`` and a few counters, not the enables of these registers.
         ctrl_header, data_header = Signal(header_layout(cfg)), Signal(header_layout(cfg))
-        ctrl_word, data_word = Signal(N * K), Signal(max_flits * W)
+        ctrl_word, data_word = Signal(N * K), Signal(max(word_flits) * W)
         emit = Signal(flit_layout(W))
         # The flit leaves through two registers: ``sent``, from which the CRC takes it (not from
         # the replay memory's output: that read and the CRC in one cycle held a one-board chain
@@ -95,19 +111,29 @@ class LinkSender(wiring.Component):
         m.d.sync += [sent.eq(emit), sent_crc_slot.eq(crc_slot), sent_start.eq(crc_start), sent_valid.eq(crc_valid),
                      self.line.data.eq(Mux(sent_crc_slot, crc.crc, sent.data)), self.line.ctrl.eq(sent.ctrl)]
         m.d.comb += [crc.start.eq(sent_start), crc.valid.eq(sent_valid), crc.data.eq(sent.data)]
-        m.d.comb += replay_read.addr.eq(Mux(busy, Cat(index[:index_bits], frame_seq[:slot_bits]),
-                                            Cat(Const(0, index_bits), send_seq[:slot_bits])))
+        m.d.comb += [starts_replay.addr.eq(send_seq[:slot_bits]), starts_oldest.addr.eq(window.oldest[:slot_bits]),
+                     replay_read.addr.eq(Mux(busy, frame_base + index, starts_replay.data))]
+        # Room in the ring for a longest frame more, from the oldest unacknowledged frame's start
+        # to the end of the frame on the line (known from its start: a frame's room is checked
+        # before its flits are written).
+        data_end = Mux(busy & (mode == TxMode.DATA), frame_base + frame_payload + 1, write_ptr)
+        in_ring = Mux(window.oldest == next_seq, 0, (data_end - starts_oldest.data)[:ring_bits])
+        ring_room = in_ring <= cfg.replay_flits - (cfg.burst_words * max(word_flits) + 1)
 
         # Which channel's word goes next, registered (hw/link/arbiter.py), a frame start taking it.
         m.submodules.arbiter = arbiter = ChannelArbiter(cfg)
         wiring.connect(m, wiring.flipped(self.tx), arbiter.tx)
-        m.d.comb += [arbiter.credit.eq(self.credit), arbiter.window_open.eq(window.open)]
+        m.d.comb += [arbiter.available.eq(self.available), arbiter.window_open.eq(window.open & ring_room),
+                     arbiter.select.eq(Mux(busy, frame_channel, arbiter.grant))]
         grant, any_eligible = arbiter.grant, arbiter.ready
-        with m.If(~busy & (state == TrainState.UP) & any_eligible):
-            m.d.sync += Assert(arbiter.waiting.bit_select(grant, 1) & self.credit.bit_select(grant, 1)
-                               & window.open, "link layer: a stale grant")
 
         update_pending = ack_pending | credit_pending
+        # Coalescing: an update waits for a batch (half the partner's replay window of frames to
+        # ACK, or half a receive buffer of credits), for ``ack_interval`` or for a line with
+        # nothing else on it, whichever comes first; a NAK goes at once.
+        acks_waiting = Signal(range(cfg.ack_batch + 1))
+        freed_waiting = Signal(range(cfg.credit_batch + N + 1))
+        batch_due = (acks_waiting == cfg.ack_batch) | (freed_waiting >= cfg.credit_batch)
         # The decision below reads its timers' thresholds as registered flags: each flag is
         # loaded with its threshold of both of the timer's next values (restarted, or one
         # more), computed beside the decision, which only selects one (with the comparisons in
@@ -133,7 +159,7 @@ class LinkSender(wiring.Component):
         # and ``send_seq`` moves otherwise only by a rewind, after which the sender waits a cycle
         # (``rewound``) for ``replaying`` to see it.
         urgent_ctrl, ctrl_pending, replaying, rewound = Signal(), Signal(), Signal(), Signal()
-        m.d.sync += [urgent_ctrl.eq(nak_pending | (update_pending & flags["ack_due"]) | flags["refresh_due"]),
+        m.d.sync += [urgent_ctrl.eq(nak_pending | (update_pending & flags["ack_due"]) | batch_due | flags["refresh_due"]),
                      ctrl_pending.eq(update_pending), replaying.eq(send_seq != next_seq), rewound.eq(0)]
         with m.If(~busy & ~rewound):
             m.d.sync += Assert(replaying == (send_seq != next_seq), "link layer: replaying disagrees")
@@ -150,11 +176,18 @@ class LinkSender(wiring.Component):
             m.d.sync += [ctrl_header.ctrl.kind.eq(FrameKind.CTRL), ctrl_header.ctrl.nak.eq(nak_pending),
                          ctrl_header.ctrl.ack_seq.eq(self.acks.expected - 1),
                          data_header.data.kind.eq(FrameKind.DATA), data_header.data.channel.eq(grant),
-                         data_header.data.seq.eq(next_seq),
-                         ctrl_word.eq(self.credit_limits)]
-            m.d.sync += data_word.eq(arbiter.word)
+                         data_header.data.count.eq(arbiter.words - 1), data_header.data.seq.eq(next_seq),
+                         ctrl_word.eq(self.credit_limits),
+                         data_word.eq(arbiter.word), frame_channel.eq(grant), frame_word_flits.eq(arbiter.word_flits),
+                         words_left.eq(arbiter.words - 1), word_flit.eq(0)]
         with m.Elif(index != 1):
-            m.d.sync += [ctrl_word.eq(ctrl_word[W:]), data_word.eq(data_word[W:])]
+            m.d.sync += [ctrl_word.eq(ctrl_word[W:]), data_word.eq(data_word[W:]), word_flit.eq(word_flit + 1)]
+            # The last flit of a word: the burst's next word follows from its channel's queue.
+            with m.If(word_flit == frame_word_flits - 1):
+                m.d.sync += word_flit.eq(0)
+                with m.If((mode == TxMode.DATA) & (words_left != 0)):
+                    m.d.comb += arbiter.pop.eq(1)
+                    m.d.sync += [data_word.eq(arbiter.word), words_left.eq(words_left - 1)]
 
         with m.If(busy):
             last = index == frame_payload + 2
@@ -162,10 +195,12 @@ class LinkSender(wiring.Component):
                 m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data,
                                              Mux(mode == TxMode.CTRL, ctrl_header, data_header)))
                 with m.If(mode == TxMode.REPLAY):
-                    with m.Switch(header_layout(cfg)(replay_read.data).data.channel):
+                    replayed = header_layout(cfg)(replay_read.data).data
+                    with m.Switch(replayed.channel):
                         for c in range(N):
                             with m.Case(c):
-                                m.d.sync += frame_payload.eq(payload_flits[c])
+                                payloads = Array((k + 1) * word_flits[c] for k in range(2 ** cfg.burst_bits))
+                                m.d.sync += frame_payload.eq(payloads[replayed.count])
             with m.Elif(~last):
                 m.d.comb += emit.data.eq(Mux(mode == TxMode.REPLAY, replay_read.data,
                                              Mux(mode == TxMode.CTRL, ctrl_word[:W], data_word[:W])))
@@ -173,9 +208,10 @@ class LinkSender(wiring.Component):
                 m.d.comb += crc_slot.eq(1)  # the CRC goes in on the way out
                 m.d.sync += busy.eq(0)
             m.d.comb += [crc_start.eq(index == 1), crc_valid.eq(~last),
-                         replay_write.addr.eq(Cat((index - 1)[:index_bits], frame_seq[:slot_bits])),
-                         replay_write.data.eq(emit.data),
+                         replay_write.addr.eq(write_ptr), replay_write.data.eq(emit.data),
                          replay_write.en.eq((mode == TxMode.DATA) & ~last)]
+            with m.If(replay_write.en):
+                m.d.sync += write_ptr.eq(write_ptr + 1)
             m.d.sync += index.eq(index + 1)
         with m.Elif(state == TrainState.TRAIN):
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(ControlCode.TS1)]
@@ -187,20 +223,24 @@ class LinkSender(wiring.Component):
             start_frame(TxMode.CTRL)
             m.d.comb += starting_ctrl.eq(1)
             m.d.sync += [frame_payload.eq(cfg.ctrl_payload_flits), nak_pending.eq(0), ack_pending.eq(0),
-                         credit_pending.eq(0), ctrl_timer.eq(0)]
+                         credit_pending.eq(0), ctrl_timer.eq(0), acks_waiting.eq(0), freed_waiting.eq(0)]
         with m.Elif(~idle_due & replaying):
             start_frame(TxMode.REPLAY)
-            m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1)]
+            m.d.sync += [frame_seq.eq(send_seq), send_seq.eq(send_seq + 1), frame_base.eq(starts_replay.data)]
             m.d.comb += self.frame_replayed.eq(1)
         with m.Elif(~idle_due & any_eligible):
             start_frame(TxMode.DATA)
-            m.d.comb += [starting_data.eq(1), self.sent.valid.eq(1), window.starting.eq(1), arbiter.take.eq(1)]
+            m.d.comb += [starting_data.eq(1), self.sent.valid.eq(1), window.starting.eq(1), arbiter.take.eq(1),
+                         arbiter.pop.eq(1)]
+            m.d.comb += [starts_write.addr.eq(next_seq[:slot_bits]), starts_write.data.eq(write_ptr),
+                         starts_write.en.eq(1)]
             m.d.sync += [frame_seq.eq(next_seq), next_seq.eq(next_seq + 1), send_seq.eq(next_seq + 1),
-                         frame_payload.eq(arbiter.flits),
-                         Assert(arbiter.flits == Array(payload_flits)[grant], "link layer: the frame length is another channel's")]
+                         frame_base.eq(write_ptr), frame_payload.eq(arbiter.flits),
+                         Assert(arbiter.flits == arbiter.word_flits * arbiter.words,
+                                "link layer: the frame length is not its words'")]
         with m.Else():
             m.d.comb += [emit.ctrl.eq(1), emit.data.eq(ControlCode.IDLE)]
-        m.d.comb += self.sent.payload.eq(grant)
+        m.d.comb += [self.sent.payload.channel.eq(grant), self.sent.payload.words.eq(arbiter.words)]
 
         m.d.comb += emitting_idle.eq(emit.ctrl & (emit.data == ControlCode.IDLE))
         with m.If(emitting_idle):
@@ -210,10 +250,16 @@ class LinkSender(wiring.Component):
         # Set after the clears above: an update arriving while a control frame starts is kept
         # (an ACK lost so waited for the next refresh, 512 cycles, as long as the partner's
         # replay timeout, which then replayed frames that had arrived).
-        with m.If(self.credits_freed | self.resync):
+        with m.If((self.credits_freed != 0) | self.resync):
             m.d.sync += credit_pending.eq(1)
         with m.If(self.acks.ack | self.resync):
             m.d.sync += ack_pending.eq(1)
+        with m.If(self.acks.ack):
+            m.d.sync += acks_waiting.eq(Mux(starting_ctrl | (acks_waiting != cfg.ack_batch),
+                                            Mux(starting_ctrl, 0, acks_waiting) + 1, acks_waiting))
+        with m.If(self.credits_freed != 0):
+            m.d.sync += freed_waiting.eq(Mux(starting_ctrl | (freed_waiting < cfg.credit_batch),
+                                             Mux(starting_ctrl, 0, freed_waiting) + self.credits_freed, freed_waiting))
         with m.If(self.acks.nak):
             m.d.sync += nak_pending.eq(1)
         # After the frame starts above: a rewind wins, and the sender waits a cycle (``rewound``).

@@ -50,9 +50,11 @@ def channel_ports(config, interface):
 
 
 def header_layout(config):
-    """A frame's header flit, read as a data frame's or a control frame's."""
+    """A frame's header flit, read as a data frame's (``count``: its words less one) or a
+    control frame's."""
     return data.UnionLayout({
-        "data": data.StructLayout({"kind": FrameKind, "channel": config.channel_bits, "seq": config.seq_bits}),
+        "data": data.StructLayout({"kind": FrameKind, "channel": config.channel_bits, "count": config.burst_bits,
+                                   "seq": config.seq_bits}),
         "ctrl": data.StructLayout({"kind": FrameKind, "nak": 1, "ack_seq": config.seq_bits}),
     })
 
@@ -60,6 +62,13 @@ def header_layout(config):
 def credit_limits_layout(config):
     """Each channel's credit limit, as a control frame's payload carries them."""
     return data.ArrayLayout(config.credit_bits, len(config.channels))
+
+
+def sent_stream(config):
+    """The data frames a sender starts: the channel and how many of its words (first
+    transmissions only: a replay takes no credit)."""
+    return stream.Signature(data.StructLayout({"channel": config.channel_bits,
+                                               "words": range(config.burst_words + 1)}), always_ready=True)
 
 
 def ctrl_frame_stream(config):
@@ -87,6 +96,7 @@ class ReplayWindowSignature(wiring.Signature):
             "next_seq": Out(config.seq_bits),
             "send_seq": Out(config.seq_bits),
             "starting": Out(1),
+            "oldest": In(config.seq_bits),
             "open": In(1),
             "rewind": In(stream.Signature(config.seq_bits, always_ready=True)),
         })
