@@ -76,7 +76,9 @@ def board_mapping(args, board):
     return load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
                                         cluster=cluster, mapping=args.mapping, bram_fraction=None,
                                         batch=None, lr=None, loss=args.loss, grad_bits=None,
-                                        overlapped_update=args.overlapped_update))
+                                        overlapped_update=args.overlapped_update,
+                                        # the boards build no DRAM controller yet
+                                        act_storage="chip"))
 
 
 def held_nodes(args, mapping, board):
