@@ -77,8 +77,10 @@ def board_mapping(args, board):
                                         cluster=cluster, mapping=args.mapping, bram_fraction=None,
                                         batch=None, lr=None, loss=args.loss, grad_bits=None,
                                         overlapped_update=args.overlapped_update,
-                                        # the boards build no DRAM controller yet
-                                        act_storage="chip"))
+                                        # the boards build no DRAM controller yet (a mapping
+                                        # file that keeps activations in DRAM is refused by
+                                        # boards.host_interface.Trainer)
+                                        act_storage=None if args.mapping else "chip"))
 
 
 def held_nodes(args, mapping, board):
