@@ -56,3 +56,8 @@ def saturating_increment(m, counter, limit):
     """``counter`` counts up to ``limit`` and stays there (one more each cycle this is reached)."""
     with m.If(counter != limit):
         m.d.sync += counter.eq(counter + 1)
+
+
+def ring_successor(pointer, size):
+    """The next position of ``pointer`` on a ring of ``size`` places: 0 after ``size - 1``."""
+    return Mux(pointer == size - 1, 0, pointer + 1)

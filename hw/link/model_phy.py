@@ -24,7 +24,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..base.checks import refuse
+from ..base.checks import positive, refuse
 from .signatures import flit_layout
 
 _XORSHIFT_SEED_MIX = 0x9E3779B9  # spreads small seeds over the state; never gives state 0 below
@@ -50,8 +50,7 @@ class ModelLane(wiring.Component):
     ``rx_locked`` out at the receiving endpoint, ``latency`` cycles later."""
 
     def __init__(self, lane_width, *, latency=4, ber=0.0, burst=1, lock_loss=None, seed=1):
-        if latency < 1:
-            refuse(self, f"ModelLane: latency = {latency} must be at least 1")
+        positive(self, "ModelLane", latency=latency)
         if not 0 <= ber < 1:
             refuse(self, f"ModelLane: ber = {ber} must be at least 0 and below 1")
         line_bits = lane_width + 1

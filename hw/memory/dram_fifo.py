@@ -20,20 +20,16 @@ depth, one beat per cycle passes in each direction. (LiteDRAM's DMA blocks are M
 their logic in Amaranth over the two ports, with the queue's ring pointers around it.)
 """
 
-from amaranth.hdl import Assert, Module, Mux, Shape, Signal
+from amaranth.hdl import Assert, Module, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from mapping.memories import DRAM_STAGING_BEATS
 
 from ..base.checks import refuse
-from ..base.counter import up_down
+from ..base.counter import ring_successor, up_down
 from ..base.signatures import DramQueueSignature
 from .fifo import Fifo
-
-
-def ring_successor(pointer, depth):
-    return Mux(pointer == depth - 1, 0, pointer + 1)
 
 
 class DramFifo(wiring.Component):

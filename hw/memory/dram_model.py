@@ -10,11 +10,12 @@ stall a real one. One memory of ``depth`` words of ``width`` bits holds the ring
 :func:`attach_simulated_drams` gives each DRAM queue port of a node its own model.
 """
 
-from amaranth.hdl import Assert, Module, Mux, Signal
+from amaranth.hdl import Assert, Module, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, connect, flipped
 
 from ..base.checks import positive, refuse
+from ..base.counter import ring_successor
 from ..base.ram import NO_RW_CHECK, read_register
 from ..base.signatures import DramQueueSignature
 from .fifo import Fifo
@@ -42,7 +43,7 @@ class SimulatedDram(wiring.Component):
         available = Signal(init=1)
         if self.refresh_every:
             clock = Signal(range(self.refresh_every))
-            m.d.sync += clock.eq(Mux(clock == self.refresh_every - 1, 0, clock + 1))
+            m.d.sync += clock.eq(ring_successor(clock, self.refresh_every))
             m.d.comb += available.eq(clock >= self.refresh_cycles)
 
         commands = m.submodules.write_commands = Fifo(range(self.depth), WRITE_COMMANDS)

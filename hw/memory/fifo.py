@@ -30,12 +30,12 @@ forward and the backward pass). ``level`` then counts a taken beat one cycle lon
 ``mapping.resources.ram_style``); None for simulation.
 """
 
-from amaranth.hdl import Assert, Module, Mux, Shape, Signal
+from amaranth.hdl import Assert, Module, Shape, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..base.checks import refuse
-from ..base.counter import up_down
+from ..base.counter import ring_successor, up_down
 from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
 
 
@@ -61,9 +61,6 @@ class Fifo(wiring.Component):
         kind, depth = self.KIND, self.depth
         m.submodules.mem = mem = memory.Memory(shape=self.shape, depth=depth, init=[],
                                                attrs=NO_RW_CHECK | ram_attrs(depth, self.family))
-
-        def successor(pointer):
-            return Mux(pointer == depth - 1, 0, pointer + 1)
 
         head, tail = Signal(range(depth)), Signal(range(depth))
         stored = Signal(range(depth + 1))  # beats in the memory, the output register excluded
@@ -96,9 +93,9 @@ class Fifo(wiring.Component):
             self.o.payload.eq(read_register(m, mem, head, fetch)),
         ]
         with m.If(written):
-            m.d.sync += tail.eq(successor(tail))
+            m.d.sync += tail.eq(ring_successor(tail, depth))
         with m.If(fetch):
-            m.d.sync += [head.eq(successor(head)), self.o.valid.eq(1)]
+            m.d.sync += [head.eq(ring_successor(head, depth)), self.o.valid.eq(1)]
         with m.Elif(pop):
             m.d.sync += self.o.valid.eq(0)
         up_down(m, stored, written, fetch)
