@@ -119,19 +119,15 @@ class SerdesLink(wiring.Component):
 
 
 @pytest.mark.slow
-def test_endpoint_on_the_ecp5_serdes_synthesises(tmp_path):
+def test_serdes_link_tester_synthesises_and_places_on_an_ecp5_85(tmp_path):
     """LiteICLink's SERDES core (generated Verilog, read into Yosys as RTLIL) under the link
-    endpoint: one DCUA, one EXTREFB, the replay ring (a ring of flits and a table of where each
-    frame starts) in distributed RAM."""
-    result = synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS)), tmp_path)
+    endpoint, its channels driven by the tester's counters: one DCUA, one EXTREFB, the replay
+    ring (a ring of flits and a table of where each frame starts) in distributed RAM; and
+    nextpnr-ecp5 places and routes it on an LFE5UM5G-85F (one synthesis for both checks)."""
+    result = synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS), tester=True), tmp_path,
+                                    extra="-json top.json")
     assert result.cells.get("DCUA") == 1 and result.cells.get("EXTREFB") == 1
     assert result.bram == 0 and result.cells.get("TRELLIS_DPR16X4") == 194
-
-
-@pytest.mark.slow
-def test_serdes_link_tester_places_on_an_ecp5_85(tmp_path):
-    """The tester synthesises and nextpnr-ecp5 places and routes it on an LFE5UM5G-85F."""
-    synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS), tester=True), tmp_path, extra="-json top.json")
     report = place_on_ecp5_85(tmp_path)
     assert report["utilization"]["DCUA"]["used"] == 1
 
