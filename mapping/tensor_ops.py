@@ -50,22 +50,20 @@ def windows(x, kernel, stride=1, padding=0):
     return view[:, ::stride, ::stride][:, :oh, :ow].transpose(1, 2, 0, 3, 4)
 
 
-def _group_windows(win, groups):
-    """(OH, OW, C, K, K) windows as (OH, OW, G, C / G, K, K): each group's input channels."""
-    oh, ow, c, k, _ = win.shape
-    return win.reshape(oh, ow, groups, c // groups, k, k)
-
-
-def _grouped(w, groups):
-    """(OC, C / G, K, K) weights as (G, OC / G, C / G, K, K)."""
-    return w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
+def _by_group(op, a, a_axis, b, b_axis, groups, out_axis=0):
+    """``op(a, b)``, or with ``groups`` > 1 ``op`` of each group's part of ``a`` and ``b``
+    (equal parts along ``a_axis`` and ``b_axis``) concatenated along ``out_axis``: the
+    docstring's definition of a grouped operation as its groups side by side."""
+    if groups == 1:
+        return op(a, b)
+    return np.concatenate([op(pa, pb) for pa, pb in zip(np.split(a, groups, a_axis), np.split(b, groups, b_axis))],
+                          axis=out_axis)
 
 
 def conv_forward(x, w, stride=1, padding=0, bias=None, bias_shift=0, groups=1):
     """Exact sum of products: (OC, OH, OW). ``bias << bias_shift`` is added when given."""
-    win = _group_windows(windows(x, w.shape[2], stride, padding), groups)
-    out = np.einsum("hwgcij,gocij->gohw", win, _grouped(w, groups), optimize=True)
-    out = out.reshape(-1, *out.shape[2:])
+    win = windows(x, w.shape[2], stride, padding)  # (OH, OW, IC, K, K)
+    out = _by_group(lambda wi, wg: np.einsum("hwcij,ocij->ohw", wi, wg, optimize=True), win, 2, w, 0, groups)
     if bias is not None:
         out = out + (bias * (1 << bias_shift) if bias_shift else bias)[:, None, None]
     return out
@@ -87,33 +85,27 @@ def conv_backward(err, w, in_shape, stride=1, padding=0, groups=1):
     kernel = w.shape[2]
     _, h, wd = in_shape
     full = dilate_pad_errors(err, kernel, stride, padding, (h, wd))
-    flipped = _grouped(w[:, :, ::-1, ::-1], groups)
-    win = _group_windows(windows(full, kernel), groups)  # (H + 2p, W + 2p, G, OC / G, K, K)
-    out = np.einsum("hwgoab,goiab->gihw", win, flipped, optimize=True)
-    out = out.reshape(-1, *out.shape[2:])
+    flipped = w[:, :, ::-1, ::-1]
+    win = windows(full, kernel)  # (H + 2p, W + 2p, OC, K, K)
+    out = _by_group(lambda wi, wg: np.einsum("hwoab,oiab->ihw", wi, wg, optimize=True), win, 2, flipped, 0, groups)
     return out[:, padding:padding + h, padding:padding + wd]
-
-
-def _group_errors(err, groups):
-    """(OC, OH, OW) errors as (G, OC / G, OH, OW)."""
-    return err.reshape(groups, err.shape[0] // groups, *err.shape[1:])
 
 
 def conv_weight_grad(x, err, kernel, stride=1, padding=0, groups=1):
     """Exact weight gradients, (OC, IC / G, K, K): sum over output pixels of err * window."""
-    win = _group_windows(windows(x, kernel, stride, padding), groups)  # (OH, OW, G, IC / G, K, K)
-    dw = np.einsum("gohw,hwgcij->gocij", _group_errors(err, groups), win, optimize=True)
-    return dw.reshape(-1, *dw.shape[2:])
+    win = windows(x, kernel, stride, padding)  # (OH, OW, IC, K, K)
+    return _by_group(lambda e, wi: np.einsum("ohw,hwcij->ocij", e, wi, optimize=True), err, 0, win, 2, groups)
 
 
 def conv_weight_terms(x, err, kernel, stride=1, padding=0, groups=1):
     """The terms of :func:`conv_weight_grad`, one per output pixel in raster order:
     (OH*OW, OC, IC / G, K, K), exact; their sum over the first axis is the gradient."""
-    win = _group_windows(windows(x, kernel, stride, padding), groups)  # (OH, OW, G, IC / G, K, K)
-    e = _group_errors(err, groups)
-    terms = e[:, :, :, :, None, None, None] * win.transpose(2, 0, 1, 3, 4, 5)[:, None]  # (G, OC/G, OH, OW, ...)
-    terms = terms.reshape(err.shape[0], *terms.shape[2:])  # (OC, OH, OW, IC / G, K, K)
-    return np.moveaxis(terms, 0, 2).reshape(-1, err.shape[0], *win.shape[3:])
+    def terms(e, wi):
+        t = e[:, :, :, None, None, None] * wi[None]  # (OC, OH, OW, IC, K, K)
+        return np.moveaxis(t, 0, 2).reshape(-1, e.shape[0], *wi.shape[2:])
+
+    win = windows(x, kernel, stride, padding)  # (OH, OW, IC, K, K)
+    return _by_group(terms, err, 0, win, 2, groups, out_axis=1)
 
 
 def bias_terms(err):
