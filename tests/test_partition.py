@@ -465,6 +465,20 @@ def test_grouped_partial_sums_cross_a_link_once_their_group_is_reached(grouped4)
     assert grouped_fwd[2] == plain.summary["link_bytes_forward"][2]
 
 
+def test_an_ocp_grouped_layer_reads_its_group_s_inputs_only():
+    """A grouped first layer (2 inputs < OCP_BELOW_IN_CHANNELS, 6 outputs: OCP): each slice
+    owns output channels of one group and keeps only that group's input channel."""
+    network = infer("ocp-grouped", (2, 8, 8), [
+        conv("conv1", 6, 3, pad=1, groups=2), Layer("relu", "r1"), Layer("maxpool", "p1", kernel=2, stride=2),
+        conv("conv2", 4, 3, pad=1), Layer("relu", "r2"), Layer("flatten", "f"), Layer("linear", "fc", out_channels=10)])
+    mapped = map_network(network, parse_cluster("ecp5-85:4"))
+    conv1 = [(n.index, s) for n in mapped.nodes for s in n.slices if s.layer == "conv1"]
+    assert [(i, s.mode, s.in_range, s.out_range) for i, s in conv1] == [
+        (0, "ocp", (0, 1), (0, 3)), (0, "ocp", (1, 2), (3, 5)), (1, "ocp", (1, 2), (5, 6))]
+    assert all(s.act_ram_words == s.samples_held * 8 * 8 and s.weight_words == s.out_channels * 9 for _, s in conv1)
+    assert mapped.summary["macs_per_sample"] == network.macs
+
+
 def test_a_grouped_layer_is_refused_for_the_generator_before_partitioning():
     with pytest.raises(SpecError, match=r"^network 'tiny-grouped' on cluster 'ecp5-85:4': layer 'conv2': grouped "
                                         r"convolution \(groups=2\) is not built by the hardware generator yet"):
