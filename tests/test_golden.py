@@ -68,8 +68,8 @@ def gradient_networks(rng):
             pool("p0", 3, 3), relu("r0"), conv("c1", c(), 5, pad=2), relu("r1"), pool("p1", 2, 2, 1),
             flatten(), fc("f1", 4)]),
         # grouped: two groups strided and padded, then one channel per group (depthwise)
-        infer("g-grouped", (4, 7, 6), [
-            conv("c1", 2 * c(), 3, pad=1, groups=2), relu("r1"), conv("c2", 4, 3, stride=2, pad=1, groups=2),
+        infer("g-grouped", (4, 5, 4), [
+            conv("c1", 4, 3, pad=1, groups=2), relu("r1"), conv("c2", 4, 3, stride=2, pad=1, groups=2),
             relu("r2"), conv("c3", 4, 3, pad=1, groups=4, bias=False), flatten(), fc("f1", 3)]),
     ]
 
