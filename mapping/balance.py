@@ -29,6 +29,10 @@ Non-movable, sized by the partitioner:
   argmax index and one ReLU bit (the winner's: the others' never pass an error),
   per conv output without a pool its ReLU bit, for the samples the Act-RAM holds.
 - biases (16 bit) and their 48-bit gradient accumulators, on the SFU node.
+- grouped layers (mapping/partition/plan.py): a slice lies in one group, and its engines,
+  weights, line buffers and Act-RAM are those of the ordinary convolution of its channels
+  with its group's channels on the other side (OC / G rows under ICP); the partial sums
+  in the PAB and the SFU of an ICP layer's last slice still cover every output channel.
 - FC slices with weights in DRAM: the input and output-error vectors of the
   mini-batch (``B * (S + O)`` words, ``b`` and ``P`` wide), from which the weight
   gradient is formed once per mini-batch (mapping/perf.py, FC dataflow).
@@ -138,8 +142,11 @@ def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_c
     oc, oh, ow = plan.out_shape
     k, p = plan.kernel, plan.padding
     icp = plan.mode == "icp"
-    s_in = units if icp else c_in
-    o_out = oc if icp else units
+    # A slice pairs with its group's channels on the full side (all of them ungrouped); the
+    # SFU of an ICP layer's last slice finishes every output channel.
+    s_in = units if icp else plan.group_full
+    o_out = plan.group_full if icp else units
+    o_sfu = oc if icp else units
     passes = shape.u * shape.v
     cost = MemoryCost()
 
@@ -159,11 +166,11 @@ def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_c
     pab_words = 0
     if icp and not first:
         lag = math.ceil(latency_cycles / passes)
-        pab_words = oc * (ow + lag)
-        cost += memory_cost(shape.P * ACC_BITS, (ow + lag) * shape.u, family)
+        pab_words = oc * (ow + lag)  # the partial sums of every output channel stream through
+        cost += memory_cost(shape.P * ACC_BITS, (ow + lag) * math.ceil(oc / shape.P), family)
     elif not icp and not last and plan.needs_eb:
         lag = math.ceil(latency_cycles / passes)
-        pab_words = c_in * (w + lag)
+        pab_words = s_in * (w + lag)
         cost += memory_cost(shape.b * ACC_BITS, (w + lag) * shape.v, family)
 
     if gradient_batch:  # FC weights in DRAM: the mini-batch's vectors form the gradient
@@ -171,11 +178,11 @@ def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_c
             memory_cost(shape.P * WORD_BITS, gradient_batch * shape.u, family)
 
     if last or not icp:  # this node runs the SFU of its output channels
-        masks = samples * mask_bits(plan, o_out)
+        masks = samples * mask_bits(plan, o_sfu)
         if masks:  # none without ReLU or pool
             cost += _queue_cost(WORD_BITS, math.ceil(masks / WORD_BITS), family, act_storage)
         if plan.bias:
-            cost += memory_cost(WORD_BITS, o_out, family) + memory_cost(grad_bits, o_out, family)
+            cost += memory_cost(WORD_BITS, o_sfu, family) + memory_cost(grad_bits, o_sfu, family)
     return FixedWords(act_words, lb_words, pab_words, cost)
 
 
@@ -206,7 +213,7 @@ def weight_memory_of(plan, units, shape, family, offchip, grad_bits=ACC_BITS):
     """LPRAM + LGB of a prospective slice holding all its rows."""
     if offchip:
         return MemoryCost()
-    rows = plan.out_shape[0] if plan.mode == "icp" else units
+    rows = plan.group_full if plan.mode == "icp" else units
     return _weight_cost(plan, shape, rows, family, grad_bits)
 
 
@@ -215,7 +222,7 @@ def weight_floor(plan, units, shape, family, offchip, grad_bits=ACC_BITS):
     their width (read bandwidth), one block deep."""
     if offchip:
         return MemoryCost()
-    rows = plan.out_shape[0] if plan.mode == "icp" else units
+    rows = plan.group_full if plan.mode == "icp" else units
     return _weight_cost(plan, shape, rows, family, grad_bits, depth_cap=BLOCK_DEPTH // PG_STRIP)
 
 
@@ -230,8 +237,8 @@ def layer_slice(sl, buffers, fp_stale=0, remote_weights=(), cycles_per_sample=0)
     ``remote_weights`` describe."""
     p, shape = sl.plan, sl.shape
     local_rows = sl.out_channels - sl.remote_rows
-    sfu = sl.last or p.mode == "ocp"
-    lgb = 0 if sl.offchip else local_rows * sl.row_words + (sl.out_channels if p.bias and sfu else 0)
+    sfu_channels = sl.out_channels if p.mode == "ocp" else p.out_shape[0] if sl.last else 0
+    lgb = 0 if sl.offchip else local_rows * sl.row_words + (sfu_channels if p.bias else 0)
     return LayerSlice(
         layer=p.name, position=p.position, kind=p.kind, mode=p.mode,
         in_shape=p.in_shape, out_shape=p.out_shape, kernel=p.kernel, stride=p.stride,
@@ -245,7 +252,7 @@ def layer_slice(sl, buffers, fp_stale=0, remote_weights=(), cycles_per_sample=0)
         pab_words=buffers.pab + sl.remote_rows * p.out_pixels,
         lgb_words=lgb, weights_offchip=sl.offchip, remote_weights=remote_weights,
         flatten_from=p.flatten_from, fp_stale=fp_stale, cycles_per_sample=cycles_per_sample,
-        overlapped_update=buffers.overlapped_update, act_storage=sl.act_storage)
+        overlapped_update=buffers.overlapped_update, act_storage=sl.act_storage, groups=p.groups)
 
 
 def dram_bits_per_sample(sl):
@@ -514,16 +521,14 @@ def check_total(plans, node_budgets, describe, offchip_fc, grad_bits=ACC_BITS, a
     (``act_dram``: a slice keeps on chip only their staging FIFOs, and a lower bound must
     not count what any node might keep off chip)."""
     usable = sum(b.blocks for b in node_budgets) * 18 * 1024
-    weights = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans
-                  if not (p.kind == "fc" and offchip_fc))
-    conv = sum(p.out_shape[0] * p.in_shape[0] * p.kernel ** 2 for p in plans if p.kind == "conv")
+    weights = sum(p.weights for p in plans if not (p.kind == "fc" and offchip_fc))
+    conv = sum(p.weights for p in plans if p.kind == "conv")
     fixed_bits = 0 if act_dram else activation_bits(plans)
     need = weights * (WORD_BITS + grad_bits) + fixed_bits
     if need <= usable:
         return
     devices = sorted({b.device.name for b in node_budgets})
-    largest = max(plans, key=lambda p: p.out_shape[0] * p.in_shape[0] * p.kernel ** 2
-                  if not (p.kind == "fc" and offchip_fc) else 0)
+    largest = max(plans, key=lambda p: p.weights if not (p.kind == "fc" and offchip_fc) else 0)
     alone = (f"; its conv weights alone ({conv * WORD_BITS / 1e6:.1f} Mbit) exceed it"
              if conv * WORD_BITS > usable else "")
     fixed = "activations in DRAM" if act_dram else f"{fixed_bits / 1e6:.1f} Mbit of activations and buffers"
@@ -532,5 +537,5 @@ def check_total(plans, node_budgets, describe, offchip_fc, grad_bits=ACC_BITS, a
         f"({weights * WORD_BITS / 1e6:.1f} Mbit of 16-bit weights, {weights * grad_bits / 1e6:.1f} Mbit "
         f"of {grad_bits}-bit gradient buffers, {fixed}) but "
         f"{len(node_budgets)} x {'/'.join(devices)} offer {usable / 1e6:.1f} Mbit usable{alone} "
-        f"(largest layer: '{largest.name}', {largest.out_shape[0] * largest.in_shape[0] * largest.kernel ** 2:,} "
+        f"(largest layer: '{largest.name}', {largest.weights:,} "
         f"weights)")

@@ -19,11 +19,23 @@ layer counts (conv2d, relu, maxpool, flatten, linear) and the input image is not
 (mapping/numerics.py: noise, stochastic rounding, saturation to 16 bits) with index = the
 element's row-major position in the whole tensor: (OC, OH, OW) for FP_OUT, the layer's
 input shape (C, H, W) for EB_OUT, the class number for LOSS_ERROR, the weight array
-(OC, IC, K, K) or (OUT, IN) for WEIGHT_UPDATE, the output channel for BIAS_UPDATE.
+(OC, IC / G, K, K) or (OUT, IN) for WEIGHT_UPDATE (and GRAD_SUM), the output channel for
+BIAS_UPDATE (and BIAS_GRAD_SUM).
 A linear layer is a 1x1 convolution (stride 1, no padding) on its (IN, 1, 1) input with
 kernels (OUT, IN, 1, 1); its weights (OUT, IN) and their gradients are indexed row-major.
 ``conv`` (conv_forward), ``conv_backward``, ``conv_weight_grad``, ``bias_grad`` and the max-pool
-windows are defined in mapping/tensor_ops.py (cross-correlation, zero padding, stride).
+windows are defined in mapping/tensor_ops.py (cross-correlation, zero padding, stride, groups).
+
+Grouped convolution (a conv2d layer's ``groups`` G > 1, AlexNet's two towers): the weights
+are (OC, IC / G, K, K) and output channel o reads only the IC / G input channels of its group
+g = o // (OC / G), with w[o, c] the weight of input channel g * (IC / G) + c
+(mapping/tensor_ops.py). Every row below holds as written: FP, EB and PG sum exactly over
+the group's products only (a product of two channels of different groups is not a zero
+term, it does not exist), and every rounding point rounds the same exact sum with the same
+noise index as it would the G ordinary convolutions concatenated: FP_OUT and EB_OUT index
+the whole (OC, OH, OW) output and (C, H, W) input, GRAD_SUM and WEIGHT_UPDATE the
+(OC, IC / G, K, K) weight array, row-major. So a grouped layer is bit for bit the G
+ordinary layers of its groups side by side, with the noise of the whole layer's tensors.
 
   input image        x = quantize(image, act_frac)          round to nearest (ties to even), saturate
   conv/linear FP     y = R(conv(x, W) + (b << act+weight-bias), fp_shift, FP_OUT, s)   (OC, OH, OW)
@@ -192,7 +204,8 @@ class FixedArithmetic:
             return new
         weights, bias = sums
         stride, padding = conv_geometry(info)
-        terms = tensor_ops.conv_weight_terms(x, err, info.kernel if info.type == "conv2d" else 1, stride, padding)
+        terms = tensor_ops.conv_weight_terms(x, err, info.kernel if info.type == "conv2d" else 1, stride, padding,
+                                             conv_groups(info))
         parts = [(weights, terms.reshape(len(terms), *weights.shape), f.grad_shift, GRAD_SUM)]
         if bias is not None:
             parts.append((bias, tensor_ops.bias_terms(err), f.bias_grad_shift, BIAS_GRAD_SUM))
@@ -221,9 +234,10 @@ def arithmetic(mode, formats=None):
 # --- parameters -------------------------------------------------------------------------
 
 def param_shapes(info):
-    """(weight shape, bias shape or None) of a conv2d or linear layer."""
+    """(weight shape, bias shape or None) of a conv2d or linear layer: a conv2d layer of G
+    groups has (OC, IC / G, K, K) weights, each output channel's over its group's inputs."""
     if info.type == "conv2d":
-        w = (info.out_channels, info.in_channels, info.kernel, info.kernel)
+        w = (info.out_channels, info.in_channels // info.layer.groups, info.kernel, info.kernel)
     else:
         w = (info.out_channels, info.in_channels)
     return w, ((info.out_channels,) if info.layer.bias else None)
@@ -317,6 +331,11 @@ def conv_geometry(info):
     return (info.layer.stride, info.layer.padding) if info.type == "conv2d" else (1, 0)
 
 
+def conv_groups(info):
+    """The groups G of a conv2d layer (mapping/tensor_ops.py); 1 for a linear layer."""
+    return info.layer.groups if info.type == "conv2d" else 1
+
+
 def layer_forward(info, x, wb, arith, sample, argmax):
     """FP of one layer: ``x`` its input, ``wb`` its (W, b) or None; a max-pool stores its
     window maxima in ``argmax[info.position]``. What one hardware layer block computes."""
@@ -324,7 +343,8 @@ def layer_forward(info, x, wb, arith, sample, argmax):
     if t in WEIGHTED_TYPES:
         w, b = wb
         stride, padding = conv_geometry(info)
-        acc = tensor_ops.conv_forward(x, as_kernels(w), stride, padding, b, arith.bias_shift)
+        acc = tensor_ops.conv_forward(x, as_kernels(w), stride, padding, b, arith.bias_shift,
+                                      conv_groups(info))
         arith.check(acc, info, "FP")
         return arith.round(acc, FP_OUT, info, sample)
     if t == "relu":
@@ -344,7 +364,8 @@ def layer_backward(info, x, err, wb, arith, sample, argmax):
     t = info.type
     if t in WEIGHTED_TYPES:
         stride, padding = conv_geometry(info)
-        acc = tensor_ops.conv_backward(err, as_kernels(wb[0]), info.in_shape, stride, padding)
+        acc = tensor_ops.conv_backward(err, as_kernels(wb[0]), info.in_shape, stride, padding,
+                                       conv_groups(info))
         arith.check(acc, info, "EB")
         return arith.round(acc, EB_OUT, info, sample)
     if t == "relu":
@@ -361,7 +382,8 @@ def _weight_grads(info, x, err, wb):
     """Exact per-sample gradients (dW, db) of a weighted layer."""
     w, b = wb
     stride, padding = conv_geometry(info)
-    dw = tensor_ops.conv_weight_grad(x, err, as_kernels(w).shape[2], stride, padding).reshape(w.shape)
+    dw = tensor_ops.conv_weight_grad(x, err, as_kernels(w).shape[2], stride, padding,
+                                     conv_groups(info)).reshape(w.shape)
     return dw, (None if b is None else tensor_ops.bias_grad(err))
 
 

@@ -52,13 +52,13 @@ def _max_terms():
 def check_accumulators(plans, batch, grad_bits=ACC_BITS):
     """Refuse a layer whose worst-case exact sum could exceed the ACC_BITS accumulators.
 
-    FP sums IC*K*K products (and the bias), EB OC*K*K, and a weight's gradient
-    accumulator in the LGB sums batch*OH*OW products over the mini-batch when it is exact
-    (``grad_bits`` = ACC_BITS; narrower sums saturate, numerics.accumulate)."""
+    FP sums IC/G*K*K products (and the bias), EB OC/G*K*K (G the groups), and a weight's
+    gradient accumulator in the LGB sums batch*OH*OW products over the mini-batch when it is
+    exact (``grad_bits`` = ACC_BITS; narrower sums saturate, numerics.accumulate)."""
     limit = _max_terms()
     for p in plans:
-        sums = (("FP", p.in_shape[0] * p.kernel ** 2 + (1 if p.bias else 0)),
-                ("EB", p.out_shape[0] * p.kernel ** 2 if p.needs_eb else 0),
+        sums = (("FP", p.in_shape[0] // p.groups * p.kernel ** 2 + (1 if p.bias else 0)),
+                ("EB", p.out_shape[0] // p.groups * p.kernel ** 2 if p.needs_eb else 0),
                 ("weight-gradient", batch * p.out_pixels if grad_bits == ACC_BITS else 0))
         for what, terms in sums:
             if terms > limit:
@@ -167,7 +167,7 @@ def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, f
                         f"builds, which keeps every weight on chip: pass offchip_fc=False too "
                         f"(mapper.GENERATOR_OPTIONS)")
     if buildable_balance:
-        _check_pools(plans, describe)
+        _check_generator_layers(plans, describe)
     balance.check_total(plans, node_budgets, describe,
                         offchip_fc=offchip_fc and node_budgets[-1].device.dram_gb > 0, grad_bits=grad_bits,
                         act_dram=act_dram and any(b.device.dram_gb > 0 for b in node_budgets))
@@ -297,10 +297,11 @@ def _check_dram(nodes, node_budgets, describe):
                             f"{weights:,.0f} for fully connected weights) but has {device.dram_gb * 1e9:,.0f}")
 
 
-def _check_pools(plans, describe):
-    """Refuse up front a max-pool the generator's SFU does not build."""
+def _check_generator_layers(plans, describe):
+    """Refuse up front a layer the generator does not build: a grouped convolution, a max-pool
+    its SFU does not build."""
     for plan in plans:
-        problem = memories.pool_problem(plan.pool, *plan.out_shape[1:])
+        problem = memories.groups_problem(plan.groups) or memories.pool_problem(plan.pool, *plan.out_shape[1:])
         if problem:
             raise SpecError(f"{describe()}: layer '{plan.name}': {problem}")
 
@@ -439,8 +440,9 @@ def _node_configs(plans, slices, blocks, buffers, stale, node_budgets, estimates
 def _with_blocks(nodes, blocks):
     """Each WeightBlock, carrying its owner's slice cut to its rows, on its owner's slice
     (``remote_weights``), on its host (``hosted``) and on the nodes in between (``relays``)."""
-    slice_of = {(node.index, s.layer): s for node in nodes for s in node.slices}
-    blocks = [replace(b, owner_slice=replace(slice_of[b.owner, b.layer], out_range=b.out_range))
+    # a node holds two slices of a grouped layer where its channels cross a group boundary
+    slice_of = {(node.index, s.layer, s.in_range): s for node in nodes for s in node.slices}
+    blocks = [replace(b, owner_slice=replace(slice_of[b.owner, b.layer, b.in_range], out_range=b.out_range))
               for b in blocks]
 
     def between(b, node):
@@ -449,7 +451,7 @@ def _with_blocks(nodes, blocks):
     return [replace(node, hosted=tuple(b for b in blocks if b.host == node.index),
                     relays=tuple(b for b in blocks if between(b, node.index)),
                     slices=tuple(replace(s, remote_weights=tuple(b for b in blocks if b.owner == node.index
-                                                                 and b.layer == s.layer))
+                                                                 and (b.layer, b.in_range) == (s.layer, s.in_range)))
                                  for s in node.slices))
             for node in nodes]
 

@@ -53,6 +53,15 @@ def buildable(s):
             and remote_rows_problem(s.remote_weights, s) is None)
 
 
+def groups_problem(groups):
+    """Why the generator cannot build a convolution of ``groups`` groups, or None (docs/design.md,
+    "Grouped convolution": its slices are ordinary convolutions, the hardware not built yet)."""
+    if groups == 1:
+        return None
+    return (f"grouped convolution (groups={groups}) is not built by the hardware generator yet "
+            f"(python -m mapping maps it without --for-hardware)")
+
+
 def pool_problem(pool, height, width):
     """Why the SFU (hw/node/sfu.py) cannot max-pool a ``height`` x ``width`` conv output with
     ``pool``, or None: it pools windows inside the map (no padding) that tile it or overlap
@@ -92,7 +101,7 @@ def generator_problem(s, grad_bits=ACC_BITS):
     problem = remote_rows_problem(s.remote_weights, s)
     if problem:
         return problem
-    problem = pool_problem(s.pool, *s.out_shape[1:])
+    problem = groups_problem(s.groups) or pool_problem(s.pool, *s.out_shape[1:])
     if problem:
         return f"layer '{s.layer}': {problem}"
     if not buildable(s):

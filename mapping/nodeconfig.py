@@ -14,6 +14,13 @@ Conventions
 - ``mode`` is "icp" (the slice owns input channels ``in_range`` and produces
   partial sums of every output channel) or "ocp" (it owns output channels
   ``out_range`` and reads every input channel).
+- ``groups`` G > 1 is a grouped convolution (mapping/tensor_ops.py): every slice lies in
+  one group, and its other range is that group's channels, not all of them: an ICP
+  slice's ``out_range`` is its group's OC / G output channels (the partial sums of the
+  other groups pass it by on the stream), an OCP slice's ``in_range`` its group's IC / G
+  input channels. Its weights are the ordinary ``out_channels x in_channels x K x K``
+  block of those ranges; the SFU of an ICP layer's last slice finishes all its
+  ``out_shape[0]`` output channels (``sfu_channels``). The generator builds G = 1 only.
 - ``first``/``last`` are the slice's position among the nodes of its layer in
   chain order: for ICP the last node adds the final partial sums and runs the
   SFU; for OCP the first node finishes the backward reduction of EB partials.
@@ -140,11 +147,18 @@ class LayerSlice(ChannelRanges):
     # (hw/memory/dram_fifo.py), for the first layers of VGG and AlexNet, whose activations
     # for the samples in flight outgrow a device's block RAM (docs/nodeconfig.md).
     act_storage: str = "chip"
+    groups: int = 1        # grouped convolution: its channels in G groups (module docstring)
 
     @property
     def owns_biases(self):
         """The slice that finishes output channels keeps their biases (SFU, bias LGB)."""
         return self.bias and (self.mode == "ocp" or self.last)
+
+    @property
+    def sfu_channels(self):
+        """Output channels the slice's SFU finishes: its own (OCP), every one of the layer
+        (an ICP layer's last slice) or none."""
+        return self.out_channels if self.mode == "ocp" else self.out_shape[0] if self.last else 0
 
     @property
     def multipliers(self):
@@ -182,8 +196,8 @@ class LayerSlice(ChannelRanges):
         RAM's port B is shared by the walk's reads and writes, a cycle per address more."""
         if not self.owns_biases:
             return 0
-        reads = 0 if self.overlapped_update else math.ceil(self.out_channels / self.fp.ces)
-        return self.out_channels + reads + UPDATE_PIPELINE + rounder_latency(bias_update_shift)
+        reads = 0 if self.overlapped_update else math.ceil(self.sfu_channels / self.fp.ces)
+        return self.sfu_channels + reads + UPDATE_PIPELINE + rounder_latency(bias_update_shift)
 
 
 # The update walk's cycles besides its chunks: the strobe, the first read, the operand
@@ -447,7 +461,7 @@ def check_mapping(mapping):
 
 # What every slice of one layer agrees on.
 _LAYER_FIELDS = ("position", "kind", "mode", "in_shape", "out_shape", "kernel", "stride", "padding", "bias",
-                 "relu", "pool", "needs_eb", "flatten_from")
+                 "relu", "pool", "needs_eb", "flatten_from", "groups")
 
 
 def _json(value):
@@ -495,10 +509,20 @@ def check_slice(s, where, cut=False):
         lo, hi = getattr(s, key)
         if not 0 <= lo < hi <= full:
             raise SpecError(f"{where}.{key}: {[lo, hi]} is not a channel range within 0..{full}")
-    owned = "out_range" if s.mode == "icp" else "in_range"
-    if not cut and getattr(s, owned) != (0, (s.out_shape if s.mode == "icp" else s.in_shape)[0]):
+    if s.groups < 1 or c % s.groups or s.out_shape[0] % s.groups or (s.groups > 1 and s.kind != "conv"):
+        raise SpecError(f"{where}.groups: {s.groups} does not divide the conv layer's {c} input and "
+                        f"{s.out_shape[0]} output channels")
+    owned, full = ("out_range", s.out_shape[0]) if s.mode == "icp" else ("in_range", c)
+    units, per = ("in_range", c // s.groups) if s.mode == "icp" else ("out_range", s.out_shape[0] // s.groups)
+    group = getattr(s, units)[0] // per
+    if s.groups > 1 and (getattr(s, units)[1] - 1) // per != group:
+        raise SpecError(f"{where}.{units}: {list(getattr(s, units))} crosses a boundary of the {s.groups} "
+                        f"groups of {per} channels: a slice lies in one group")
+    partner = (group * full // s.groups, (group + 1) * full // s.groups)
+    if not cut and getattr(s, owned) != partner:
         raise SpecError(f"{where}.{owned}: {list(getattr(s, owned))}, but a slice in mode '{s.mode}' covers "
-                        f"all {(s.out_shape if s.mode == 'icp' else s.in_shape)[0]} channels there")
+                        + (f"all {full} channels there" if s.groups == 1 else
+                           f"its group's channels there, {list(partner)}"))
     for role in ("fp", "eb", "pg"):
         engine = getattr(s, role)
         least = 0 if role == "eb" and not s.needs_eb else 1  # the first weighted layer has no EB

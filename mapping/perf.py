@@ -76,7 +76,8 @@ like convolutions. B is the mini-batch, d the slice's ``fp_stale``.
 
 Link traffic per sample (bytes) follows docs/node_dataflow.md: forward, the
 bypassed input activations for later nodes of an ICP layer (16 bit), the partial
-sums to the next node (48 bit, exact), the finished activations, OCP outputs
+sums to the next node (48 bit, exact; in a grouped layer those of the groups reached so
+far, and backward the output errors of those groups), the finished activations, OCP outputs
 gathered along the layer, the label (one word), the BPRAM weights streamed to
 their user (16 bit; conv rows once per sample, FC rows once for FP and once for EB,
 :func:`remote_streams`); backward, the conv-output errors bypassed to earlier nodes
@@ -238,12 +239,18 @@ def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS):
         oc, oh, ow = plan.out_shape
         _, ph, pw = plan.sfu_shape
         for prev, sl in zip(group, group[1:]):
+            if sl.node == prev.node:  # a grouped layer's two slices on one node
+                continue
             link = sl.node - 1
             if plan.mode == "icp":
                 pixels(fwd, link, c_in - sl.lo, h, w)
                 lanes = prev.shape.P
-                fwd[link].append((-(-oc // lanes) * oh * ow, lanes * ACC_BITS))
-                pixels(bwd, link, oc, oh, ow)
+                # the partial sums some slice has added to so far (of every output channel
+                # but in a grouped layer, where later groups' start on their first slice),
+                # and the output errors the slices up to prev use
+                reached = (plan.group_of(prev.lo) + 1) * plan.group_full
+                fwd[link].append((-(-reached // lanes) * oh * ow, lanes * ACC_BITS))
+                pixels(bwd, link, reached, oh, ow)
                 if plan.needs_eb:
                     pixels(bwd, link, c_in - sl.lo, h, w)
             else:

@@ -4,7 +4,8 @@ These are the primitives of the golden model. On int64 inputs every result is
 exact (no rounding happens here; :mod:`mapping.numerics` rounds afterwards),
 so the hardware blocks are compared against these functions directly.
 
-Shapes: activations and errors are (C, H, W); conv weights are (OC, IC, K, K).
+Shapes: activations and errors are (C, H, W); conv weights are (OC, IC / G, K, K), with
+``G`` the layer's groups (1 but for grouped convolution).
 
 Definitions (those the fixed-point model relies on; sums are exact). With stride ``s`` and
 padding ``p``, ``xp`` is ``x`` with ``p`` zero rows above and below and ``p`` zero columns
@@ -12,14 +13,21 @@ left and right (``xp[c, h + p, v + p] = x[c, h, v]``), and the output size is
 ``OH = (H + 2p - K) // s + 1``, ``OW = (W + 2p - K) // s + 1``: padded rows and columns past
 the last window are never read.
 
+- Groups: with ``G`` groups, ``IC`` input and ``OC`` output channels (G divides both),
+  ``Cg = IC / G`` and ``Og = OC / G``; output channel ``o`` belongs to group ``g(o) = o // Og``
+  and reads only the input channels of that group, ``g(o)*Cg + c`` for ``c`` in 0..Cg-1,
+  with weight ``w[o, c, i, j]``. ``G = 1`` is the ordinary convolution (``Cg = IC``). A
+  grouped convolution is exactly the G ordinary convolutions of input channels
+  ``g*Cg .. (g+1)*Cg - 1`` with weights ``w[g*Og:(g+1)*Og]``, their outputs concatenated
+  in group order; its errors the same with the G inputs' errors concatenated.
 - conv_forward: cross-correlation (the kernel is not flipped),
-  ``y[o, r, q] = sum over c, i, j of xp[c, r*s + i, q*s + j] * w[o, c, i, j]``, plus
-  ``bias[o] * 2**bias_shift`` when a bias is given.
+  ``y[o, r, q] = sum over c < Cg, i, j of xp[g(o)*Cg + c, r*s + i, q*s + j] * w[o, c, i, j]``,
+  plus ``bias[o] * 2**bias_shift`` when a bias is given.
 - conv_backward: the transpose of conv_forward (without bias) onto the unpadded input,
-  ``dx[c, h, v] = sum of err[o, r, q] * w[o, c, i, j] over o, r, q, i, j with
-  r*s + i - p = h and q*s + j - p = v``: taps that fall in the padding are dropped and an
-  input position no window reads gets 0.
-- conv_weight_grad: ``dw[o, c, i, j] = sum over r, q of err[o, r, q] * xp[c, r*s + i, q*s + j]``.
+  ``dx[g*Cg + c, h, v] = sum of err[o, r, q] * w[o, c, i, j] over the Og outputs o of group
+  g and r, q, i, j with r*s + i - p = h and q*s + j - p = v``: taps that fall in the padding
+  are dropped and an input position no window reads gets 0.
+- conv_weight_grad: ``dw[o, c, i, j] = sum over r, q of err[o, r, q] * xp[g(o)*Cg + c, r*s + i, q*s + j]``.
 - bias_grad: ``db[o] = sum over r, q of err[o, r, q]``.
 - maxpool_forward / maxpool_backward: see their docstrings.
 """
@@ -42,10 +50,20 @@ def windows(x, kernel, stride=1, padding=0):
     return view[:, ::stride, ::stride][:, :oh, :ow].transpose(1, 2, 0, 3, 4)
 
 
-def conv_forward(x, w, stride=1, padding=0, bias=None, bias_shift=0):
+def _by_group(op, a, a_axis, b, b_axis, groups, out_axis=0):
+    """``op(a, b)``, or with ``groups`` > 1 ``op`` of each group's part of ``a`` and ``b``
+    (equal parts along ``a_axis`` and ``b_axis``) concatenated along ``out_axis``: the
+    docstring's definition of a grouped operation as its groups side by side."""
+    if groups == 1:
+        return op(a, b)
+    return np.concatenate([op(pa, pb) for pa, pb in zip(np.split(a, groups, a_axis), np.split(b, groups, b_axis))],
+                          axis=out_axis)
+
+
+def conv_forward(x, w, stride=1, padding=0, bias=None, bias_shift=0, groups=1):
     """Exact sum of products: (OC, OH, OW). ``bias << bias_shift`` is added when given."""
-    win = windows(x, w.shape[2], stride, padding)
-    out = np.einsum("hwcij,ocij->ohw", win, w, optimize=True)
+    win = windows(x, w.shape[2], stride, padding)  # (OH, OW, IC, K, K)
+    out = _by_group(lambda wi, wg: np.einsum("hwcij,ocij->ohw", wi, wg, optimize=True), win, 2, w, 0, groups)
     if bias is not None:
         out = out + (bias * (1 << bias_shift) if bias_shift else bias)[:, None, None]
     return out
@@ -62,29 +80,32 @@ def dilate_pad_errors(err, kernel, stride, padding, in_hw):
     return full
 
 
-def conv_backward(err, w, in_shape, stride=1, padding=0):
+def conv_backward(err, w, in_shape, stride=1, padding=0, groups=1):
     """Exact errors of the layer input, (IC, H, W), as a convolution with flipped kernels."""
     kernel = w.shape[2]
     _, h, wd = in_shape
     full = dilate_pad_errors(err, kernel, stride, padding, (h, wd))
     flipped = w[:, :, ::-1, ::-1]
     win = windows(full, kernel)  # (H + 2p, W + 2p, OC, K, K)
-    out = np.einsum("hwoab,oiab->ihw", win, flipped, optimize=True)
+    out = _by_group(lambda wi, wg: np.einsum("hwoab,oiab->ihw", wi, wg, optimize=True), win, 2, flipped, 0, groups)
     return out[:, padding:padding + h, padding:padding + wd]
 
 
-def conv_weight_grad(x, err, kernel, stride=1, padding=0):
-    """Exact weight gradients, (OC, IC, K, K): sum over output pixels of err * window."""
+def conv_weight_grad(x, err, kernel, stride=1, padding=0, groups=1):
+    """Exact weight gradients, (OC, IC / G, K, K): sum over output pixels of err * window."""
     win = windows(x, kernel, stride, padding)  # (OH, OW, IC, K, K)
-    return np.einsum("ohw,hwcij->ocij", err, win, optimize=True)
+    return _by_group(lambda e, wi: np.einsum("ohw,hwcij->ocij", e, wi, optimize=True), err, 0, win, 2, groups)
 
 
-def conv_weight_terms(x, err, kernel, stride=1, padding=0):
+def conv_weight_terms(x, err, kernel, stride=1, padding=0, groups=1):
     """The terms of :func:`conv_weight_grad`, one per output pixel in raster order:
-    (OH*OW, OC, IC, K, K), exact; their sum over the first axis is the gradient."""
+    (OH*OW, OC, IC / G, K, K), exact; their sum over the first axis is the gradient."""
+    def terms(e, wi):
+        t = e[:, :, :, None, None, None] * wi[None]  # (OC, OH, OW, IC, K, K)
+        return np.moveaxis(t, 0, 2).reshape(-1, e.shape[0], *wi.shape[2:])
+
     win = windows(x, kernel, stride, padding)  # (OH, OW, IC, K, K)
-    terms = err[:, :, :, None, None, None] * win[None]  # (OC, OH, OW, IC, K, K)
-    return np.moveaxis(terms, 0, 2).reshape(-1, err.shape[0], *win.shape[2:])
+    return _by_group(terms, err, 0, win, 2, groups, out_axis=1)
 
 
 def bias_terms(err):

@@ -168,9 +168,13 @@ def _train_and_plot(args, out):
     warning = grad_bits_warning(args.grad_bits, args.batch)
     if warning:
         print(f"warning: {warning}")
+    grouped = [info.name for info in network.weighted_layers if golden.conv_groups(info) > 1]
+    if grouped:
+        print(f"note: {', '.join(grouped)} grouped, which the hardware generator does not build yet: "
+              f"staleness from the mapping model (python -m mapping)")
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                           formats=formats, overlapped_update=args.update == "overlapped", act_storage=args.act_storage,
-                          **GENERATOR_OPTIONS)
+                          **({} if grouped else GENERATOR_OPTIONS))
     stale, eb_stale = UPDATES[args.update](mapping.fp_stale())
     print(f"{args.network} on {args.cluster}: fp_stale per layer "
           f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}"

@@ -1,8 +1,9 @@
 """Built-in networks.
 
-``tiny`` and ``lenet-digits`` are small enough for cycle-level simulation;
+``tiny`` and ``lenet-digits`` are small enough for cycle-level simulation (``tiny-grouped``
+is ``tiny`` with a grouped conv2);
 ``alexnet`` (Krizhevsky et al. 2012, two-group convolutions as in the original,
-227x227 input), ``alexnet-ungrouped`` (the same as one tower, trainable here),
+227x227 input), ``alexnet-ungrouped`` (the same as one tower),
 ``vgg16``/``vgg19`` (Simonyan & Zisserman, 224x224) and
 ``resnet18`` (He et al., 224x224; shapes and counts only) are the paper-scale
 benchmarks. For the AccPar and MTrain comparisons (mapping/accpar, mapping/mtrain):
@@ -50,6 +51,16 @@ def tiny():
     return infer("tiny", (1, 8, 8), [
         conv("conv1", 4, 3, pad=1), _relu("relu1"), _pool("pool1"),
         conv("conv2", 8, 3, pad=1), _relu("relu2"), _pool("pool2"),
+        Layer("flatten", "flatten"), _fc("fc", 10),
+    ])
+
+
+def tiny_grouped():
+    """``tiny`` with conv2 grouped (two groups of 2 input and 4 output channels, AlexNet's
+    two towers at the size of 8x8 digits): the small grouped net for the hardware to build."""
+    return infer("tiny-grouped", (1, 8, 8), [
+        conv("conv1", 4, 3, pad=1), _relu("relu1"), _pool("pool1"),
+        conv("conv2", 8, 3, pad=1, groups=2), _relu("relu2"), _pool("pool2"),
         Layer("flatten", "flatten"), _fc("fc", 10),
     ])
 
@@ -197,6 +208,7 @@ def resnet50():
 
 NETWORKS = {
     "tiny": tiny,
+    "tiny-grouped": tiny_grouped,
     "micro": micro,
     "lenet-digits": lenet_digits,
     "alexnet-digits": alexnet_digits,

@@ -77,15 +77,16 @@ def test_ctrl_c_during_synthesis_prints_interrupted_and_keeps_the_outputs(tmp_pa
 @pytest.fixture(scope="module")
 def mapped(tmp_path_factory):
     """Mapping files python -m mapping writes: tiny as hw/ builds it, tiny with its fc
-    weights in a VC709's DRAM, lenet-digits with conv2 rows of node 1 on node 0, and a
-    network whose max-pool is padded."""
+    weights in a VC709's DRAM, lenet-digits with conv2 rows of node 1 on node 0, a
+    network whose max-pool is padded, and tiny-grouped (conv2 in two groups)."""
     folder = tmp_path_factory.mktemp("mapped")
     _, padded = bad_network_files(folder)
     runs = {"tiny": ["--network", "tiny", "--cluster", "ecp5-85:2+ecp5-45:2", "--for-hardware"],
             "dram": ["--network", "tiny", "--cluster", "vc709:2"],
             "conv-rows": ["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction", "0.16",
                           "--batch", "3"],
-            "padded": ["--network", str(padded), "--cluster", "ecp5-85:2"]}
+            "padded": ["--network", str(padded), "--cluster", "ecp5-85:2"],
+            "grouped": ["--network", "tiny-grouped", "--cluster", "ecp5-85:4"]}
     for name, argv in runs.items():
         map_main([*argv, "--out", str(folder / name)])
     return folder
@@ -121,6 +122,21 @@ def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(mapped,
 def test_a_mapping_with_a_padded_max_pool_is_refused_in_one_line(mapped, capsys):
     assert mapping_refusal(mapped, capsys, mapped / "padded" / "mapping.json", node="1") == (
         f"error: {PADDED_POOL_REFUSAL}")
+
+
+GROUPED_REFUSAL = (r"layer 'conv2': grouped convolution \(groups=2\) is not built by the hardware generator yet "
+                   r"\(python -m mapping maps it without --for-hardware\)")
+
+
+def test_a_grouped_convolution_is_refused_in_one_line(mapped, capsys):
+    """From a network (before any partitioning) and from a mapping file that holds one."""
+    argv = ["--network", "tiny-grouped", "--cluster", "ecp5-85:4", "--node", "2", "--no-synth",
+            "--out", str(mapped / "build")]
+    assert re.fullmatch(rf"error: network 'tiny-grouped' on cluster 'ecp5-85:4': {GROUPED_REFUSAL}",
+                        refusal(main, argv, capsys))
+    assert re.fullmatch(rf"error: {GROUPED_REFUSAL}",
+                        mapping_refusal(mapped, capsys, mapped / "grouped" / "mapping.json", node="2"))
+    assert not (mapped / "build").exists()
 
 
 def test_bad_mapping_files_are_refused_in_one_line_naming_the_field(mapped, capsys):

@@ -124,36 +124,44 @@ def taps(h, w, k, s, p, r, q):
                 yield i, j, row, col
 
 
-def conv_forward(x, w, s, p, bias, bias_shift):
+def group_inputs(o, o_n, c_in, groups):
+    """(c, input channel) pairs output ``o`` reads: c < IC / G, channel g(o) * IC / G + c."""
+    cg = c_in // groups
+    g = o // (o_n // groups)
+    return [(c, g * cg + c) for c in range(cg)]
+
+
+def conv_forward(x, w, s, p, bias, bias_shift, groups):
     c_in, h, wd = x.shape
     o_n, _, k, _ = w.shape
     y = zeros((o_n, out_size(h, k, s, p), out_size(wd, k, s, p)))
     for o in range(o_n):
         for r in range(y.shape[1]):
             for q in range(y.shape[2]):
-                acc = sum(x[c, row, col] * w[o, c, i, j]
-                          for i, j, row, col in taps(h, wd, k, s, p, r, q) for c in range(c_in))
+                acc = sum(x[ch, row, col] * w[o, c, i, j]
+                          for i, j, row, col in taps(h, wd, k, s, p, r, q)
+                          for c, ch in group_inputs(o, o_n, c_in, groups))
                 y[o, r, q] = acc + (0 if bias is None else bias[o] << bias_shift)
     return y
 
 
-def conv_backward(err, w, in_shape, s, p):
+def conv_backward(err, w, in_shape, s, p, groups):
     dx = zeros(in_shape)
     _, h, wd = in_shape
     k = w.shape[2]
     for o, r, q in np.ndindex(err.shape):
         for i, j, row, col in taps(h, wd, k, s, p, r, q):
-            for c in range(in_shape[0]):
-                dx[c, row, col] += err[o, r, q] * w[o, c, i, j]
+            for c, ch in group_inputs(o, err.shape[0], in_shape[0], groups):
+                dx[ch, row, col] += err[o, r, q] * w[o, c, i, j]
     return dx
 
 
-def conv_weight_grad(x, err, k, s, p):
-    dw = zeros((err.shape[0], x.shape[0], k, k))
+def conv_weight_grad(x, err, k, s, p, groups):
+    dw = zeros((err.shape[0], x.shape[0] // groups, k, k))
     for o, r, q in np.ndindex(err.shape):
         for i, j, row, col in taps(x.shape[1], x.shape[2], k, s, p, r, q):
-            for c in range(x.shape[0]):
-                dw[o, c, i, j] += err[o, r, q] * x[c, row, col]
+            for c, ch in group_inputs(o, err.shape[0], x.shape[0], groups):
+                dw[o, c, i, j] += err[o, r, q] * x[ch, row, col]
     return dw
 
 
@@ -186,6 +194,10 @@ def geometry(info):
     return (info.layer.stride, info.layer.padding) if info.type == "conv2d" else (1, 0)
 
 
+def groups_of(info):
+    return info.layer.groups if info.type == "conv2d" else 1
+
+
 # --- training ---------------------------------------------------------------------------
 
 def forward(network, params, image, f, sample):
@@ -196,7 +208,7 @@ def forward(network, params, image, f, sample):
         if info.type in ("conv2d", "linear"):
             w, b = params[info.name]
             s, p = geometry(info)
-            acc = conv_forward(x, kernels(info, w), s, p, b, sh.bias_align)
+            acc = conv_forward(x, kernels(info, w), s, p, b, sh.bias_align, groups_of(info))
             y = requantize(acc, sh.fp, f.seed, tensor_id(position, FP_OUT), sample)
         elif info.type == "relu":
             y = np.vectorize(lambda v: max(v, 0), otypes=[object])(x)
@@ -240,13 +252,13 @@ def backward(network, params, acts, args, label, f, sample):
             w, b = params[info.name]
             s, p = geometry(info)
             k = kernels(info, w).shape[2]
-            grads[info.name] = (conv_weight_grad(x, err, k, s, p).reshape(w.shape),
+            grads[info.name] = (conv_weight_grad(x, err, k, s, p, groups_of(info)).reshape(w.shape),
                                 None if b is None else err.sum(axis=(1, 2)))
         if position == weighted[0]:
             break  # nobody consumes the first weighted layer's input error
         if info.type in ("conv2d", "linear"):
             s, p = geometry(info)
-            acc = conv_backward(err, kernels(info, params[info.name][0]), x.shape, s, p)
+            acc = conv_backward(err, kernels(info, params[info.name][0]), x.shape, s, p, groups_of(info))
             dx = requantize(acc, sh.eb, f.seed, tensor_id(position, EB_OUT), sample)
         elif info.type == "relu":
             dx = np.where(np.vectorize(lambda v: v > 0)(x), err, 0).astype(object)
@@ -295,14 +307,16 @@ def train(network, params, inputs, labels, batch, lr, f, fp_stale):
 
 # --- the check --------------------------------------------------------------------------
 
-def network():
-    """Every trainable layer kind: a strided, padded conv with EB (conv2, bias-less), a pool
-    whose last row and column no window reads, an overlapping padded pool, flatten, linear."""
-    def conv(name, out, k, stride, pad, bias=True):
-        return Layer("conv2d", name, out_channels=out, kernel=k, stride=stride, padding=pad, bias=bias)
-    return infer("definition", (1, 10, 10), [
-        conv("conv1", 3, 3, 1, 1), Layer("relu", "relu1"),
-        conv("conv2", 4, 3, 2, 1, bias=False), Layer("relu", "relu2"),     # (4, 5, 5)
+def network(groups=1):
+    """Every trainable layer kind: a strided, padded conv with EB (conv2, bias-less, of
+    ``groups`` groups), a pool whose last row and column no window reads, an overlapping
+    padded pool, flatten, linear."""
+    def conv(name, out, k, stride, pad, bias=True, groups=1):
+        return Layer("conv2d", name, out_channels=out, kernel=k, stride=stride, padding=pad, bias=bias,
+                     groups=groups)
+    return infer("definition" if groups == 1 else f"definition-g{groups}", (1, 10, 10), [
+        conv("conv1", 4, 3, 1, 1), Layer("relu", "relu1"),
+        conv("conv2", 4, 3, 2, 1, bias=False, groups=groups), Layer("relu", "relu2"),  # (4, 5, 5)
         Layer("maxpool", "pool1", kernel=2, stride=2),                      # (4, 2, 2)
         Layer("maxpool", "pool2", kernel=3, stride=1, padding=1),           # (4, 2, 2)
         Layer("flatten", "flatten"), Layer("linear", "fc1", out_channels=6), Layer("relu", "relu3"),
@@ -328,14 +342,16 @@ def same(ours, theirs):
     return ours.shape == theirs.shape and all(int(a) == int(b) for a, b in zip(ours.ravel(), theirs.ravel()))
 
 
-@pytest.mark.parametrize("formats", [
-    Formats(),                                                  # MSE: loss error shifted left 4
-    Formats(loss="ce"),                                         # exp_index rounds 2 bits, ties up
-    Formats(act_frac=5, error_frac=11, seed=12345, loss="ce"),  # exp_index shifts left
-    Formats(act_frac=10, error_frac=9, seed=7, loss="mse"),     # MSE error rounded stochastically
-], ids=["mse", "ce", "ce-act5", "mse-act10"])
-def test_the_docstrings_reimplemented_train_bit_for_bit_like_the_golden_model(formats):
-    net, rng = network(), np.random.default_rng(3)
+@pytest.mark.parametrize("formats, groups", [
+    (Formats(), 1),                                                  # MSE: loss error shifted left 4
+    (Formats(loss="ce"), 1),                                         # exp_index rounds 2 bits, ties up
+    (Formats(act_frac=5, error_frac=11, seed=12345, loss="ce"), 1),  # exp_index shifts left
+    (Formats(act_frac=10, error_frac=9, seed=7, loss="mse"), 1),     # MSE error rounded stochastically
+    (Formats(), 2),                                                  # conv2 grouped: two towers
+    (Formats(loss="ce", seed=5), 4),                                 # conv2 one channel per group
+], ids=["mse", "ce", "ce-act5", "mse-act10", "groups2", "groups4"])
+def test_the_docstrings_reimplemented_train_bit_for_bit_like_the_golden_model(formats, groups):
+    net, rng = network(groups), np.random.default_rng(3)
     samples, batch, lr, fp_stale = 6, 2, 0.1, {"conv2": 1, "fc2": 2}
     # Inputs on a grid of 2**-(act_frac + 1): half of them are exact rounding ties.
     inputs = rng.integers(0, 1 << (formats.act_frac + 1), (samples, 1, 10, 10)) / (1 << (formats.act_frac + 1))
@@ -343,7 +359,7 @@ def test_the_docstrings_reimplemented_train_bit_for_bit_like_the_golden_model(fo
     params = {}
     for info in net.weighted_layers:
         k = info.layer.kernel if info.type == "conv2d" else None
-        w = (info.out_channels, info.in_channels) + ((k, k) if k else ())
+        w = (info.out_channels, info.in_channels // groups_of(info)) + ((k, k) if k else ())
         b = (info.out_channels,) if info.layer.bias else None
         scale = 0.7 * math.sqrt(2 / math.prod(w[1:])) * (1 << formats.weight_frac)
         params[info.name] = (random_words(rng, w, scale),

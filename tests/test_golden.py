@@ -14,8 +14,9 @@ FLOAT = golden.arithmetic("float")
 FIXED = golden.arithmetic("fixed")
 
 
-def conv(name, out, k, stride=1, pad=0, bias=True):
-    return Layer("conv2d", name, out_channels=out, kernel=k, stride=stride, padding=pad, bias=bias)
+def conv(name, out, k, stride=1, pad=0, bias=True, groups=1):
+    return Layer("conv2d", name, out_channels=out, kernel=k, stride=stride, padding=pad, bias=bias,
+                 groups=groups)
 
 
 def pool(name, k, stride, pad=0):
@@ -66,6 +67,10 @@ def gradient_networks(rng):
         infer("g-late", (c(), 9, 9), [
             pool("p0", 3, 3), relu("r0"), conv("c1", c(), 5, pad=2), relu("r1"), pool("p1", 2, 2, 1),
             flatten(), fc("f1", 4)]),
+        # grouped: two groups strided and padded, then one channel per group (depthwise)
+        infer("g-grouped", (4, 5, 4), [
+            conv("c1", 4, 3, pad=1, groups=2), relu("r1"), conv("c2", 4, 3, stride=2, pad=1, groups=2),
+            relu("r2"), conv("c3", 4, 3, pad=1, groups=4, bias=False), flatten(), fc("f1", 3)]),
     ]
 
 
@@ -75,7 +80,7 @@ def linear_piece(network, trace):
                             if info.type == "relu"])] + [trace.argmax[p].ravel() for p in sorted(trace.argmax)]
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(4))
 def test_float_gradients_match_finite_differences(index):
     """Every weight and bias gradient, by central differences of the MSE loss.
 
@@ -686,6 +691,75 @@ def pixel_terms(x, err, kernel, stride, padding):
     return [err[:, oy, ox, None, None, None] * xp[None, :, oy * stride:oy * stride + kernel,
                                                  ox * stride:ox * stride + kernel]
             for oy in range(oh) for ox in range(ow)]
+
+
+def group_by_group(op, x, err_or_w, groups, *args):
+    """The reference of a grouped op: G ungrouped ones, each on its group's channels of both
+    operands, concatenated in group order (tensor_ops' docstring states they are the same)."""
+    return np.concatenate([op(a, b, *args) for a, b in zip(np.split(x, groups), np.split(err_or_w, groups))])
+
+
+def plain_conv(x, w, stride, padding):
+    """Cross-correlation by explicit loops over output channel and pixel: (OC, OH, OW)."""
+    xp = np.pad(x, ((0, 0), (padding, padding), (padding, padding)))
+    k = w.shape[2]
+    oh, ow = (xp.shape[1] - k) // stride + 1, (xp.shape[2] - k) // stride + 1
+    y = np.zeros((w.shape[0], oh, ow), dtype=np.int64)
+    for o, r, q in np.ndindex(y.shape):
+        y[o, r, q] = np.sum(xp[:, r * stride:r * stride + k, q * stride:q * stride + k] * w[o])
+    return y
+
+
+@pytest.mark.parametrize("groups, c_in, c_out, kernel, stride, padding", [
+    (2, 4, 6, 3, 1, 1), (3, 6, 3, 3, 2, 1), (4, 4, 8, 5, 2, 2), (2, 2, 2, 1, 1, 0), (1, 3, 5, 3, 2, 0)])
+def test_grouped_convolution_is_its_groups_side_by_side(groups, c_in, c_out, kernel, stride, padding):
+    """FP, EB, PG and PG's per-pixel terms of a grouped convolution against the G ordinary ones
+    of its groups concatenated; FP and PG's terms also against explicit loops."""
+    rng = np.random.default_rng(groups * 100 + c_in)
+    x = rng.integers(-99, 99, (c_in, 9, 8))
+    w = rng.integers(-99, 99, (c_out, c_in // groups, kernel, kernel))
+    y = tensor_ops.conv_forward(x, w, stride, padding, groups=groups)
+    assert np.array_equal(y, group_by_group(plain_conv, x, w, groups, stride, padding))
+    err = rng.integers(-99, 99, y.shape)
+    dx = tensor_ops.conv_backward(err, w, x.shape, stride, padding, groups=groups)
+    eb = np.concatenate([tensor_ops.conv_backward(e, wg, (c_in // groups, 9, 8), stride, padding)
+                         for e, wg in zip(np.split(err, groups), np.split(w, groups))])
+    assert np.array_equal(dx, eb)
+    # EB is the transpose of FP: <conv(x), err> = <x, conv_backward(err)> for every x.
+    assert int(np.sum(y * err)) == int(np.sum(x * dx))
+    dw = tensor_ops.conv_weight_grad(x, err, kernel, stride, padding, groups=groups)
+    pg = np.concatenate([tensor_ops.conv_weight_grad(xg, e, kernel, stride, padding)
+                         for xg, e in zip(np.split(x, groups), np.split(err, groups))])
+    assert np.array_equal(dw, pg) and dw.shape == w.shape
+    terms = tensor_ops.conv_weight_terms(x, err, kernel, stride, padding, groups=groups)
+    loops = np.concatenate([np.array(pixel_terms(xg, e, kernel, stride, padding))
+                            for xg, e in zip(np.split(x, groups), np.split(err, groups))], axis=1)
+    assert np.array_equal(terms, loops) and np.array_equal(terms.sum(axis=0), dw)
+
+
+def test_grouped_layer_is_bit_for_bit_its_block_diagonal_ungrouped_layer():
+    """Fixed point: a grouped conv layer computes exactly what the ungrouped layer with the
+    cross-group weights zero computes (same tensors, so the same rounding noise), and its
+    gradients are that layer's on the group blocks; the off-group gradients, which the
+    grouped layer has no weights for, are not zero, so the two differ from the first update."""
+    rng = np.random.default_rng(11)
+    layers = lambda g: [conv("c1", 4, 3, pad=1), relu("r1"), conv("c2", 6, 3, stride=2, pad=1, groups=g),  # noqa: E731
+                        relu("r2"), flatten(), fc("f1", 3)]
+    grouped, plain = infer("grouped", (2, 6, 6), layers(2)), infer("plain", (2, 6, 6), layers(1))
+    params = golden.init_params(grouped, rng, Formats())
+    w = params["c2"][0]
+    full = np.zeros((6, 4, 3, 3), dtype=np.int64)
+    full[:3, :2], full[3:, 2:] = w[:3], w[3:]
+    blocked = {**params, "c2": (full, params["c2"][1])}
+    image = rng.random(grouped.input_shape)
+    trace, plain_trace = (golden.forward(n, p, image, FIXED, 7) for n, p in ((grouped, params), (plain, blocked)))
+    assert all(np.array_equal(a, b) for a, b in zip(trace.acts, plain_trace.acts))
+    (grads, errors), (plain_grads, plain_errors) = (golden.backward(n, p, t, 2, FIXED, 7) for n, p, t in (
+        (grouped, params, trace), (plain, blocked, plain_trace)))
+    assert all(np.array_equal(a, b) for a, b in zip(errors[1:], plain_errors[1:]))
+    dw = plain_grads["c2"][0]
+    assert np.array_equal(grads["c2"][0], np.concatenate([dw[:3, :2], dw[3:, 2:]]))
+    assert np.abs(dw[:3, 2:]).sum() > 0
 
 
 def test_weight_terms_sum_to_the_gradient():

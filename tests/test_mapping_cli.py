@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -80,7 +81,7 @@ def test_python_m_mapping_refuses_in_one_line_with_status_2(tmp_path):
     result = subprocess.run([sys.executable, "-m", "mapping", "--network", "nosuchnet",
                              "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert result.stderr == ("error: unknown network 'nosuchnet' (zoo: tiny, micro, lenet-digits, alexnet-digits, alexnet, "
+    assert result.stderr == ("error: unknown network 'nosuchnet' (zoo: tiny, tiny-grouped, micro, lenet-digits, alexnet-digits, alexnet, "
                              "alexnet-ungrouped, vgg16, vgg19, resnet18, lenet5, vgg11, vgg13, vgg16-bn, "
                              "resnet34, resnet50; or a .toml/.json file)\n")
     assert not (tmp_path / "m").exists()  # no empty output folder left behind
@@ -138,6 +139,22 @@ def test_alexnet_for_hardware_is_refused_for_its_memory_not_its_overlapping_pool
         "activations in DRAM) but 15 x xc7vx690t offer 731.6 Mbit usable (largest layer: 'fc6', 37,748,736 "
         "weights) (with activations in DRAM, tried as on-chip ones were refused too) (with 16-bit gradient "
         "sums, tried as exact 48-bit ones were refused too)")
+
+
+def test_grouped_alexnet_maps_and_is_refused_for_hardware_naming_the_layer(tmp_path, capsys):
+    """The paper's two-tower AlexNet maps on 15 VC709s (docs/paper_comparison.md); the
+    generator does not build groups, which --for-hardware says in one line before mapping."""
+    main(["--network", "alexnet", "--cluster", "vc709:15@150", "--out", str(tmp_path / "model")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("alexnet on vc709:15@150: 1399.6 samples/s (compute bound), 386 GOPS per device, ")
+    assert "conv2 ICP[15:48], conv2 ICP[48:78]" in lines[3]  # node 1: a slice of each group
+    mapping = Mapping.from_json((tmp_path / "model" / "mapping.json").read_text())
+    assert all(n.estimate.bram_blocks <= b for n, b in zip(mapping.nodes, mapping.summary["usable_blocks"]))
+    args = ["--network", "alexnet", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path / "hw")]
+    assert re.fullmatch(r"error: network 'alexnet' on cluster 'vc709:15@150': layer 'conv2': grouped "
+                        r"convolution \(groups=2\) is not built by the hardware generator yet \(python -m "
+                        r"mapping maps it without --for-hardware\)", refusal(main, args, capsys))
+    assert not (tmp_path / "hw").exists()
 
 
 def test_ctrl_c_prints_interrupted(tmp_path, capsys, monkeypatch):

@@ -245,14 +245,14 @@ def test_malformed_and_missing_files(tmp_path):
 def test_unknown_zoo_name():
     with pytest.raises(SpecError) as error:
         zoo.get("lenet")
-    assert str(error.value) == ("unknown network 'lenet' (zoo: tiny, micro, lenet-digits, alexnet-digits, alexnet, "
+    assert str(error.value) == ("unknown network 'lenet' (zoo: tiny, tiny-grouped, micro, lenet-digits, alexnet-digits, alexnet, "
                                 "alexnet-ungrouped, vgg16, vgg19, resnet18, lenet5, vgg11, vgg13, "
                                 "vgg16-bn, resnet34, resnet50; or a .toml/.json file)")
 
 
 # --- what training accepts ---------------------------------------------------
 
-@pytest.mark.parametrize("name", ["tiny", "lenet-digits", "alexnet-ungrouped", "vgg16", "vgg19"])
+@pytest.mark.parametrize("name", ["tiny", "lenet-digits", "alexnet", "alexnet-ungrouped", "vgg16", "vgg19"])
 def test_trainable_networks(name):
     net = zoo.get(name)
     assert net.check_trainable() is net
@@ -261,8 +261,6 @@ def test_trainable_networks(name):
 @pytest.mark.parametrize("build, message", [
     (zoo.resnet18, "network resnet18: layer 'bn1' is batchnorm, which is described (shapes "
                    "and counts) but not yet supported for training"),
-    (zoo.alexnet, "network alexnet: layer 'conv2' has groups=2; grouped convolution is "
-                  "counted but not yet supported for training"),
     (lambda: network.from_dict(_spec([
         {"type": "relu", "name": "r1"}, {"type": "relu", "name": "r2"},
         {"type": "add", "name": "sum", "inputs": ["r1", "r2"]},

@@ -122,6 +122,36 @@ def test_a_broken_field_is_refused_by_name(tiny, case):
     assert str(error.value) == message
 
 
+GROUPED_CASES = {
+    # node 2 holds conv2's slices of inputs 1..2 (group 0) and 2..3 (group 1)
+    "groups not dividing": (
+        lambda d: [s.update(groups=3) for n in d["nodes"] for s in n["slices"] if s["layer"] == "conv2"],
+        "nodes[1].slices[1].groups: 3 does not divide the conv layer's 4 input and 8 output channels"),
+    "a slice across groups": (lambda d: slice_of(d, 2, 1).update(in_range=[1, 3]),
+                              "nodes[2].slices[1].in_range: [1, 3] crosses a boundary of the 2 groups of 2 "
+                              "channels: a slice lies in one group"),
+    "every output of a grouped slice": (lambda d: slice_of(d, 2, 1).update(out_range=[0, 8]),
+                                        "nodes[2].slices[1].out_range: [0, 8], but a slice in mode 'icp' covers "
+                                        "its group's channels there, [4, 8]"),
+    "groups on one slice": (lambda d: slice_of(d, 3, 0).update(groups=1),
+                            "nodes[3].slices[0].out_range: [4, 8], but a slice in mode 'icp' covers all 8 "
+                            "channels there"),
+}
+
+
+@pytest.fixture(scope="module")
+def grouped():
+    return map_network(zoo.tiny_grouped(), parse_cluster("ecp5-85:4"))
+
+
+@pytest.mark.parametrize("case", GROUPED_CASES)
+def test_a_grouped_slice_that_leaves_its_group_is_refused_by_name(grouped, case):
+    change, message = GROUPED_CASES[case]
+    with pytest.raises(SpecError) as error:
+        Mapping.from_json(edited(grouped, change))
+    assert str(error.value) == message
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["nodes"][0]["hosted"][0].update(host=3),
      "nodes[0].hosted[0].host: 3, but the block is hosted on node 0"),

@@ -22,6 +22,11 @@ several cycles; the mapping folds only where it saves multipliers.
 P is the same on every ICP slice of a layer (all of them stream the same pixels
 and partial sums at the same rate); b is the same on every OCP slice.
 
+A grouped layer (``groups`` G, mapping/partition/plan.py) has the same engines with the
+full dimension one group's channels (``LayerPlan.group_full``: OC / G under ICP): every
+slice lies inside one group, and a run of units a node takes across a group boundary is
+priced, and built, as one slice per group (:meth:`SliceCosts._cost`, ``cuts.slices``).
+
 Fully connected layers are 1x1 convolutions on a 1x1 map. On a device with DRAM
 their weights and 48-bit gradient accumulators stay off chip (paper 6.3.1) and
 flow as in :func:`dram_bytes` (the FC dataflow, documented in mapping/perf.py);
@@ -125,11 +130,11 @@ class Slice(ChannelRanges):
 
     @property
     def in_range(self):
-        return (self.lo, self.hi) if self.plan.mode == "icp" else (0, self.plan.in_shape[0])
+        return (self.lo, self.hi) if self.plan.mode == "icp" else self.plan.partner_range(self.lo)
 
     @property
     def out_range(self):
-        return (0, self.plan.out_shape[0]) if self.plan.mode == "icp" else (self.lo, self.hi)
+        return self.plan.partner_range(self.lo) if self.plan.mode == "icp" else (self.lo, self.hi)
 
     @property
     def kernel(self):
@@ -156,9 +161,9 @@ def engine_shape(plan, choice, units, vmax):
     per = -(-units // tiles)
     if plan.mode == "icp":
         P = choice.p_full
-        return Shape(P=P, b=tiles, u=-(-plan.full // P), v=per)
+        return Shape(P=P, b=tiles, u=-(-plan.group_full // P), v=per)
     b = choice.p_full
-    return Shape(P=tiles, b=b, u=per, v=-(-plan.full // b))
+    return Shape(P=tiles, b=b, u=per, v=-(-plan.group_full // b))
 
 
 def slice_multipliers(plan, shape, family):
@@ -241,13 +246,13 @@ class SliceCosts:
         choices = []
         for p in self.plans:
             cycles = period // (FC_SPEEDUP if p.kind == "fc" and self.dram else 1)
-            q = min(cycles // p.pass_pixels, p.full * p.units)  # more passes than MACs are moot
+            q = min(cycles // p.pass_pixels, p.group_full * p.units)  # more passes than MACs are moot
             if cycles < p.raster or q < 1:
                 return None
-            w = np.arange(1, min(p.full, q) + 1)
+            w = np.arange(1, min(p.group_full, q) + 1)
             if not self.fold_inputs and p.mode == "ocp":
                 w = w[:1]  # every input channel gets its own tile
-            p_full = -(-p.full // w)
+            p_full = -(-p.group_full // w)
             vmax = np.minimum(q // w, p.units)
             if not self.fold_inputs and p.mode == "icp":
                 vmax = np.minimum(vmax, 1)
@@ -289,15 +294,30 @@ class SliceCosts:
                      act_storage=self.act_storage(node))
 
     def _cost(self, plan, choice, lo, units, node, period, first, last):
-        """(multipliers, fixed memory blocks, DRAM bytes per sample) of a candidate slice of
-        units [lo, lo + units), or None if it cannot run.
+        """(multipliers, fixed memory blocks, DRAM bytes per sample) of candidate units
+        [lo, lo + units) of ``plan`` on ``node``, or None if they cannot run: one slice, or
+        in a grouped layer one slice per group they reach into (the sum of those)."""
+        parts = plan.group_parts(lo, lo + units)
+        if len(parts) == 1:
+            return self._slice_cost(plan, choice, lo, units, node, period, first, last)
+        total = (0, 0, 0)
+        for a, b in parts:
+            cost = self._slice_cost(plan, choice, a, b - a, node, period, first and a == lo,
+                                    last and b == lo + units)
+            if cost is None:
+                return None
+            total = tuple(t + c for t, c in zip(total, cost))
+        return total
+
+    def _slice_cost(self, plan, choice, lo, units, node, period, first, last):
+        """:meth:`_cost` of one slice, units [lo, lo + units) inside one group.
 
         Remembered per engine shape: neighbouring periods mostly give the same shapes."""
         vmax = self.vmax(plan, choice, node, period)
         if vmax < 1:
             return None
         key = (plan.index, choice, units, min(vmax, units), self.families[node], self.offchip(plan, node),
-               self.act_storage(node), first, last, self._start_key(plan, lo))
+               self.act_storage(node), first, last, self._buffer_start(plan, lo))
         if key not in self._costs:
             sl = self.slice(plan, node, lo, units, engine_shape(plan, choice, units, vmax), first, last)
             mem = self._memory(sl)
@@ -308,11 +328,17 @@ class SliceCosts:
             self._costs[key] = (multipliers, mem.bram_blocks, slice_dram_bytes(sl, self.batch))
         return self._costs[key]
 
-    def _start_key(self, plan, lo):
-        """What a candidate's memory depends on besides its size: with ``buildable_balance``
+    def _buffer_start(self, plan, lo):
+        """What a slice's memory depends on besides its size: with ``buildable_balance``
         (the memories hw/ builds), an ICP slice buffers the inputs of every channel from its
         first one up (the later nodes' channels pass through it); none otherwise."""
         return lo if self.buildable_balance and plan.mode == "icp" else None
+
+    def _start_key(self, plan, lo):
+        """What the cost of units from (or up to) unit ``lo`` of ``plan`` depends on besides their count: the
+        slice's :meth:`_buffer_start` and, in a grouped layer, where in its group ``lo`` is
+        (which group boundaries cut the units into slices)."""
+        return self._buffer_start(plan, lo), lo % plan.group_units if plan.groups > 1 else None
 
     def _memory(self, sl):
         """Memory a candidate slice ``sl`` holds whatever weight balancing does: its buffers and its

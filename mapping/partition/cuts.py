@@ -131,9 +131,9 @@ class CutPlacement(PeriodSearch):
                 l = self._layer_at(g)
                 hi = min(end, self.starts[l + 1])
                 plan = self.plans[l]
-                lo_unit, hi_unit = g - self.starts[l], hi - self.starts[l]
-                shape = self.shape(plan, choices[l], hi_unit - lo_unit, node, period)
-                result.append(self.slice(plan, node, lo_unit, hi_unit - lo_unit, shape))
+                for lo_unit, hi_unit in plan.group_parts(g - self.starts[l], hi - self.starts[l]):
+                    shape = self.shape(plan, choices[l], hi_unit - lo_unit, node, period)
+                    result.append(self.slice(plan, node, lo_unit, hi_unit - lo_unit, shape))
                 g = hi
         by_layer = {}
         for s in result:

@@ -44,7 +44,7 @@ class GreedyFills(SliceCosts):
             return rem, whole
         if period != self._memo_period:
             self._memo, self._memo_period = {}, period
-        key = (l, choice, self.nodes[node], used, forward, edge, self._start_key(plan, fixed))
+        key = (l, choice, self.nodes[node], used, forward, edge, self._start_key(plan, fixed - self.starts[l]))
         if key not in self._memo:
             self._memo[key] = largest(lambda n: fits(cost(n, False)), plan.units - 1)
         n = min(self._memo[key], rem - 1)

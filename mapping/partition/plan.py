@@ -10,6 +10,21 @@ ICP/OCP rule: ICP, unless the layer has fewer than :data:`OCP_BELOW_IN_CHANNELS`
 input channels and more output than input channels (image inputs: grey or RGB,
 AlexNet's and VGG's conv1), where ICP could not spread the layer over more than
 one to three nodes; those layers use OCP.
+
+Grouped convolution (``groups`` G > 1, AlexNet's two towers): a unit pairs only with the
+channels of its own group on the other side (an ICP unit, an input channel, with its
+group's OC / G outputs; an OCP unit with its group's IC / G inputs), so every unit carries
+the same work and the layer is cut into units as any other. A slice never crosses a group
+boundary: where a node's units reach into the next group, the partitioner makes them two
+slices, one per group (mapping/partition/cost.py), so every slice is an ordinary
+convolution over its channel range and its group's channels on the other side
+(:meth:`LayerPlan.partner_range`), with its own engines. Why: the memory, engine, link and
+update models, the NodeConfig contract and the generator's engines all describe one dense
+block of weights per slice; a slice across two groups would be two blocks with no weights
+between them (half its engine steps and weight memory would hold zeros, or it would need
+an engine that walks two weight blocks). Cuts stay free, so work still spreads over the
+nodes in proportion to their capacity; the price is a second set of (smaller) engines on
+the at most G - 1 nodes that hold a group boundary.
 """
 
 from dataclasses import dataclass
@@ -43,6 +58,7 @@ class LayerPlan:
     needs_eb: bool
     macs: int             # FP + EB + PG per sample
     flatten_from: tuple | None = None  # fc after a flatten: the (C, H, W) it flattens
+    groups: int = 1       # grouped convolution: G groups of channels (module docstring)
 
     @cached_property
     def engines(self):
@@ -56,6 +72,39 @@ class LayerPlan:
     def full(self):
         """Channels every slice handles in full: outputs under ICP, inputs under OCP."""
         return self.out_shape[0] if self.mode == "icp" else self.in_shape[0]
+
+    @cached_property
+    def group_full(self):
+        """Channels on the full side every unit pairs with: those of its group (``full`` / G)."""
+        return self.full // self.groups
+
+    @cached_property
+    def group_units(self):
+        """Units of one group."""
+        return self.units // self.groups
+
+    @cached_property
+    def weights(self):
+        """The layer's weights: OC x IC / G x K x K."""
+        return self.out_shape[0] * self.in_shape[0] * self.kernel ** 2 // self.groups
+
+    def group_of(self, unit):
+        return unit // self.group_units
+
+    def partner_range(self, unit):
+        """The channels on the full side (outputs under ICP, inputs under OCP) a slice whose
+        units start at ``unit`` pairs with: all of them, or those of its group."""
+        g = self.group_of(unit)
+        return g * self.group_full, (g + 1) * self.group_full
+
+    def group_parts(self, lo, hi):
+        """Units [lo, hi) cut at group boundaries: the (lo, hi) of each slice they make."""
+        parts = []
+        while lo < hi:
+            end = min(hi, (self.group_of(lo) + 1) * self.group_units)
+            parts.append((lo, end))
+            lo = end
+        return parts
 
     @cached_property
     def in_pixels(self):
@@ -82,7 +131,7 @@ class LayerPlan:
 
     @cached_property
     def weights_per_unit(self):
-        return self.full * self.kernel * self.kernel
+        return self.group_full * self.kernel * self.kernel
 
 
 def plan_layers(network):
@@ -117,7 +166,7 @@ def plan_layers(network):
             stride=layer.stride if kind == "conv" else 1,
             padding=layer.padding if kind == "conv" else 0,
             bias=layer.bias, relu=relu, pool=pool, needs_eb=not first, macs=info.macs,
-            flatten_from=flattened if kind == "fc" else None))
+            flatten_from=flattened if kind == "fc" else None, groups=layer.groups if kind == "conv" else 1))
         first = False
         following = layers[i + 1:next((j for j in range(i + 1, len(layers)) if layers[j].has_weights),
                                       len(layers))]

@@ -34,8 +34,8 @@ class Refusals(GreedyFills):
         node = max(range(len(self.nodes)), key=lambda d: self.nodes[d].blocks)
         budget, family = self.nodes[node], self.families[node]
         for plan in self.plans:
-            stale, (c, h, w) = self.samples_held[plan.name], plan.in_shape
-            act = (1 if plan.mode == "icp" else c) * h * w * stale
+            stale, (_, h, w) = self.samples_held[plan.name], plan.in_shape
+            act = (1 if plan.mode == "icp" else plan.group_full) * h * w * stale  # an OCP slice: its group's inputs
             masks = stale * balance.mask_bits(plan, plan.out_shape[0] if plan.mode == "icp" else 1)
             floor = sum(math.ceil(bits / BRAM_BLOCK_BITS) for bits, depth in
                         ((act * WORD_BITS, stale * h * w), (masks, masks // WORD_BITS))
