@@ -234,7 +234,9 @@ abc -script abc.script
 ABC_COMMANDS = {
     "bmc": "bmc3 -F {depth}",   # no failing assertion in steps 0 to depth - 1
     "cover": "bmc3 -F {depth}",  # the goal asserted against, so a failure is the trace sought
-    "prove": "pdr",              # property directed reachability: an inductive invariant, any depth
+    # Signal correspondence first (registers equal or constant by induction: B's idle data path,
+    # the parts' registered copies), then property directed reachability: 8 s of CPU, not 18.
+    "prove": "scorr; pdr",
 }
 
 
