@@ -8,8 +8,10 @@ from mapping import link_model
 from mapping.cluster import parse_cluster
 from mapping.link_model import LinkCore
 from mapping.resources import link_core_blocks
-from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.mapper import GENERATOR_OPTIONS, map_network, map_with_default_gradient_sums
+from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from mapping import zoo
+from sim.chain_links import LinkedChain
 
 
 def test_frame_arithmetic_by_hand():
@@ -132,3 +134,14 @@ def test_link_core_block_ram_is_its_receive_buffers_and_replay_ring():
     # buffers in distributed RAM, one each)
     mapping = map_network(zoo.tiny(), parse_cluster("ecp5-85:2+ecp5-45:2"), batch=3, lr=0.05, **GENERATOR_OPTIONS)
     assert [node["link_blocks"] for node in mapping.summary["per_node"]] == [7, 13, 11, 6]
+
+
+def test_the_model_is_the_verilator_chains_rate_over_links():
+    """The model against one measured figure (docs/link_protocol.md, "Model against the
+    hardware"): lenet-digits on ecp5-85:3 over 16-bit links with 16 cycles of PHY latency,
+    `python -m sim.train --network lenet-digits --cluster ecp5-85:3 --data digits --samples 40
+    --links` on Verilator: 960 cycles per sample (536 over wires; 1,747 before bursts), link 0
+    forward the busiest direction. Tolerance 2%."""
+    mapping = map_with_default_gradient_sums(zoo.lenet_digits(), parse_cluster("ecp5-85:3"), batch=DEFAULT_BATCH,
+                                             lr=DEFAULT_LR, **GENERATOR_OPTIONS)
+    assert LinkedChain(lane_width=16, latency=16).predicted_cycles(mapping) == pytest.approx(960, rel=0.02)
