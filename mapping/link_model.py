@@ -215,7 +215,7 @@ def sample_flits(traffic, opposite, core=LinkCore()):
         batches = max(returned / max(1, window // 2), sum(words for words, _ in opposite) / max(1, depth // 2))
     else:
         returned, interval, batches = inf, core.refresh_interval + residual + CONTROL_DECISION_CYCLES, 0.0
-    # control frames per sample c: at least the batches, one per interval of the sample's line
+    # control frames per sample: at least the batches, one per interval of the sample's line
     # time at most, and no more than the updates the other direction makes
     timed = data / (1 - control / interval - idle_share)
     flits = max(min(timed, (data + (returned + 1) * control) / (1 - idle_share)),
