@@ -27,7 +27,7 @@ from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_
                          positive_int, positive_number)
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
-from mapping.resources import LINK_CORE_BLOCKS, LINK_CORE_LUT, link_cores
+from mapping.resources import LINK_CORE_LUT, link_cores
 
 from .boards import BOARDS, TRELLIS_PACKAGES, board_list, get_board
 from .top import BoardTop
@@ -105,9 +105,10 @@ def held_nodes(args, mapping, board):
     # neighbour on another board by one on this side (boards/host_interface.py); the mapping's
     # node estimates leave them out.
     cores = sum(link_cores(n, len(mapping.nodes)) for n in nodes)
-    link_core = {"dsp": 0, "bram_blocks": LINK_CORE_BLOCKS, "lut": LINK_CORE_LUT[device.family]}
+    links = {"dsp": 0, "bram_blocks": sum(mapping.summary["per_node"][n]["link_blocks"] for n in nodes),
+             "lut": cores * LINK_CORE_LUT[device.family]}
     for resource, available in (("dsp", device.dsp), ("bram_blocks", device.bram_blocks), ("lut", device.lut)):
-        needed = sum(getattr(mapping.nodes[n].estimate, resource) for n in nodes) + cores * link_core[resource]
+        needed = sum(getattr(mapping.nodes[n].estimate, resource) for n in nodes) + links[resource]
         if needed > available:
             what = "the chain" if args.chain else f"node {args.node}"
             estimate = "the mapping's estimate" + (", with the link cores" if cores else "")

@@ -94,6 +94,7 @@ from . import link_model
 from .balance import LINK_LATENCY_CYCLES
 from .numerics import ACC_BITS, WORD_BITS
 from .partition import FC_READ_BYTES, FC_UPDATE_BYTES, slice_cycles, slice_dram_bytes
+from .resources import link_core_blocks
 
 
 def dram_cycles(sl, budget, batch):
@@ -280,19 +281,11 @@ def link_bytes(plans, slices, blocks, n, grad_bits=ACC_BITS):
                  for links in link_traffic(plans, slices, blocks, n, grad_bits))
 
 
-def link_line_bits(traffic, lane_width=link_model.LANE_WIDTH):
-    """Line bits per sample of one link direction's ``traffic`` on a saturated link core: data
-    frames, control frames and IDLEs (mapping/link_model.py). Channels: one per distinct word
-    width, the control frame's credit fields sized for a receive buffer of a round trip."""
-    if not traffic:
-        return 0.0
-    widths = sorted({bits for _, bits in traffic})
-    frames = [link_model.frame_flits(bits, lane_width) for bits in widths]
-    control = link_model.control_frame_flits(len(widths), 1, lane_width)
-    depth = link_model.receive_depth(min(frames), link_model.round_trip_cycles(
-        max(frames), max(frames), control, link_model.PHY_LATENCY, link_model.ACK_INTERVAL))
-    control = link_model.control_frame_flits(len(widths), depth, lane_width)
-    return link_model.line_flits(traffic, lane_width, control) * lane_width
+def link_line_bits(traffic, opposite, core=link_model.LinkCore()):
+    """Line bits per sample of one link direction's ``traffic`` on a saturated link core whose
+    other direction carries ``opposite``: data frames in bursts, the control frames that return the
+    other direction's ACKs and credits, IDLEs (:func:`mapping.link_model.sample_flits`)."""
+    return link_model.sample_flits(traffic, opposite, core) * core.lane_width
 
 
 def remote_streams(plan):
@@ -319,6 +312,7 @@ class NodePerf:
     link_gbps: float        # busiest of the node's four link directions
     dram_gbps: float
     onchip_bits: int
+    link_blocks: int        # 18 Kb blocks of its link endpoints (resources.link_core_blocks)
 
 
 def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch, grad_bits=ACC_BITS):
@@ -330,7 +324,9 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch, g
     cyc = node_cycles(slices, node_budgets, batch)
     traffic = link_traffic(plans, slices, blocks, n, grad_bits)
     fwd, bwd = (np.array([sum(words * bits for words, bits in link) / 8 for link in links]) for links in traffic)
-    line_bits = np.array([link_line_bits(link) for links in traffic for link in links])
+    fwd_traffic, bwd_traffic = traffic
+    line_bits = np.array([link_line_bits(a, b) for a, b in zip(fwd_traffic, bwd_traffic)]
+                         + [link_line_bits(b, a) for a, b in zip(fwd_traffic, bwd_traffic)])
     nodes = []
     for d, budget in enumerate(node_budgets):
         mine = [sl for sl in slices if sl.node == d]
@@ -341,13 +337,18 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch, g
                  fwd[d - 1] if d else 0, bwd[d - 1] if d else 0]
         dram = sum(slice_dram_bytes(sl, batch) for sl in mine)
         device = budget.device
+        # the up endpoint receives the forward channels of link d - 1, the down one the backward of link d
+        ends = ([(fwd_traffic[d - 1], fwd_traffic[d - 1] + bwd_traffic[d - 1])] if d else []) + \
+               ([(bwd_traffic[d], fwd_traffic[d] + bwd_traffic[d])] if d < n - 1 else [])
         nodes.append(NodePerf(
             cycles=cyc[d], multipliers=mult, useful_macs=useful,
             dsp_util=estimates[d].dsp / device.dsp,
             bram_util=estimates[d].bram_blocks / (device.bram_blocks + 16 * device.uram_blocks),
             idle=1 - useful / alloc if alloc else 0.0,
             gops=2 * useful * rate / 1e9, link_gbps=max(links) * 8 * rate / 1e9,
-            dram_gbps=dram * 8 * rate / 1e9, onchip_bits=estimates[d].bram_bits))
+            dram_gbps=dram * 8 * rate / 1e9, onchip_bits=estimates[d].bram_bits,
+            link_blocks=sum(link_core_blocks([bits for _, bits in received], [bits for _, bits in channels],
+                                             device.family) for received, channels in ends)))
     useful = sum(p.useful_macs for p in nodes)
     alloc = sum(p.multipliers * tau * b.clock_hz for p, b in zip(nodes, node_budgets))
     per_link = np.concatenate([fwd, bwd])
@@ -373,6 +374,9 @@ def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch, g
         "nodes": nodes,
         "link_bytes_forward": fwd.tolist(),
         "link_bytes_backward": bwd.tolist(),
+        # (words, bits per word) per channel per sample, link by link: what the link model prices
+        "link_traffic_forward": [[list(t) for t in link] for link in fwd_traffic],
+        "link_traffic_backward": [[list(t) for t in link] for link in bwd_traffic],
         "link_line_bits_forward": line_bits[:n - 1].tolist() if n > 1 else [],
         "link_line_bits_backward": line_bits[n - 1:].tolist() if n > 1 else [],
         # The link cores' line time (frames, CRC, ACK and credit frames, IDLEs; line code in

@@ -35,6 +35,7 @@ bit, and a per-node base. On ECP5 LUTs count LUT4 sites: a carry cell or a
 from dataclasses import dataclass
 import math
 
+from . import link_model
 from .devices import BRAM_BLOCK_BITS, URAM_BLOCK_BITS, FAMILIES
 from .numerics import WORD_BITS
 
@@ -178,13 +179,27 @@ def update_lane_logic(lanes, family):
     return UPDATE_LANE_LUT[family] * lanes, UPDATE_LANE_FF[family] * lanes, UPDATE_MULTIPLIERS * lanes
 
 
-# What a link core adds at one end of a link (hw/link: a link layer and its lane; block RAM
-# for the sender's replay buffer), measured with Yosys: on ECP5 2,785-4,247 LUT4 and one
-# DP16KD (micro's 3 channels to tiny's 5, synth_ecp5), on xc7 1,900 LUT for the GTH endpoint
-# (sim/test_link_synth.py). A node has one per neighbour, on the same chip or not; the node
+# What a link core adds at one end of a link (hw/link: a link layer and its lane), measured
+# with Yosys: on ECP5 2,785-4,247 LUT4 (micro's 3 channels to tiny's 5, synth_ecp5), on xc7
+# 1,900 LUT for the GTH endpoint (sim/test_link_synth.py); its block RAM is
+# :func:`link_core_blocks`. A node has one per neighbour, on the same chip or not; the node
 # estimates (hw.build's node, without its links) leave them out.
 LINK_CORE_LUT = {"ecp5": 4300, "xc7": 2000, "zynqmp": 2000, "virtexuplus": 2000}
-LINK_CORE_BLOCKS = 1
+
+
+def link_core_blocks(received, channels, family, lane_width=link_model.LANE_WIDTH,
+                     phy_latency=link_model.PHY_LATENCY, burst_words=link_model.BURST_WORDS):
+    """18 Kb blocks of one link endpoint in a node, on a link whose channels are ``channels``
+    bits wide (both directions) sized as ``hw.link.protocol.sized_config`` sizes them: the receive
+    buffer of each of the ``received`` channels (a SyncFIFOBuffered of the receive depth: that
+    less one word in RAM, the other in its output register) and the replay ring of flits. The
+    buffers of the channels the endpoint sends are never written, so synthesis removes them; the
+    ring of frame starts and the receiver's ring are read asynchronously (distributed RAM)."""
+    depth, frames = link_model.sized_buffers(channels, lane_width, phy_latency, burst_words)
+    flits = [link_model.payload_flits(w, lane_width) for w in channels]
+    ring = link_model.replay_flits(frames, min(flits), burst_words, max(flits))
+    return (sum(bram_blocks(width, depth - 1, family) for width in received)
+            + bram_blocks(lane_width, ring, family))
 
 
 def link_cores(index, nodes):

@@ -11,6 +11,7 @@ from hw.link.chain import link_chain
 from hw.link.layer import COUNTER_NAMES, counters_layout
 from hw.link.model_phy import model_phy
 from hw.link.sim_phy import LaneErrors, SimulatedLane
+from mapping.link_model import LinkCore, link_cycles_per_sample
 
 # The downstream end of every link sends on a clock this much slower than the upstream end's:
 # two boards' link clocks are never exactly equal (the elastic buffer absorbs it).
@@ -32,6 +33,20 @@ class LinkedChain:
     node_mhz: tuple = None
     link_mhz: float = 125.0
     seed: int = 0
+
+    def predicted_cycles(self, mapping):
+        """Cycles per sample the mapping's link model predicts for ``mapping``'s chain over these
+        links on one clock (a flit per node cycle), as ``sim.chain.cycles_per_sample`` measures
+        them: the busiest link direction's line time, or the slowest node (with its weight
+        update at a mini-batch of one, where every interval holds one; the median leaves them
+        out otherwise)."""
+        if self.node_mhz is not None:
+            raise ValueError("the prediction is for a chain on one clock (node_mhz None)")
+        s = mapping.summary
+        core = LinkCore(lane_width=self.lane_width, phy_latency=self.latency, ber=self.ber)
+        links = link_cycles_per_sample(zip(s["link_traffic_forward"], s["link_traffic_backward"]), core)
+        return max([links] + [node.cycles_per_sample_with_updates if node.training.batch == 1 else
+                              node.cycles_per_sample for node in mapping.nodes])
 
     def node_domains(self, count):
         if self.node_mhz is None:

@@ -167,6 +167,8 @@ def main(argv=None):
           f"simulated {run.cycles_per_second:,.0f} cycles/s, {run.cycles_per_cpu_second:,.0f} per CPU second "
           f"({len(inputs) / run.seconds:.1f} samples/s)")
     print(report(mapping, run))
+    if links is not None:
+        print(f"links: {links.predicted_cycles(mapping):.0f} cycles/sample predicted (mapping/link_model.py)")
     for i, ends in enumerate(run.link_counters):
         print(f"link {i}: " + "; ".join(f"{side} " + ", ".join(f"{name} {count}" for name, count in end.items())
                                         for side, end in zip(("up", "down"), ends)))

@@ -18,7 +18,7 @@ from amaranth.lib import enum
 from amaranth.lib.crc import catalog
 
 from mapping import link_model
-from mapping.link_model import FRAME_OVERHEAD_FLITS
+from mapping.link_model import BURST_WORDS, FRAME_OVERHEAD_FLITS, KIND_BITS
 
 # The CRC is one flit wide, so a frame's check word is its last flit; one catalogue entry per
 # lane width (each detects every burst of up to its own width, i.e. any corruption of one flit).
@@ -39,9 +39,6 @@ class ControlCode(enum.IntEnum, shape=8):
 K_IDLE, K_SOF, K_TS1, K_TS2 = (code.value for code in (ControlCode.IDLE, ControlCode.SOF, ControlCode.TS1,
                                                        ControlCode.TS2))
 
-KIND_BITS = 2
-# The burst a link sized by :func:`sized_config` allows unless told otherwise.
-BURST_WORDS = 16
 
 
 class FrameKind(enum.IntEnum, shape=KIND_BITS):
@@ -122,7 +119,7 @@ class LinkConfig:
 
     @property
     def seq_bits(self):
-        return self.lane_width - KIND_BITS - self.channel_bits - self.burst_bits
+        return link_model.sequence_bits(len(self.channels), self.lane_width, self.burst_words)
 
     @property
     def seq_window(self):
@@ -139,7 +136,7 @@ class LinkConfig:
         """Flits of the replay buffer (a power of two): ``replay_frames`` frames of one word of
         the narrowest channel (what the window is sized for) and a longest burst more."""
         shortest = min(self.payload_flits(c) for c in range(len(self.channels)))
-        return 1 << (self.replay_frames * (1 + shortest) + 1 + self.burst_words * self.max_word_flits - 1).bit_length()
+        return link_model.replay_flits(self.replay_frames, shortest, self.burst_words, self.max_word_flits)
 
     @property
     def ack_batch(self):
@@ -207,14 +204,14 @@ def replay_frames(config, phy_latency):
 
 def sized_config(channels, lane_width, latency, burst_words=BURST_WORDS, ack_interval=LinkConfig.ack_interval):
     """A LinkConfig with bursts of ``burst_words`` whose receive buffers and replay buffer are
-    sized for ``latency`` cycles of PHY latency by the protocol's formulas (the replay buffer
-    capped by the sequence window)."""
+    sized for ``latency`` cycles of PHY latency by the protocol's formulas
+    (:func:`mapping.link_model.sized_buffers`: every channel the depth :func:`receive_depth` gives
+    the one with the shortest full bursts, :func:`replay_frames` capped by the sequence window)."""
     fixed = dict(lane_width=lane_width, burst_words=burst_words, ack_interval=ack_interval)
-    base = LinkConfig(channels, replay_frames=2, **fixed)
-    depth = max(receive_depth(base, latency, c) for c in range(len(channels)))
-    sized = LinkConfig(channels, replay_frames=2, receive_depth=depth, **fixed)
-    return LinkConfig(channels, receive_depth=depth, replay_frames=min(replay_frames(sized, latency), sized.seq_window),
-                      **fixed)
+    LinkConfig(channels, replay_frames=2, **fixed)  # refuses what no sizing can mend (names, header bits)
+    depth, frames = link_model.sized_buffers([width for _, width in channels], lane_width, latency, burst_words,
+                                             ack_interval)
+    return LinkConfig(channels, receive_depth=depth, replay_frames=frames, **fixed)
 
 
 def frame_efficiency(config, channel):
