@@ -13,14 +13,14 @@ What crosses between parts is each lane's pure delay of ``latency`` cycles: the 
 The latency is the lookahead (as FireSim's link latency, SST's and dist-gem5's minimum
 partition latency): in a window of ``window <= latency`` cycles a part needs only what its
 neighbours sent in earlier windows. Each window, every part runs its cycles, then the parts
-exchange the lines they sent in it (``Transport.exchange``), a window of cycles per lane.
+exchange the lines they sent in it (``exchange``), a window of cycles per lane.
 
 Stopping on the one-process cycle: the chain is done on the first cycle every node has applied
 its last update. Each part runs the window until its own nodes are done (the harness's stop
-targets), the transport's ``allreduce_max`` finds the latest such cycle over all parts, and if
-every part is done every part runs exactly up to it, else to the window's end: no part ever runs
-past the cycle the one process stops on, so the weights, cycles and link counters read after it
-are the same.
+targets); the exchange also finds the latest such cycle over all parts (an allreduce, in flight
+with the lines), and if every part is done every part runs exactly up to it, else to the
+window's end: no part ever runs past the cycle the one process stops on, so the weights, cycles
+and link counters read after it are the same.
 
 Transports: ``Loopback`` runs every part in this process (the logic, without MPI; ``Late``
 delivers every lane a window late, a broken transport the comparison must catch);
@@ -83,12 +83,11 @@ class Loopback:
     """Every part in this process: a lane's window goes straight to its receiver."""
     rank, size = 0, 1
 
-    def exchange(self, sent):
-        """{lane: the window of lines it carried} of the local senders -> those of the local receivers."""
-        return sent
-
-    def allreduce_max(self, value):
-        return value
+    def exchange(self, sent, done, whole):
+        """{lane: the window of lines it carried} of the local senders, the latest cycle a local
+        part's nodes were done on, whether every local part ran the whole window -> the local
+        receivers' lanes, the latest such cycle of every part, whether every part did."""
+        return sent, done, whole
 
     def gather(self, value):
         return [value]
@@ -103,10 +102,10 @@ class Late(Loopback):
     def __init__(self):
         self.held = None
 
-    def exchange(self, sent):
+    def exchange(self, sent, done, whole):
         held = self.held or {lane: np.zeros_like(rows) for lane, rows in sent.items()}
         self.held = {lane: rows.copy() for lane, rows in sent.items()}
-        return held
+        return held, done, whole
 
 
 def mpi_transport():
@@ -131,7 +130,7 @@ class MpiTransport:
     def __init__(self, mpi):
         self.mpi, self.comm = mpi, mpi.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        self.value, self.result = np.zeros(1, np.int64), np.zeros(1, np.int64)
+        self.state, self.reduced = np.zeros(2, np.int64), np.zeros(2, np.int64)
         self.senders, self.receivers, self.inbox = {}, {}, {}
 
     def route(self, ranges):
@@ -141,8 +140,11 @@ class MpiTransport:
             self.senders[link, 0] = self.receivers[link, 1] = k
             self.senders[link, 1] = self.receivers[link, 0] = k + 1
 
-    def exchange(self, sent):
-        requests = []
+    def exchange(self, sent, done, whole):
+        """The lines to and from the neighbours and the parts' state (an allreduce of the max of
+        ``done`` and of not ``whole``), all in flight at once."""
+        self.state[:] = done, not whole
+        requests = [self.comm.Iallreduce(self.state, self.reduced, op=self.mpi.MAX)]
         for lane, rank in self.senders.items():
             if self.receivers[lane] == self.rank:
                 if lane not in self.inbox:
@@ -151,12 +153,7 @@ class MpiTransport:
         for lane, rows in sent.items():
             requests.append(self.comm.Isend(rows, dest=self.receivers[lane], tag=_tag(lane)))
         self.mpi.Request.Waitall(requests)
-        return self.inbox
-
-    def allreduce_max(self, value):
-        self.value[0] = value
-        self.comm.Allreduce(self.value, self.result, op=self.mpi.MAX)
-        return int(self.result[0])
+        return self.inbox, int(self.reduced[0]), not self.reduced[1]
 
     def gather(self, value):
         return self.comm.gather(value, root=0)
@@ -265,7 +262,12 @@ class Part:
 
 
 def run_windows(parts, transport, deadline, progress=None, total_beats=1):
-    """Every local part window by window until the whole chain is done: the cycle it is done on."""
+    """Every local part window by window until the whole chain is done: the cycle it is done on.
+
+    One exchange per window carries the lines and each part's state: the cycle its nodes were
+    done on (or not yet) and whether it ran the whole window. A part whose nodes are done waits
+    where it is, since the chain may be done before the window's end; only in those last
+    windows does a second exchange follow, of the lines once every part has run the window."""
     window = parts[0].window
     cycle, drawn = 0, 0.0
     started, cpu = time.monotonic(), time.process_time()
@@ -276,28 +278,28 @@ def run_windows(parts, transport, deadline, progress=None, total_beats=1):
             part.begin_window(cycle)
             part.run_until_done(end)
         t1 = time.perf_counter()
-        done_at = transport.allreduce_max(max(part.done for part in parts))
+        sent = {lane: rows for part in parts for lane, rows in part.sent().items()}
+        whole = all(part.model.cycle == end for part in parts)
+        received, done_at, whole = transport.exchange(sent, max(part.done for part in parts), whole)
         t2 = time.perf_counter()
         stop = done_at != _NOT_DONE
         cycle = done_at if stop else end
         for part in parts:
             part.run_to(cycle)
         t3 = time.perf_counter()
+        if not (stop or whole):  # a part sent a window it had not run to its end
+            received, _, _ = transport.exchange(sent, done_at, True)
+        t4 = time.perf_counter()
         for part in parts:
             part.stats.simulate += (t1 - t0) + (t3 - t2)
-            part.stats.exchange += t2 - t1
+            part.stats.exchange += (t2 - t1) + (t4 - t3)
             part.stats.windows += 1
         if stop:
             break
         if cycle >= deadline:
             raise AssertionError(f"simulation still running after {deadline} cycles")
-        sent = {lane: rows for part in parts for lane, rows in part.sent().items()}
-        received = transport.exchange(sent)
         for part in parts:
             part.receive(received)
-        t4 = time.perf_counter()
-        for part in parts:
-            part.stats.exchange += t4 - t3
         if progress is not None and parts[0].top.part.start == 0 and t4 - drawn > 0.25:
             drawn = t4
             progress(parts[0].model.taken("act") / total_beats, cycle)
