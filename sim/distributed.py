@@ -159,8 +159,8 @@ class MpiTransport:
         return self.comm.gather(value, root=0)
 
     def wait_for_all(self):
-        """A barrier that sleeps while it waits: a rank with nothing left to do leaves the CPU
-        to the one still working (MPICH's blocking calls spin)."""
+        """A barrier that sleeps while it waits: a rank with nothing to do leaves the CPU to the
+        ones still working (MPICH's blocking calls spin)."""
         request = self.comm.Ibarrier()
         while not request.Test():
             time.sleep(0.005)
@@ -350,6 +350,7 @@ def train_distributed(network, mapping, inputs, labels, params, links, distribut
     try:
         for part in parts:
             part.start(params, feed, distributed.window)
+        transport.wait_for_all()  # the parts' builds take different times: wait without spinning
         if progress is not None:
             progress(0.0, 0)
         cycles = run_windows(parts, transport, deadline, progress, max(1, len(feed.pixels)))
