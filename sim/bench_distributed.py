@@ -20,6 +20,7 @@ import sys
 RATE = re.compile(r"simulated ([\d,]+) cycles/s")
 CYCLES = re.compile(r"^(\d+) cycles, ", re.M)
 EXCHANGE = re.compile(r"(\d+) us per exchange")
+ALONE = re.compile(r"in their models alone ([\dk, ]+)\)")
 
 
 def _train(latency, samples, ranks):
@@ -61,9 +62,10 @@ def main(argv=None):
         print(f"lane latency {latency} (window {latency}): {cycles} cycles; one process {rate_one:,.0f} cycles/s, "
               f"2 ranks {rate_two:,.0f} cycles/s: {speedup:.2f}x, parallel efficiency {speedup / 2:.0%}")
         print(f"  {speed}")
-        # one node simulates at about twice the two-node process's rate; the exchange measured
-        # here is a neighbour exchange plus a one-step allreduce, each taken as half of it
-        node_rate = 2 * rate_one
+        # a rank's model alone (one node) sets the cost per window; the exchange measured here
+        # (waiting for the other rank included) is a neighbour exchange and a one-step
+        # allreduce, each taken as half of it
+        node_rate = min(float(r.strip().rstrip("k")) * 1000 for r in ALONE.search(two).group(1).split(","))
         for ranks in (15, 85):
             rate, efficiency = project(ranks, latency, node_rate, exchange / 2, exchange / 2)
             print(f"  projected, {ranks} ranks of one such node: {rate:,.0f} cycles/s, parallel efficiency "

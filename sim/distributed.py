@@ -403,10 +403,11 @@ def speed_report(run, one_process=None):
     wall time the parts spent simulating)."""
     stats = run.stats
     windows = stats[0].windows
-    rates = ", ".join(f"{s.cycles / s.wall / 1000:.0f}k" for s in stats)
+    alone = ", ".join(f"{s.cycles / s.simulate / 1000:.0f}k" for s in stats)
     exchange = sum(s.exchange for s in stats) / len(stats) / max(1, windows)
-    line = (f"speed: {len(stats)} parts, simulated cycles/s per part {rates}; {windows} windows of "
-            f"{-(-run.cycles // max(1, windows))} cycles, {exchange * 1e6:.0f} us per exchange; ")
+    line = (f"speed: {len(stats)} parts, simulated cycles/s per part {run.cycles / run.seconds / 1000:.0f}k "
+            f"(in their models alone {alone}); {windows} windows of {-(-run.cycles // max(1, windows))} cycles, "
+            f"{exchange * 1e6:.0f} us per exchange; ")
     if one_process is not None:
         speedup = one_process.seconds / run.seconds if run.seconds else 0.0
         return line + (f"{speedup:.2f}x the one process's {one_process.cycles_per_second:,.0f} cycles/s, "
