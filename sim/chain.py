@@ -188,6 +188,36 @@ def _run_pysim(top, feed, final, trace_updates):
 _VERILATOR_CHUNK = 200_000
 
 
+def write_weights(model, rams, params):
+    """The initial weights ``params`` into every copy of every ParamRam of ``rams``
+    (``ChainTop.param_rams``) of a compiled ``model``."""
+    for name, rows, layer_slice, ram in rams:
+        width = numerics.WORD_BITS * ram.banks * ram.words
+        initial = [_row(words) for words in _initial(params, rows, layer_slice, ram)]
+        for path in ram.memory_paths:  # every copy of the weights (VersionedParamRam)
+            model.write_memory(f"{name}.{path}", initial, width)
+
+
+def read_weights(model, rams, final):
+    """The words of every ParamRam of ``rams`` in a compiled ``model`` into ``final`` (golden layout)."""
+    for name, rows, layer_slice, ram in rams:
+        lanes = ram.banks * ram.words
+        contents = [_lanes(v, lanes) for v in model.read_memory(f"{name}.{ram.memory_paths[0]}", ram.rows,
+                                                                numerics.WORD_BITS * lanes)]
+        _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
+
+
+def read_counters(model, top):
+    """{(link, end): {counter: value}} of every link endpoint ``top`` (a ChainTop) has."""
+    return {(link, end): decode_counters(model.get(name), layout)
+            for link, end, name, layout in (top.lanes.counter_ports() if top.lanes is not None else ())}
+
+
+def counters_by_link(counters):
+    """{(link, end): counters} as ``ChainRun.link_counters``: per link, (upstream, downstream)."""
+    return [(counters[link, 0], counters[link, 1]) for link in sorted({link for link, _ in counters})]
+
+
 def _run_verilator(top, params, feed, final, progress, profile, threads):
     """The Verilator backend: the chain compiled once (weights zero in the build, written
     through the VPI before the run, so any weights reuse it), and the link counters read
@@ -197,11 +227,7 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
     paths = [f"{name}.{path}" for name, *_, ram in rams for path in ram.memory_paths]
     with VerilatedModel(top, paths, profile=profile, threads=threads) as model:
         started, cpu = time.monotonic(), time.process_time()
-        for name, rows, layer_slice, ram in rams:
-            width = numerics.WORD_BITS * ram.banks * ram.words
-            initial = [_row(words) for words in _initial(params, rows, layer_slice, ram)]
-            for path in ram.memory_paths:  # every copy of the weights (VersionedParamRam)
-                model.write_memory(f"{name}.{path}", initial, width)
+        write_weights(model, rams, params)
         model.set("total_samples", feed.samples)
         model.push("act", feed.pixels)
         model.push("label", feed.labels)
@@ -220,17 +246,37 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
                 break
         else:
             raise AssertionError(f"simulation still running after {feed.deadline} cycles")
-        for name, rows, layer_slice, ram in rams:
-            lanes = ram.banks * ram.words
-            contents = [_lanes(v, lanes) for v in model.read_memory(f"{name}.{ram.memory_paths[0]}", ram.rows,
-                                                                    numerics.WORD_BITS * lanes)]
-            _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
+        read_weights(model, rams, final)
         seconds, cpu = time.monotonic() - started, time.process_time() - cpu
-        counters = {}
-        for link, end, name, layout in (top.lanes.counter_ports() if top.lanes is not None else ()):
-            counters.setdefault(link, [None, None])[end] = decode_counters(model.get(name), layout)
         return (model.cycle, [list(model.events(f"entered_{n}")) for n in range(count)], seconds, cpu,
-                [tuple(counters[link]) for link in sorted(counters)])
+                counters_by_link(read_counters(model, top)))
+
+
+def make_feed(mapping, inputs, labels, deadline):
+    """What the chain is given (images as node 0's input beats, labels) and when it is done."""
+    samples = len(inputs)
+    words = numerics.quantize(inputs, mapping.nodes[0].formats.act_frac)
+    pixels = [list(map(int, words[s][:, y, x])) for s in range(samples)
+              for y in range(words.shape[2]) for x in range(words.shape[3])]
+    return _Feed(pixels, list(map(int, labels)), samples, samples // mapping.nodes[0].training.batch, deadline)
+
+
+def initial_copy(params):
+    """A copy of ``params`` to store the final words in."""
+    return {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
+
+
+def finish_run(network, mapping, inputs, labels, params, final, cycles, events, seconds=0.0, cpu=0.0,
+               counters=(), windows=None):
+    """The :class:`ChainRun` of a simulation that took ``cycles`` with ``events`` (per node, the
+    cycles an input beat entered it), the golden model trained on the same data beside it."""
+    config = mapping.nodes[0]
+    beats = [input_beats(cfg) for cfg in mapping.nodes]
+    starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
+    expected, record = golden.train(network, params, inputs, labels, batch=config.training.batch,
+                                    lr=config.training.lr, mode="fixed", formats=config.formats,
+                                    fp_stale=mapping.fp_stale(), eb_stale=mapping.eb_stale())
+    return ChainRun(final, cycles, starts, expected, record, seconds, cpu, counters, windows or {})
 
 
 def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline=200_000, backend="pysim",
@@ -247,14 +293,8 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
     ``trace_updates``: note when each slice's weight update starts and ends
     (``ChainRun.update_windows``; Amaranth's simulator without ``links`` only).
     """
-    config = mapping.nodes[0]
-    batch, lr, formats = config.training.batch, config.training.lr, config.formats
-    samples = len(inputs)
-    words = numerics.quantize(inputs, formats.act_frac)
-    pixels = [list(map(int, words[s][:, y, x])) for s in range(samples)
-              for y in range(words.shape[2]) for x in range(words.shape[3])]
-    feed = _Feed(pixels, list(map(int, labels)), samples, samples // batch, deadline)
-    final = {name: (w.copy(), None if b is None else b.copy()) for name, (w, b) in params.items()}
+    feed = make_feed(mapping, inputs, labels, deadline)
+    final = initial_copy(params)
     counters, windows = (), {}
     if trace_updates and (backend != "pysim" or links is not None):
         # a node on a clock of its own pulses its gate between node 0's clock edges
@@ -267,11 +307,7 @@ def train_chain(network, mapping, inputs, labels, params, *, stall=0.0, deadline
                                                                 params, feed, final, progress, profile, threads)
     else:
         raise ValueError(f"unknown simulation backend '{backend}' (known: pysim, verilator)")
-    beats = [input_beats(cfg) for cfg in mapping.nodes]
-    starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
-    expected, record = golden.train(network, params, inputs, labels, batch=batch, lr=lr, mode="fixed",
-                                    formats=formats, fp_stale=mapping.fp_stale(), eb_stale=mapping.eb_stale())
-    return ChainRun(final, cycles, starts, expected, record, seconds, cpu, counters, windows)
+    return finish_run(network, mapping, inputs, labels, params, final, cycles, events, seconds, cpu, counters, windows)
 
 
 def cycles_per_sample(run, node):

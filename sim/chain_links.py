@@ -7,9 +7,9 @@ link clock of its own). ``sim.chain.train_chain(..., links=LinkedChain(...))`` u
 
 from dataclasses import dataclass
 
-from hw.link.chain import link_chain
-from hw.link.layer import COUNTER_NAMES, counters_layout
-from hw.link.model_phy import model_phy
+from hw.link.chain import attach_endpoint, chain_link_config, link_chain
+from hw.link.layer import COUNTER_NAMES, LinkLayer, counters_layout
+from hw.link.model_phy import SenderErrors, lane_errors, model_phy
 from hw.link.sim_phy import LaneErrors, SimulatedLane
 from mapping.link_model import LinkCore, link_cycles_per_sample
 
@@ -55,19 +55,27 @@ class LinkedChain:
             raise ValueError(f"node_mhz gives {len(self.node_mhz)} clocks for {count} nodes")
         return ["sync"] + [f"node{n}" for n in range(1, count)]
 
-    def join(self, m, nodes, gateware=False):
+    def errors(self):
+        """The lanes' error parameters (:func:`hw.link.model_phy.lane_errors`)."""
+        return {"ber": self.ber, "burst": self.burst, "lock_loss": self.lock_loss, "seed": self.seed}
+
+    def join(self, m, nodes, gateware=False, first=0, cut=(False, False)):
         """Link cores between every pair of neighbours of ``nodes`` (already in ``m``): the
         :class:`SimulatedLinks` that drives their lanes. ``gateware``: lanes in logic
         (hw/link/model_phy.py, for the Verilator backend, one clock) instead of simulator
-        processes."""
+        processes. ``first``: the index of ``nodes[0]`` in the chain; ``cut``: whether the chain
+        goes on before and after ``nodes`` (a part of a chain, sim/distributed.py): each such
+        side gets its endpoint and the :class:`SenderErrors` of the lane it sends on
+        (``SimulatedLinks.cuts``), the lanes themselves left to the caller."""
         lanes = SimulatedLinks(self)
         phy = lanes.phy
         if gateware:
             if self.node_mhz is not None:
                 raise ValueError("nodes on clocks of their own run on the pysim backend only (the Verilator "
                                  "harness drives one clock)")
-            phy = model_phy(self.lane_width, latency=self.latency, ber=self.ber, burst=self.burst,
-                            lock_loss=self.lock_loss, seed=self.seed)
+            phy = model_phy(self.lane_width, latency=self.latency, **self.errors())
+        elif any(cut):
+            raise ValueError("a chain cut at its lanes has its lanes in logic (gateware=True)")
         domains = None
         if self.node_mhz is not None:
             domains = self.node_domains(len(nodes))
@@ -80,8 +88,34 @@ class LinkedChain:
                 lanes.clocks[a] = 1e-6 / self.link_mhz
                 lanes.clocks[b] = 1e-6 / self.link_mhz * (1 + LINK_CLOCK_OFFSET)
         lanes.links = link_chain(m, nodes, phy, lane_width=self.lane_width, phy_latency=self.latency,
-                                 node_domains=domains, link_domains=domains and link_domains)
+                                 node_domains=domains, link_domains=domains and link_domains, first_link=first,
+                                 ends=(not cut[0], not cut[1]))
+        # before the first node: the downstream end (end 1) of the link before it; after the last: the upstream one
+        for is_cut, node, link, end in ((cut[0], nodes[0], first - 1, 1),
+                                        (cut[1], nodes[-1], first + len(nodes) - 1, 0)):
+            if not is_cut:
+                continue
+            side = ("up", "down")[end]
+            port = getattr(node, ("down", "up")[end])
+            endpoint = LinkLayer(chain_link_config(port, self.lane_width, self.latency))
+            m.submodules[f"link{link}_{side}"] = endpoint
+            attach_endpoint(m, port, endpoint, upstream=not end)
+            lane = SenderErrors(self.lane_width, **lane_errors(link, end, **self.errors()))
+            m.submodules[f"link{link}_lane{end}"] = lane
+            m.d.comb += lane.tx.eq(endpoint.phy.tx)
+            lanes.cuts.append(Cut(link, side, endpoint, lane))
         return lanes
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A link of a chain cut at its lanes, seen from one part: the link's index, the side of
+    the endpoint the part holds ("up": it sends on lane 0), the endpoint and the errors of the
+    lane it sends on (the lane from the other part arrives from outside)."""
+    link: int
+    side: str
+    endpoint: object
+    errors: SenderErrors
 
 
 class SimulatedLinks:
@@ -92,6 +126,7 @@ class SimulatedLinks:
         self.spec = spec
         self.clocks = {}
         self.links = []
+        self.cuts = []
         self.lanes = []   # (lane, sending endpoint, receiving endpoint, sender's link domain)
 
     def phy(self, m, link):
@@ -115,10 +150,17 @@ class SimulatedLinks:
         return [tuple({name: int(ctx.get(getattr(end.counters, name))) for name in COUNTER_NAMES}
                       for end in (link.upstream, link.downstream)) for link in self.links]
 
+    def endpoints(self):
+        """(link, end, side, endpoint) of every endpoint, the cut ones included."""
+        ends = [(link.index, end, side, endpoint) for link in self.links
+                for end, (side, endpoint) in enumerate((("up", link.upstream), ("down", link.downstream)))]
+        return sorted(ends + [(cut.link, int(cut.side == "down"), cut.side, cut.endpoint) for cut in self.cuts],
+                      key=lambda e: e[:2])
+
     def counter_ports(self):
         """(link, end, port name, layout) of the endpoints' counters as ChainTop shows them."""
-        return [(link.index, end, f"link{link.index}_{side}_counters", counters_layout(link.config))
-                for link in self.links for end, side in enumerate(("up", "down"))]
+        return [(link, end, f"link{link}_{side}_counters", counters_layout(endpoint.config))
+                for link, end, side, endpoint in self.endpoints()]
 
 
 def decode_counters(value, layout):

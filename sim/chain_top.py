@@ -13,6 +13,7 @@ from amaranth.hdl import DomainRenamer, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.link.model_phy import line_layout
 from hw.memory.dram_model import attach_simulated_drams
 from hw.memory.update_gate import COUNT_BITS
 from hw.node.loss import LABEL_BITS
@@ -26,20 +27,39 @@ class ChainTop(wiring.Component):
     ``sim.chain_links.LinkedChain`` joining neighbours through link cores (then ``lanes``,
     its SimulatedLinks, holds the PHY processes, clocks and counters, and every endpoint's
     counters are outputs, ``link{i}_up_counters`` and ``link{i}_down_counters``) instead of port
-    to port; ``gateware_links``: their lanes in logic (the Verilator backend)."""
+    to port; ``gateware_links``: their lanes in logic (the Verilator backend).
 
-    def __init__(self, mapping, params=None, stall=0.0, links=None, gateware_links=False):
+    ``part``: a range of the mapping's nodes, the part of a chain cut at its lanes that one
+    process simulates (sim/distributed.py; links in logic only). Its ports ``updates`` and
+    ``entered`` count its own nodes; only the first part has the feeds ``act`` and ``label``; a
+    link to a node of another part is cut after its lane's errors, at the sending end: the line
+    (``hw.link.model_phy.line_layout``) it sends leaves on ``link{i}_{side}_line_out`` and the
+    one it receives, delayed by the lane's latency, comes in on ``link{i}_{side}_line_in``."""
+
+    def __init__(self, mapping, params=None, stall=0.0, links=None, gateware_links=False, part=None):
         self.mapping, self.stall = mapping, stall
-        self.nodes = [Node(cfg, params=params) for cfg in mapping.nodes]
+        self.part = range(len(mapping.nodes)) if part is None else part
+        cut = (self.part.start > 0, self.part.stop < len(mapping.nodes))
+        if any(cut) and not (links and gateware_links):
+            raise ValueError("a part of a chain is cut at its lanes: it needs links in logic")
+        self.nodes = [Node(cfg, params=params) for cfg in mapping.nodes[self.part.start:self.part.stop]]
         self.domains = links.node_domains(len(self.nodes)) if links else ["sync"] * len(self.nodes)
         # The link cores are built here, so the simulator's lane processes exist before it runs.
         self.link_cores = Module() if links else None
-        self.lanes = links.join(self.link_cores, self.nodes, gateware=gateware_links) if links else None
-        act = self.nodes[0].signature.members["up"].signature.members["act"].signature
+        self.lanes = links.join(self.link_cores, self.nodes, gateware=gateware_links, first=self.part.start,
+                                cut=cut) if links else None
         count = len(self.nodes)
+        members = {}
+        if not cut[0]:
+            act = self.nodes[0].signature.members["up"].signature.members["act"].signature
+            members = {"act": In(act.flip()), "label": In(stream.Signature(LABEL_BITS))}
         counters = {name: Out(layout) for *_, name, layout in self.lanes.counter_ports()} if links else {}
+        for c in self.lanes.cuts if links else ():
+            layout = line_layout(links.lane_width)
+            members.update({f"link{c.link}_{c.side}_line_out": Out(layout),
+                            f"link{c.link}_{c.side}_line_in": In(layout)})
         super().__init__({
-            "act": In(act.flip()), "label": In(stream.Signature(LABEL_BITS)),
+            **members,
             "total_samples": In(COUNT_BITS),
             "updates": Out(COUNT_BITS).array(count),
             "entered": Out(1).array(count),  # a beat entered the node's up.act this cycle
@@ -58,11 +78,17 @@ class ChainTop(wiring.Component):
                 m.submodules[f"node{n}_drams"] = drams if domain == "sync" else DomainRenamer(domain)(drams)
         if self.lanes is not None:
             m.submodules.links = self.link_cores
-            for link in self.lanes.links:
-                for end, side in ((link.upstream, "up"), (link.downstream, "down")):
-                    m.d.comb += getattr(self, f"link{link.index}_{side}_counters").eq(end.counters)
+            for link, _, side, endpoint in self.lanes.endpoints():
+                m.d.comb += getattr(self, f"link{link}_{side}_counters").eq(endpoint.counters)
+            for c in self.lanes.cuts:
+                line_in = getattr(self, f"link{c.link}_{c.side}_line_in")
+                m.d.comb += [getattr(self, f"link{c.link}_{c.side}_line_out").eq(c.errors.line),
+                             c.endpoint.phy.rx.eq(line_in.flit), c.endpoint.phy.rx_valid.eq(1),
+                             c.endpoint.phy.rx_locked.eq(line_in.locked)]
         else:
             connect_chain(m, self.nodes, link=stalling_link(self.stall) if self.stall else None)
+        if self.part.start > 0:
+            return m
         first = self.nodes[0].up
         for name, seed in (("act", 101), ("label", 103)):
             source, sink = wiring.flipped(getattr(self, name)), getattr(first, name)

@@ -1,6 +1,7 @@
 """Chains on the Verilator backend (issue 15): it agrees with Amaranth's simulator cycle for
 cycle on stride-2 convolutions, and lenet-digits, which no Amaranth-simulated chain trains
-in CI time, trains bit-exactly on real digits over 3 nodes (1 and 5 with -m bench).
+in CI time, trains bit-exactly on real digits over 3 nodes (1 and 5 with -m bench). A chain
+over lossy lanes in logic: sim/test_distributed.py (the reference of its distributed runs).
 
 Each chain is compiled once ("quick" build profile) and cached (``sim/verilated.py``).
 """
@@ -13,8 +14,7 @@ from mapping.cluster import parse_cluster
 from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
-from sim.chain import CI_BITSTREAM, assert_bit_exact, cycles_per_sample, report, train_chain
-from sim.chain_links import LinkedChain
+from sim.chain import assert_bit_exact, cycles_per_sample, report, train_chain
 
 pytestmark = pytest.mark.slow  # each compiles a chain (half a minute or more)
 
@@ -71,21 +71,3 @@ def test_stride_two_convolutions_train_bit_exact_and_both_backends_agree_cycle_f
     for layer, (weights, bias) in reference.params.items():
         np.testing.assert_array_equal(fast.params[layer][0], weights)
         np.testing.assert_array_equal(fast.params[layer][1], bias)
-
-
-def test_chain_over_lossy_links_trains_bit_exact_with_lanes_in_logic():
-    """micro on the CI bitstream's two nodes joined by link cores whose lanes are logic
-    (hw/link/model_phy.py): bit errors on both lanes and a loss of lock of 200 cycles in
-    the first mini-batch. Every word arrives (bit-exact), after replays, CRC errors and a retrain
-    at both ends, the counters read from the compiled chain's outputs."""
-    network = zoo.micro()
-    inputs, labels, params = random_data(network, 4, 2)
-    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=2, lr=0.05,
-                          max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
-    links = LinkedChain(ber=1e-3, lock_loss=(0, 300, 200), seed=1)
-    run = train_chain(network, mapping, inputs, labels, params, backend="verilator", profile="quick", links=links)
-    print(f"\nmicro over lossy links in logic: {run.cycles} cycles; counters {run.link_counters}")
-    assert_bit_exact(run.params, run.golden, params)
-    (up, down), = run.link_counters
-    assert up["replays"] + down["replays"] > 0 and up["crc_errors"] + down["crc_errors"] > 0
-    assert up["retrains"] >= 1 and down["retrains"] >= 1

@@ -10,11 +10,19 @@ test accuracy of the trained weights (the golden model's forward pass on the hel
 set), cycles per sample measured against the mapping's prediction on every node, and
 simulated cycles per second. ``--links`` joins the neighbours through link cores over a
 simulated lane (``--ber``, ``--lock-loss``) and prints every endpoint's counters.
+
+``--distributed`` cuts that chain at its lanes into parts, one per MPI rank (sim/distributed.py):
+
+    mpiexec -n 3 python -m sim.train --links --distributed
+
+prints the same report, whether it is the one-process run's (``--compare``, the default), and
+the speed per rank. Without ``mpiexec`` every part runs in this one process.
 """
 
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +36,7 @@ from mapping.mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network, ma
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
 from sim.chain_links import LinkedChain
+from sim.distributed import Distributed, check_window, mpi_rank, mpi_transport, same_run, speed_report, train_distributed
 
 
 def deadline(mapping, samples):
@@ -45,6 +54,8 @@ def parse_args(argv):
     parser.add_argument("--samples", type=positive_int,
                         help="train on this many samples per epoch (default: the whole training split)")
     parser.add_argument("--backend", choices=("verilator", "pysim"), default="verilator")
+    parser.add_argument("--build", choices=("fast", "quick"), default="fast",
+                        help="Verilator's build: fast to simulate, or quick to compile (sim/verilated.py)")
     # mapping.train's defaults: at larger mini-batches a few hundred samples barely move the
     # weights (batch 8, lr 0.01: no better than the initial weights after 496 digits)
     parser.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
@@ -65,6 +76,17 @@ def parse_args(argv):
     links.add_argument("--ber", type=probability, default=0.0, help="bit-error rate of every lane")
     links.add_argument("--lock-loss", type=lock_loss, metavar="LINK:CYCLE:CYCLES",
                        help="both lanes of link LINK lose lock for CYCLES cycles from CYCLE")
+    spread = parser.add_argument_group("distributed", "the linked chain cut at its lanes, a part per MPI rank")
+    spread.add_argument("--distributed", action="store_true",
+                        help="simulate parts of the chain in processes of their own (under mpiexec: one part per "
+                             "rank; without: every part in this process), exchanging the lanes' flits every window")
+    spread.add_argument("--parts", type=positive_int,
+                        help="parts without mpiexec (default: one per node; under mpiexec: one per rank)")
+    spread.add_argument("--window", type=positive_int,
+                        help="cycles between exchanges, at most --phy-latency (default: --phy-latency)")
+    spread.add_argument("--compare", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the chain in one process and say whether every word, cycle and counter "
+                             "is the same")
     return parser.parse_args(argv)
 
 
@@ -130,18 +152,60 @@ class ProgressBar:
         print(file=sys.stderr, flush=True)
 
 
+def distributed_spec(args, mapping):
+    """The Distributed ``--distributed`` asks for (an MPI transport under mpiexec), or None."""
+    if not args.distributed:
+        if args.parts or args.window:
+            raise SpecError("--parts and --window need --distributed")
+        return None
+    if not args.links or args.backend != "verilator":
+        raise SpecError("--distributed cuts the chain at its link lanes: it needs --links on the verilator backend")
+    window = args.window or args.phy_latency
+    check_window(window, args.phy_latency)
+    transport = mpi_transport()
+    nodes = len(mapping.nodes)
+    if transport is not None:
+        if args.parts:
+            raise SpecError(f"--parts under mpiexec: the chain has one part per rank ({transport.size})")
+        if transport.size > nodes:
+            raise SpecError(f"{transport.size} MPI ranks for a chain of {nodes} nodes: at most one rank per node")
+    return Distributed(transport.size if transport is not None else args.parts or nodes, window, transport)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    try:
+        return _main(args)
+    except SpecError:
+        if mpi_rank() > 0:
+            raise SystemExit(2) from None  # every rank refuses alike: rank 0 says why
+        raise
+
+
+@dataclass
+class Setup:
+    """What the options ask for, before any simulation."""
+    network: object
+    mapping: object
+    dataset: object
+    inputs: np.ndarray
+    labels: np.ndarray
+    params: dict
+    links: object       # a LinkedChain or None
+    deadline: int
+
+
+def setup(args):
+    """The network, its mapping, the data and the initial weights the options ask for."""
     network = zoo.get(args.network)
     mapper = map_with_default_gradient_sums if args.grad_bits is None else map_network
     warning = args.grad_bits and grad_bits_warning(args.grad_bits, args.batch)
-    if warning:
+    if warning and mpi_rank() == 0:
         print(f"warning: {warning}")
     mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                      formats=formats_of(args.loss, args.grad_bits), overlapped_update=args.overlapped_update,
                      act_storage=args.act_storage,
                      **GENERATOR_OPTIONS)
-    formats = mapping.nodes[0].formats
     dataset = data.load(args.data, network.input_shape, network.num_classes, seed=args.seed)
     per_epoch = len(dataset.train_x) if args.samples is None else min(args.samples, len(dataset.train_x))
     per_epoch -= per_epoch % args.batch
@@ -149,14 +213,34 @@ def main(argv=None):
         raise SpecError(f"fewer training samples than one mini-batch of {args.batch}")
     inputs = np.concatenate([dataset.train_x[:per_epoch]] * args.epochs)
     labels = np.concatenate([dataset.train_y[:per_epoch]] * args.epochs)
-    params = golden.init_params(network, np.random.default_rng(args.seed), formats)
-    print(f"{network.name} on {args.cluster}: {len(mapping.nodes)} nodes, mini-batch {args.batch}, "
-          f"lr {args.lr}; {len(inputs)} samples of {dataset.name} ({args.epochs} epoch(s)), "
-          f"{len(dataset.test_x)} held out; backend {args.backend}", flush=True)
-    bar = ProgressBar(len(inputs))
+    params = golden.init_params(network, np.random.default_rng(args.seed), mapping.nodes[0].formats)
     links = linked_chain(args, mapping)
-    run = train_chain(network, mapping, inputs, labels, params, backend=args.backend, progress=bar,
-                      deadline=deadline(mapping, len(inputs)) * (4 if links else 1), links=links)
+    return Setup(network, mapping, dataset, inputs, labels, params, links,
+                 deadline(mapping, len(inputs)) * (4 if links else 1))
+
+
+def _main(args):
+    s = setup(args)
+    network, mapping, dataset, inputs, labels, params, links = (s.network, s.mapping, s.dataset, s.inputs,
+                                                                 s.labels, s.params, s.links)
+    formats = mapping.nodes[0].formats
+    spread = distributed_spec(args, mapping)
+    rank = spread.transport.rank if spread and spread.transport else 0
+    if rank == 0:
+        print(f"{network.name} on {args.cluster}: {len(mapping.nodes)} nodes, mini-batch {args.batch}, "
+              f"lr {args.lr}; {len(inputs)} samples of {dataset.name} ({args.epochs} epoch(s)), "
+              f"{len(dataset.test_x)} held out; backend {args.backend}", flush=True)
+    bar = ProgressBar(len(inputs)) if rank == 0 else None
+    limit = s.deadline
+    if spread:
+        run = train_distributed(network, mapping, inputs, labels, params, links, spread, deadline=limit,
+                                progress=bar, profile=args.build)
+        if run is None:  # not rank 0
+            spread.transport.wait_for_all()
+            return 0
+    else:
+        run = train_chain(network, mapping, inputs, labels, params, backend=args.backend, progress=bar,
+                          deadline=limit, links=links, profile=args.build)
     bar.close()
     difference = first_difference(run)
     print(f"bit-exact: {'yes' if difference is None else 'no, ' + difference}")
@@ -172,7 +256,22 @@ def main(argv=None):
     for i, ends in enumerate(run.link_counters):
         print(f"link {i}: " + "; ".join(f"{side} " + ", ".join(f"{name} {count}" for name, count in end.items())
                                         for side, end in zip(("up", "down"), ends)))
-    return 0 if difference is None else 1
+    same = True
+    if spread:
+        print(f"distributed: {len(run.stats)} parts (nodes "
+              + ", ".join(f"{s.nodes.start}..{s.nodes.stop - 1}" for s in run.stats)
+              + f"), a window of {spread.window} cycles, lanes of {links.latency} cycles", flush=True)
+        one = None
+        if args.compare:
+            one = train_chain(network, mapping, inputs, labels, params, backend=args.backend, deadline=limit,
+                              links=links, profile=args.build)
+            differs = same_run(run, one)
+            same = differs is None
+            print(f"same as one process: {'yes' if same else 'no, ' + differs}")
+        print(speed_report(run, one))
+        if spread.transport is not None:
+            spread.transport.wait_for_all()
+    return 0 if difference is None and same else 1
 
 
 if __name__ == "__main__":

@@ -86,11 +86,29 @@ def _ports(design):
     return ports, streams
 
 
-def _harness(ports, stream_names):
-    """The C++ harness for ``ports``: the C API ``sim_*`` that ``VerilatedModel`` calls."""
+def _harness(ports, stream_names, lines=()):
+    """The C++ harness for ``ports``: the C API ``sim_*`` that ``VerilatedModel`` calls.
+    ``lines``: names of plain ports that change every cycle: inputs driven from a buffer and
+    outputs recorded into one, a cycle a row (``sim_line``, ``sim_window``)."""
     inputs = [p for p in ports if p.flow == wiring.In and not p.stream]
     outputs = [p for p in ports if p.flow == wiring.Out and not p.stream]
+    line_ports = [p for p in ports if p.name in lines]
     drive, sample, advance = [], [], []
+    window = line_state = line_api = ""
+    if line_ports:
+        line_state = f"\n    uint32_t* line[{len(line_ports)}] = {{}};\n    int64_t base = 0, room = 0;"
+        line_api = ("// The buffer of line ``k`` (a row of words per cycle) and the window it holds: cycles\n"
+                    "// base .. base + room - 1.\n"
+                    "void sim_line(void* h, int k, uint32_t* buffer) { ((Model*)h)->line[k] = buffer; }\n"
+                    "void sim_window(void* h, int64_t base, int64_t room) {\n"
+                    "    ((Model*)h)->base = base; ((Model*)h)->room = room; }\n\n")
+        # a run stops at the end of the window its buffers hold
+        window = "        if (m->cycle - m->base >= m->room) break;\n        int64_t row = m->cycle - m->base;\n"
+        for k, p in enumerate(line_ports):
+            if p.flow == wiring.In:
+                drive.append(f"    put_port(top->{p.name}, m->line[{k}] + row * {p.words});")
+            else:
+                sample.append(f"    get_port(top->{p.name}, m->line[{k}] + row * {p.words});")
     for k, name in enumerate(stream_names):
         drive.append(f"    {{ auto& s = m->in[{k}]; bool v = s.pos < s.count(); top->{name}_valid = v;\n"
                      f"      if (v) put_port(top->{name}_payload, &s.data[s.pos * s.words]); }}")
@@ -145,7 +163,7 @@ struct Model {{
     uint64_t target[{max(1, len(outputs))}];
     bool record[{max(1, len(outputs))}];
     std::vector<int64_t> events[{max(1, len(outputs))}];
-    int64_t cycle = 0;
+    int64_t cycle = 0;{line_state}
 }};
 
 extern "C" {{
@@ -193,7 +211,7 @@ void sim_get(void* h, int k, uint32_t* w) {{
     }}
 }}
 
-void sim_target(void* h, int k, uint64_t value) {{ ((Model*)h)->target[k] = value; }}
+{line_api}void sim_target(void* h, int k, uint64_t value) {{ ((Model*)h)->target[k] = value; }}
 void sim_record(void* h, int k, int on) {{ ((Model*)h)->record[k] = on; }}
 
 int64_t sim_events(void* h, int k, int64_t* out, int64_t room) {{
@@ -210,7 +228,7 @@ int64_t sim_run(void* h, int64_t cycles) {{
     Vtop* top = m->top;
     int64_t start = m->cycle;
     for (int64_t c = 0; c < cycles; c++) {{
-{chr(10).join(drive)}
+{window}{chr(10).join(drive)}
         top->clk = 0;
         top->eval();
         if ({stop}) break;
@@ -312,16 +330,17 @@ def _say(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def build(design, memories=(), *, threads=1, profile="fast", progress=_say):
+def build(design, memories=(), *, threads=1, profile="fast", progress=_say, lines=()):
     """The path of the compiled library for ``design`` (a ``wiring.Component``), from the
-    cache or built now; ``memories``: hierarchical names of the memories made public."""
+    cache or built now; ``memories``: hierarchical names of the memories made public;
+    ``lines``: ports driven or recorded every cycle (``VerilatedModel.lines``)."""
     ports, streams = _ports(design)
     port_map = {}
     for path, member, value in design.signature.flatten(design):
         port_map["_".join(map(str, path))] = (Value.cast(value), PortDirection.Input if member.flow == wiring.In
                                               else PortDirection.Output)
     text = rtlil.convert(design, name="top", ports=port_map, emit_src=False)
-    harness = _harness(ports, list(streams))
+    harness = _harness(ports, list(streams), lines)
     config = _public_memories(memories)
     extra, cxxflags = _PROFILES[profile]
     flags = (*_FLAGS, *extra, "--threads", str(threads))
@@ -358,9 +377,10 @@ class VerilatedModel:
     """A compiled ``design``; ``memories``: hierarchical names (below the top) of the
     memories to read and write, e.g. ``node0.slice0_conv1.lpram.mem``."""
 
-    def __init__(self, design, memories=(), *, threads=1, profile="fast", progress=_say):
+    def __init__(self, design, memories=(), *, threads=1, profile="fast", progress=_say, lines=()):
         path, ports, self.stream_names = build(design, memories, threads=threads, profile=profile,
-                                               progress=progress)
+                                               progress=progress, lines=lines)
+        self.line_names = [p.name for p in ports if p.name in lines]
         self.inputs = {p.name: (k, p) for k, p in enumerate(p for p in ports if p.flow == wiring.In and not p.stream)}
         self.outputs = {p.name: (k, p) for k, p in enumerate(p for p in ports if p.flow == wiring.Out
                                                                and not p.stream)}
@@ -383,7 +403,16 @@ class VerilatedModel:
                                               ctypes.c_int, ctypes.c_int])):
             getattr(lib, name).restype = restype
             getattr(lib, name).argtypes = args
+        if self.line_names:
+            lib.sim_line.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+            lib.sim_window.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         self.handle = lib.sim_new()
+
+    def restart(self):
+        """A fresh model of the same build: every register and memory at its initial value, cycle 0
+        (line buffers, stop targets and recordings to set again)."""
+        self.close()
+        self.handle = self.lib.sim_new()
 
     def close(self):
         if self.handle is not None:
@@ -395,6 +424,21 @@ class VerilatedModel:
 
     def __exit__(self, *exc):
         self.close()
+
+    def lines(self, rows):
+        """Buffers of ``rows`` cycles for every line port, {name: uint32 array (rows, words)}:
+        ``run`` drives the input lines from theirs and records the output lines into theirs,
+        row ``cycle - base`` of the ``window`` set, and stops at the window's end."""
+        buffers = {}
+        for k, name in enumerate(self.line_names):
+            buffers[name] = np.zeros((rows, self.widths[name]), dtype=np.uint32)
+            self.lib.sim_line(self.handle, k, buffers[name].ctypes.data)
+        self._line_buffers = buffers  # kept alive while the harness points at them
+        return buffers
+
+    def window(self, base, rows):
+        """The cycles the line buffers hold from now on: ``base`` (row 0) on, ``rows`` of them."""
+        self.lib.sim_window(self.handle, base, rows)
 
     @property
     def cycle(self):

@@ -70,7 +70,7 @@ class NeighbourLink:
 
 
 def link_chain(m, nodes, phy, *, lane_width=32, phy_latency=8, node_domains=None, link_domains=None,
-               fifo_depth=4):
+               fifo_depth=4, first_link=0, ends=(True, True)):
     """Join every node's ``down`` port to its successor's ``up`` port through two link endpoints
     and a PHY; returns the :class:`NeighbourLink` of every neighbour pair.
 
@@ -80,21 +80,25 @@ def link_chain(m, nodes, phy, *, lane_width=32, phy_latency=8, node_domains=None
     :class:`LinkEndpoint` between its node's clock and its link clock, ``link_domains[i]`` =
     (upstream, downstream) link clocks of link i; each end receives on its partner's link clock
     (forwarded, as a receiver recovers it).
+
+    ``first_link``: the index of the first link (``nodes`` a part of a longer chain, whose
+    ``ends`` say whether they end the chain, as :func:`~hw.node.top.check_chain`).
     """
-    check_chain(nodes)
+    check_chain(nodes, ends)
     links = []
-    for i, (a, b) in enumerate(zip(nodes, nodes[1:])):
+    for i, (a, b) in enumerate(zip(nodes, nodes[1:]), start=first_link):
         config = chain_link_config(a.down, lane_width, phy_latency)
         if node_domains is None:
-            ends, tx_domains = (LinkLayer(config), LinkLayer(config)), ("sync", "sync")
+            endpoints, tx_domains = (LinkLayer(config), LinkLayer(config)), ("sync", "sync")
         else:
-            tx_domains = tuple(link_domains[i])
-            ends = tuple(LinkEndpoint(config, node_domains[i + end], tx_domains[end], tx_domains[1 - end],
-                                      fifo_depth=fifo_depth) for end in (0, 1))
-        m.submodules[f"link{i}_up"], m.submodules[f"link{i}_down"] = ends
-        attach_endpoint(m, a.down, ends[0], upstream=True)
-        attach_endpoint(m, b.up, ends[1], upstream=False)
-        link = NeighbourLink(i, config, *ends, tx_domains)
+            k = i - first_link
+            tx_domains = tuple(link_domains[k])
+            endpoints = tuple(LinkEndpoint(config, node_domains[k + end], tx_domains[end], tx_domains[1 - end],
+                                           fifo_depth=fifo_depth) for end in (0, 1))
+        m.submodules[f"link{i}_up"], m.submodules[f"link{i}_down"] = endpoints
+        attach_endpoint(m, a.down, endpoints[0], upstream=True)
+        attach_endpoint(m, b.up, endpoints[1], upstream=False)
+        link = NeighbourLink(i, config, *endpoints, tx_domains)
         phy(m, link)
         links.append(link)
     return links

@@ -251,11 +251,13 @@ def connect_chain(m, nodes, link=None):
                 link(m, theirs, ours)
 
 
-def check_chain(nodes):
+def check_chain(nodes, ends=(True, True)):
     """Refuse a chain whose ends have weight-balancing streams crossing to no node, or whose
-    neighbours disagree about the link between them (ValueError, one line)."""
-    for node, side in ((nodes[0], "up"), (nodes[-1], "down")):
-        if side in node.signature.members:
+    neighbours disagree about the link between them (ValueError, one line). ``ends``: whether
+    ``nodes`` starts and ends the chain (a part of a chain cut at its links has neighbours
+    beyond them)."""
+    for node, side, is_end in ((nodes[0], "up", ends[0]), (nodes[-1], "down", ends[1])):
+        if is_end and side in node.signature.members:
             dangling = sorted(set(node.signature.members[side].signature.members) - set(CHANNELS))
             if dangling:
                 raise ValueError(f"node {node.config.index}: weight-balancing streams {dangling} cross its "
