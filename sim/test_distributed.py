@@ -9,6 +9,7 @@ end, so the parts draw them as the one process does), 4 samples. Both parts are 
 "quick" profile, cached) and every run restarts them.
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -105,12 +106,14 @@ def test_parts_of_about_equal_cost():
     assert worst == min(max(sum(costs[:k]) + k, sum(costs[k:]) + 5 - k) for k in range(1, 5))
 
 
-@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="no mpiexec (the mpich package brings it)")
 def test_the_command_on_two_mpi_ranks_is_the_one_process_run(chain, data):
     """``--no-compare``: the fixture's one-process run is the reference (the command's own
-    comparison would elaborate the whole chain once more)."""
+    comparison would elaborate the whole chain once more). ``mpiexec`` is the one the ``mpich``
+    dependency installs beside this Python (or the first on the PATH)."""
     _, one, _ = chain
-    result = subprocess.run(["mpiexec", "-n", "2", sys.executable, "-m", "sim.train", *_options(data),
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    assert mpiexec is not None, "no mpiexec: pip install -e . installs the mpich package, which brings it"
+    result = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "sim.train", *_options(data),
                              "--distributed", "--no-compare"], capture_output=True, text=True, timeout=600)
     print(result.stdout, result.stderr[-2000:])
     assert result.returncode == 0
