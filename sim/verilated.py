@@ -15,11 +15,13 @@ and plain input and output values. A clock domain ``sync``, reset held low.
 A build is cached by a hash of the RTLIL, the harness, the Verilator version and its
 flags: in ``$FPDEEP_VERILATOR_CACHE`` (default ``~/.cache/fpdeep-amaranth/verilator``;
 ``off`` builds in a temporary folder every time), and Verilator's runtime objects beside
-them, by the Verilator version and flags. Verilator's VPI is global to a process,
+them, by the Verilator version and flags. A lock file per design lets one process at a time
+compile it; the others wait and load its library. Verilator's VPI is global to a process,
 so one model per library is live at a time (``close`` or the end of a ``with`` frees it).
 """
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
@@ -347,8 +349,21 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say, line
     key = hashlib.sha256("\0".join((text, harness, config, version("verilator"), " ".join(flags),
                                     cxxflags)).encode()).hexdigest()
     folder = _cache_folder()
-    if folder is not None and (folder / key / "libtop.so").exists():
-        return folder / key / "libtop.so", ports, list(streams)
+    if folder is None:
+        return _compile(text, harness, config, flags, cxxflags, None, key, design, profile, progress), ports, list(streams)
+    folder.mkdir(parents=True, exist_ok=True)
+    # One build per design at a time: a worker that asks for a design another is compiling
+    # waits for it and loads its library (two workers of the suite compiled the same chain at once).
+    with open(folder / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = folder / key / "libtop.so"
+        if not kept.exists():
+            _compile(text, harness, config, flags, cxxflags, folder, key, design, profile, progress)
+    return kept, ports, list(streams)
+
+
+def _compile(text, harness, config, flags, cxxflags, folder, key, design, profile, progress):
+    """Compile the model into the cache ``folder`` (or a temporary folder if None); the library's path."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         started = time.monotonic()
@@ -369,8 +384,8 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say, line
         kept.parent.mkdir(parents=True, exist_ok=True)
         partial = kept.with_suffix(f".{os.getpid()}.tmp")
         shutil.copy(library, partial)
-        partial.replace(kept)  # atomic: parallel workers may build the same design
-    return kept, ports, list(streams)
+        partial.replace(kept)  # atomic: a reader never sees half a library
+    return kept
 
 
 class VerilatedModel:
