@@ -56,10 +56,11 @@ class Run:
 
 
 def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, padding=0, tiles=None, rng,
-               stall=0.0, samples=1):
+               stall=0.0, samples=1, group_major=False):
     weights, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                                    size=size, stride=stride, padding=padding, samples=samples)
-    engine = EBEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces, tiles=tiles)
+    engine = EBEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces, tiles=tiles,
+                      group_major=group_major)
     dut = EngineWithWeights(engine, lpram_rows(weights, ces, engine.tiles, rng).tolist(), ("windows", "errors"))
     windows = [w for e in errs for w in error_windows(e, kernel, stride, padding, (size, size))]
     want = expected(errs, weights, (in_channels, size, size), stride, padding)
@@ -112,6 +113,19 @@ def test_matches_conv_backward_with_stalls(name):
     run = run_engine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, size=size, stride=stride,
                      padding=padding, tiles=tiles, rng=np.random.default_rng(len(name)), stall=0.3)
     np.testing.assert_array_equal(run.got, run.want)
+
+
+@pytest.mark.parametrize("name", ["fold-1x1-s5-b2-padded-pass", "fold-3x3-stride-2-s4-b2-exact-passes",
+                                  "fold-one-ce-one-group"])
+def test_group_major_matches_conv_backward_with_stalls(name):
+    """In LPRAM address order (the rows of a slice whose weights stream from DRAM): the same errors,
+    the steps g-major."""
+    s, o, kernel, ces, size, stride, padding, tiles = CORNERS[name]
+    run = run_engine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, size=size, stride=stride,
+                     padding=padding, tiles=tiles, rng=np.random.default_rng(len(name)), stall=0.3,
+                     samples=2, group_major=True)
+    np.testing.assert_array_equal(run.got, run.want)
+    assert run.addrs == list(range(run.engine.rows))
 
 
 @pytest.mark.parametrize("in_channels, kernel, tiles, passes, latency", [

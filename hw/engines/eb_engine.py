@@ -16,6 +16,12 @@ of pass i, CE c holds the error sum of input channel ``i*b + c``. The sums of pa
 engine emits one beat of the S sums (lanes past S of the last pass dropped; exact, not
 rounded: ICP slices round them in the node, OCP slices send them on as partial sums).
 
+``group_major`` walks the steps in the FP engine's order instead (g-major, i-minor: LPRAM
+address order), for a slice whose weight rows arrive once per sample as a stream read for FP
+and EB together (hw/memory/dram_weights.py). The sums of all v passes then wait in a ring of
+v*b lanes, each step adding into the pass it reaches (group 0 loading); after group G-1
+the ring holds every pass's sums and the last step's completes the beat.
+
 Channels past O in the last group read as zero errors (``hw.engines.common.select_words``),
 so the garbage in the weight rows' lanes past O never contributes.
 
@@ -42,7 +48,7 @@ EB's would be 1,536 bits wide, 2,231 LUT4): one enable then holds every register
 accumulators and held lanes included) while the consumer does not take the errors.
 """
 
-from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -69,11 +75,12 @@ class EBEngine(WeightWalk, wiring.Component):
     ``latency``: cycles from issuing a window's last step to its errors, with no stall.
     """
 
-    def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, family=None):
+    def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, group_major=False, family=None):
         positive(self, "error engine", in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                  ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.family = kernel, ces, family
+        self.group_major = group_major
         self._walk("error engine", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                    banks=ces, tiles=tiles)
         self.taps = ces * kernel * kernel  # products per CE and step
@@ -86,7 +93,7 @@ class EBEngine(WeightWalk, wiring.Component):
         })
 
     @classmethod
-    def from_slice(cls, layer_slice, family=None):
+    def from_slice(cls, layer_slice, family=None, *, group_major=False):
         """The EB engine of a ``mapping.nodeconfig.LayerSlice``: b CEs (its FP engine's tiles) of P tiles
         (the LPRAM's banks)."""
         s = layer_slice
@@ -100,7 +107,7 @@ class EBEngine(WeightWalk, wiring.Component):
                 f"{e.kernel}x{e.kernel}, but its slice needs {s.fp.tiles} CEs (one per FP tile) "
                 f"of {s.fp.ces} tiles (one per LPRAM bank) of {k}x{k}")
         return cls(in_channels=s.in_channels, out_channels=s.out_channels, kernel=k, ces=e.tiles, tiles=e.ces,
-                   family=family)
+                   group_major=group_major, family=family)
 
     @property
     def multipliers(self):
@@ -112,7 +119,7 @@ class EBEngine(WeightWalk, wiring.Component):
         k, kk, b = self.kernel, self.kernel * self.kernel, self.tiles
 
         credit = CreditedOutput(self.latency + 1, self.family, stall=self.passes > 1)
-        issue = Issue(m, self.groups, self.passes, self.windows.valid, credit.room, group_major=False)
+        issue = Issue(m, self.groups, self.passes, self.windows.valid, credit.room, group_major=self.group_major)
         m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
 
@@ -139,17 +146,43 @@ class EBEngine(WeightWalk, wiring.Component):
         valid = pipe.delay(valid, LATENCY + self.levels, reset=True)
         first, last, pass_ = (pipe.delay(flag, LATENCY + self.levels) for flag in (first, last, pass_))
 
-        # Accumulate over the groups; after a pass's last group the accumulators hold its sums.
+        if self.group_major and self.passes > 1:
+            held, accs, done = self._ring(pipe, sums, first, last, pass_, valid)
+        else:
+            held, accs, done = self._held(pipe, sums, first, last, pass_, valid)
+        live = self.in_channels - (self.passes - 1) * b  # lanes of the last pass within S
+        credit.attach(m, produced=issue.issue & issue.last_group & issue.last_pass,
+                      valid=done, payload=Cat(*held, *accs[:live]), out=self.errors)
+        pipe.attach(m, credit.enable)
+        return m
+
+    def _held(self, pipe, sums, first, last, pass_, valid):
+        """Pass-major: each CE's accumulator sums a pass's consecutive groups; the sums of passes
+        0 .. v-2 wait in held lanes. Returns (held lanes, the last pass's sums, output valid)."""
         accs = pipe.accumulate(sums, first, valid, signed(ACC_BITS))
         done, done_pass = pipe.stage(valid & last, reset=True), pipe.stage(pass_)
         held = []
         for i in range(self.passes - 1):
-            lanes = [Signal(signed(ACC_BITS), name=f"held_{i}_{c}", reset_less=True) for c in range(b)]
+            lanes = [Signal(signed(ACC_BITS), name=f"held_{i}_{c}", reset_less=True) for c in range(self.tiles)]
             with pipe.module.If(done & (done_pass == i)):
                 pipe.module.d.sync += [lane.eq(acc) for lane, acc in zip(lanes, accs)]
             held += lanes
-        live = self.in_channels - (self.passes - 1) * b  # lanes of the last pass within S
-        credit.attach(m, produced=issue.issue & issue.last_group & issue.last_pass,
-                      valid=done & (done_pass == self.passes - 1), payload=Cat(*held, *accs[:live]), out=self.errors)
-        pipe.attach(m, credit.enable)
-        return m
+        return held, accs, done & (done_pass == self.passes - 1)
+
+    def _ring(self, pipe, sums, first, last, pass_, valid):
+        """Group-major: the v passes' sums in a ring that turns one pass per step, each step
+        adding its sums into the pass at the ring's head (group 0: into nothing). Returns
+        (passes 0 .. v-2 after the last step, pass v-1's sums, output valid)."""
+        b, v = self.tiles, self.passes
+        ring = [[Signal(signed(ACC_BITS), name=f"ring_{i}_{c}", reset_less=True) for c in range(b)]
+                for i in range(v)]
+        added = [Signal(signed(ACC_BITS), name=f"ring_in_{c}") for c in range(b)]
+        pipe.module.d.comb += [lane.eq(Mux(first, 0, head) + total)
+                               for lane, head, total in zip(added, ring[0], sums)]
+        with pipe.module.If(valid):
+            for i in range(v - 1):
+                pipe.module.d.sync += [lane.eq(nxt) for lane, nxt in zip(ring[i], ring[i + 1])]
+            pipe.module.d.sync += [lane.eq(new) for lane, new in zip(ring[v - 1], added)]
+        done = pipe.stage(valid & last & (pass_ == v - 1), reset=True)
+        # One cycle on, the ring's last v entries are passes 0 .. v-1 in order.
+        return [lane for entry in ring[:v - 1] for lane in entry], ring[v - 1], done

@@ -35,22 +35,27 @@ from .fifo import Fifo
 class DramFifo(wiring.Component):
     """FIFO of ``depth`` beats of ``shape`` in DRAM behind two on-chip FIFOs of ``staging``
     beats (see the module docstring); ``family`` and ``input_register`` as in
-    :class:`hw.memory.fifo.Fifo` (for the staging FIFO that takes ``i``)."""
+    :class:`hw.memory.fifo.Fifo` (for the staging FIFO that takes ``i``). ``preloaded``: the
+    DRAM's words 0 .. ``preloaded`` - 1 are in the queue from reset, in that order (put there
+    before the node starts, as the FC weights are: hw/memory/dram_weights.py)."""
 
     KIND = "dram-fifo"
 
-    def __init__(self, shape, depth, *, staging=DRAM_STAGING_BEATS, family=None, input_register=False):
+    def __init__(self, shape, depth, *, staging=DRAM_STAGING_BEATS, family=None, input_register=False,
+                 preloaded=0):
         if depth < 1:
             refuse(self, f"{self.KIND}: depth = {depth} must be at least 1")
+        if not 0 <= preloaded <= depth:
+            refuse(self, f"{self.KIND}: preloaded = {preloaded} must be between 0 and depth = {depth}")
         if staging < 3:  # hw/memory/fifo.py passes one beat per cycle from depth 3
             refuse(self, f"{self.KIND}: staging = {staging} must be at least 3")
         self.shape, self.depth, self.staging, self.family = shape, depth, staging, family
-        self.input_register = input_register
+        self.input_register, self.preloaded = input_register, preloaded
         self.width = Shape.cast(shape).width
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
-            "level": Out(range(depth + 1)),
+            "level": Out(range(depth + 1), init=preloaded),
             "dram": Out(DramQueueSignature(self.width, depth)),
         })
 
@@ -61,7 +66,7 @@ class DramFifo(wiring.Component):
                                               input_register=self.input_register)
         from_dram = m.submodules.from_dram = Fifo(self.shape, staging, family=self.family)
 
-        full = Signal()
+        full = Signal(init=self.preloaded == depth)
         push = self.i.valid & self.i.ready
         pop = self.o.valid & self.o.ready
         after = up_down(m, self.level, push, pop)
@@ -74,9 +79,10 @@ class DramFifo(wiring.Component):
         connect(m, from_dram.o, wiring.flipped(self.o))
 
         # Writes: a command for each staged beat, then the beat as its data.
-        write_addr, read_addr = Signal(range(depth)), Signal(range(depth))
+        write_addr, read_addr = Signal(range(depth), init=self.preloaded % depth), Signal(range(depth))
         commanded = Signal(range(staging + 1))  # staged beats whose command went out
-        written = Signal(range(depth + 1))      # words in the ring not yet commanded for reading
+        # words in the ring not yet commanded for reading
+        written = Signal(range(depth + 1), init=self.preloaded)
         m.d.comb += [
             write.cmd.valid.eq(to_dram.level > commanded),
             write.cmd.payload.eq(write_addr),

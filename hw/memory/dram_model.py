@@ -24,21 +24,24 @@ WRITE_COMMANDS = 4  # write commands the model takes ahead of their data (LiteDR
 
 
 class SimulatedDram(wiring.Component):
-    """The DRAM side of a queue of ``depth`` words of ``width`` bits (module docstring)."""
+    """The DRAM side of a queue of ``depth`` words of ``width`` bits (module docstring), its
+    first words ``init`` (a queue's preloaded words, hw/memory/dram_fifo.DramFifo)."""
 
-    def __init__(self, width, depth, *, latency=20, refresh_every=0, refresh_cycles=0):
+    def __init__(self, width, depth, *, latency=20, refresh_every=0, refresh_cycles=0, init=()):
         positive(self, "SimulatedDram", width=width, depth=depth, latency=latency)
         if refresh_every < 0 or refresh_cycles < 0 or (refresh_every and refresh_cycles >= refresh_every):
             refuse(self, f"SimulatedDram: refresh_cycles = {refresh_cycles} must be at least 0 and below "
                          f"refresh_every = {refresh_every} (0: no refresh)")
         self.width, self.depth, self.latency = width, depth, latency
         self.refresh_every, self.refresh_cycles = refresh_every, refresh_cycles
+        # Built here so a testbench can read what the DRAM holds (sim.chain reads the FC weights).
+        self.mem = memory.Memory(shape=width, depth=depth, init=list(init), attrs=NO_RW_CHECK)
         super().__init__({"port": In(DramQueueSignature(width, depth))})
 
     def elaborate(self, platform):
         m = Module()
         write, read = self.port.write, self.port.read
-        m.submodules.mem = mem = memory.Memory(shape=self.width, depth=self.depth, init=[], attrs=NO_RW_CHECK)
+        m.submodules.mem = mem = self.mem
 
         available = Signal(init=1)
         if self.refresh_every:

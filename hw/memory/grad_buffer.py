@@ -116,6 +116,19 @@ CHUNK_BITS = 17  # gsum is split so every multiplier operand fits 18 signed bits
 OPERAND_STAGES = 1  # each lane's selected sum is registered before its multipliers
 
 
+def lr_product(m, name, gsum, lr, family, enable):
+    """``gsum * lr`` (a signed ACC_BITS sum, the unsigned update constant) from three 18x17
+    multipliers (``name``_0 .. _2, hw.arith.mult: 48-bit gsum split 17 + 17 + 14 bits), their
+    partial products added as they leave; ``Multiplier.latency`` cycles of ``enable``."""
+    parts = [gsum[0:CHUNK_BITS], gsum[CHUNK_BITS:2 * CHUNK_BITS], gsum[2 * CHUNK_BITS:].as_signed()]
+    product = 0
+    for n, part in enumerate(parts):
+        mult = m.submodules[f"{name}_{n}"] = Multiplier(CHUNK_BITS + 1, LR_BITS, family=family)
+        m.d.comb += [mult.a.eq(part), mult.b.eq(Const(lr, signed(LR_BITS))), mult.en.eq(enable)]
+        product = product + (mult.p << (n * CHUNK_BITS))
+    return product
+
+
 def _chunks_below(limit, size):
     """The chunk counts n with n * size < ``limit``: those below ceil(limit / size), at least 0."""
     return max(0, -(-limit // size))
@@ -422,15 +435,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
                     m.d.sync += gsum.eq(select(a, c, lambda p, j: sums[p * words + j], self.sum_bits))
                 m.d.comb += side.extra.w[lane].eq(select(a, c, lambda p, j: upd_words[p * words + j],
                                                          numerics.WORD_BITS))
-                parts = [gsum[0:CHUNK_BITS], gsum[CHUNK_BITS:2 * CHUNK_BITS], gsum[2 * CHUNK_BITS:].as_signed()]
-                product = 0
-                for n, part in enumerate(parts):
-                    mult = Multiplier(CHUNK_BITS + 1, LR_BITS, family=self.family)
-                    m.submodules[f"mult{lane}_{n}"] = mult
-                    m.d.comb += [mult.a.eq(part), mult.b.eq(Const(self.lr, signed(LR_BITS))),
-                                 mult.en.eq(advance)]
-                    product = product + (mult.p << (n * CHUNK_BITS))
-                products.append(product)
+                products.append(lr_product(m, f"mult{lane}", gsum, self.lr, self.family, advance))
                 offsets.append(a * self.index_stride + c)
         for _ in range(OPERAND_STAGES + Multiplier.latency):
             delayed = Signal(side_layout)
