@@ -159,7 +159,7 @@ def build(args, log=print):
         mapping = load_mapping(args)
         config = mapping.node(args.node)
         for s in config.slices:
-            problem = generator_problem(s, config.formats.grad_bits)
+            problem = generator_problem(s, config.formats.grad_bits, config.training.batch)
             if problem:
                 raise SpecError(problem)
         device = get_device(config.device)

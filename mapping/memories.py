@@ -49,7 +49,7 @@ class Memory:
 def buildable(s):
     """Whether hw/ generates slice ``s`` (see hw/slice_unit.check_buildable)."""
     return (s.pg == s.fp and (not s.needs_eb or (s.eb.ces, s.eb.tiles) == (s.fp.tiles, s.fp.ces))
-            and s.fp.tiles <= s.in_channels and not s.weights_offchip
+            and s.fp.tiles <= s.in_channels
             and remote_rows_problem(s.remote_weights, s) is None)
 
 
@@ -91,13 +91,41 @@ def widest_value(s, grad_bits=ACC_BITS):
                + [(words * 2 * WORD_BITS, "gradient beat")])
 
 
-def generator_problem(s, grad_bits=ACC_BITS):
-    """Why hw/ cannot generate slice ``s``, or None: weights in DRAM, remote rows it does not
+def dram_weights_problem(s, batch):
+    """Why hw/ cannot keep slice ``s``'s weights in DRAM at mini-batch ``batch``, or None (none
+    kept there). It builds fully connected slices at mini-batch 1, the update stopping the
+    engines, every row of the slice in DRAM (hw/memory/dram_weights.py)."""
+    if not s.weights_offchip:
+        return None
+    if s.kind != "fc":
+        return f"the {s.kind} slice keeps weights in DRAM; the generator keeps only fully connected ones there"
+    if batch != 1:
+        return (f"the slice keeps weights in DRAM at mini-batch {batch}; the generator builds that at "
+                f"mini-batch 1 (the update of B > 1 samples needs their stored vectors, not built yet)")
+    if s.overlapped_update:
+        return "the slice keeps weights in DRAM with the overlapped update, which the generator does not combine"
+    if s.remote_weights:
+        return "the slice keeps weights in DRAM and rows on other nodes; the generator builds one or the other"
+    return None
+
+
+def fc_weights_queue(s):
+    """(name, width in bits, depth in beats, beats per sample) of the DRAM queue that holds
+    slice ``s``'s weights (``weights_offchip``): its LPRAM rows, G*v addresses of P*b*K*K
+    words, each read and written once per sample (hw/memory/dram_weights.py)."""
+    groups, passes = -(-s.out_channels // s.fp.ces), -(-s.in_channels // s.fp.tiles)
+    rows = groups * passes
+    return "fc_weights", s.fp.ces * s.fp.tiles * s.kernel * s.kernel * WORD_BITS, rows, rows
+
+
+def generator_problem(s, grad_bits=ACC_BITS, batch=1):
+    """Why hw/ cannot generate slice ``s`` at mini-batch ``batch``, or None: weights in DRAM it
+    does not build (:func:`dram_weights_problem`), remote rows it does not
     stream, a max-pool its SFU does not build, engines of another shape (:func:`buildable`),
     a value wider than Amaranth's (:data:`WIDEST_VALUE_BITS`)."""
-    hint = "; map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)"
-    if s.weights_offchip:
-        return f"layer '{s.layer}': the slice keeps weights in DRAM, which the generator does not build yet{hint}"
+    problem = dram_weights_problem(s, batch)
+    if problem:
+        return f"layer '{s.layer}': {problem}"
     problem = remote_rows_problem(s.remote_weights, s)
     if problem:
         return problem

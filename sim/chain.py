@@ -88,6 +88,12 @@ def _lanes(value, lanes):
     return [w - 0x10000 if w & 0x8000 else w for w in words]
 
 
+def _words(row, lanes):
+    """A memory row as the simulator gives it, signed words: a ParamRam's rows are arrays of
+    words, a simulated DRAM's (the FC weights) plain integers."""
+    return _lanes(row, lanes) if isinstance(row, int) else [int(v) for v in row]
+
+
 def input_beats(config):
     """Beats of one sample on a node's up.act port."""
     first = config.slices[0]
@@ -171,7 +177,7 @@ def _run_pysim(top, feed, final, trace_updates):
         state["cycles"] = cycle
         state["ended"] = time.monotonic(), time.process_time()
         for name, rows, layer_slice, ram in top.param_rams():
-            contents = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
+            contents = [_words(ctx.get(ram.mem.data[r]), ram.banks * ram.words) for r in range(ram.rows)]
             _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
         if top.lanes is not None:
             state["links"] = top.lanes.counters(ctx)

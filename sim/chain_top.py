@@ -14,7 +14,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.link.model_phy import line_layout
-from hw.memory.dram_model import attach_simulated_drams
+from hw.memory.dram_model import simulated_drams
 from hw.memory.update_gate import COUNT_BITS
 from hw.node.loss import LABEL_BITS
 from hw.node.top import Node, connect_chain
@@ -43,6 +43,7 @@ class ChainTop(wiring.Component):
         if any(cut) and not (links and gateware_links):
             raise ValueError("a part of a chain is cut at its lanes: it needs links in logic")
         self.nodes = [Node(cfg, params=params) for cfg in mapping.nodes[self.part.start:self.part.stop]]
+        self.drams = [simulated_drams(node) for node in self.nodes]
         self.domains = links.node_domains(len(self.nodes)) if links else ["sync"] * len(self.nodes)
         # The link cores are built here, so the simulator's lane processes exist before it runs.
         self.link_cores = Module() if links else None
@@ -72,9 +73,11 @@ class ChainTop(wiring.Component):
             m.submodules[f"node{n}"] = node if domain == "sync" else DomainRenamer(domain)(node)
             m.d.comb += [node.total_samples.eq(self.total_samples), self.updates[n].eq(node.updates),
                          self.entered[n].eq(node.up.act.valid & node.up.act.ready)]
-            if node.dram_queues:
+            if self.drams[n]:
                 drams = Module()
-                attach_simulated_drams(drams, node)
+                for name, model in self.drams[n].items():
+                    drams.submodules[f"dram_{name}"] = model
+                    wiring.connect(drams, getattr(node.dram, name), model.port)
                 m.submodules[f"node{n}_drams"] = drams if domain == "sync" else DomainRenamer(domain)(drams)
         if self.lanes is not None:
             m.submodules.links = self.link_cores
@@ -102,8 +105,9 @@ class ChainTop(wiring.Component):
 
     def param_rams(self):
         """Every weight memory as (hierarchical name below the top, slice rows it holds or
-        None for biases, LayerSlice it belongs to, ParamRam), in the submodule names of
-        ``Node.elaborate`` and ``SliceUnit.elaborate``."""
+        None for biases, LayerSlice it belongs to, ParamRam or the DramRows of FC weights in
+        DRAM), in the submodule names of ``Node.elaborate``, ``SliceUnit.elaborate`` and
+        ``ChainTop.elaborate``."""
         for n, node in enumerate(self.nodes):
             for k, unit in enumerate(node.units):
                 prefix = f"node{n}.slice{k}_{unit.slice.layer}"
@@ -113,3 +117,20 @@ class ChainTop(wiring.Component):
                     yield f"{prefix}.bias_ram", None, unit.slice, unit.bias_ram
             for host in node.hosted:
                 yield f"node{n}.host_{host.rows.layer}_for{host.block.owner}.bpram", host.rows, None, host.bpram
+            for k, unit in enumerate(node.units):
+                if unit.dram_weights is not None:
+                    name = f"slice{k}_fc_weights"
+                    yield (f"node{n}_drams.dram_{name}", unit.slice, unit.slice,
+                           DramRows(self.drams[n][name], unit.dram_weights.layout))
+
+
+class DramRows:
+    """The FC weights a SimulatedDram holds (row r at word r, hw/memory/dram_weights.py), seen as
+    the weight read-back sees a ParamRam: ``layout``, ``rows``, ``banks``, ``words``, ``mem``
+    and its ``memory_paths``."""
+
+    memory_paths = ("mem",)
+
+    def __init__(self, dram, layout):
+        self.mem, self.layout = dram.mem, layout
+        self.rows, self.banks, self.words = layout.rows, layout.banks, layout.words

@@ -14,7 +14,7 @@ from mapping import memories, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
-from mapping.nodeconfig import Engine, Pool
+from mapping.nodeconfig import Engine, Pool, Training
 from mapping.resources import ram_style
 from sim.helpers import layer_slice, micro_overlap
 
@@ -69,7 +69,7 @@ def test_inventory_of_a_node_with_an_overlapping_max_pool(act_storage):
 def test_slice_unit_refuses_engines_of_different_shapes_in_one_line():
     s = replace(layer_slice(ces=2, tiles=2), pg=Engine(ces=1, tiles=2, kernel=3))
     with pytest.raises(SpecError) as refusal:
-        check_buildable(s)
+        check_buildable(s, Training(batch=1, lr=0.1, lr_constant=3000, bias_lr_constant=3000))
     assert str(refusal.value) == (
         "layer 'conv' (icp slice, input channels 0..2): engines FP 2 x 2, EB 2 x 2, PG 1 x 2 tiles; "
         "the generator builds FP = PG = P x b and EB = b x P with b at most 3")

@@ -32,7 +32,8 @@ from mapping.cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown,
                          positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
-from mapping.mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums
+from mapping.mapper import (GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums,
+                            with_fc_weights_in_dram)
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
 from sim.chain_links import LinkedChain
@@ -64,6 +65,10 @@ def parse_args(argv):
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
     add_act_storage_option(parser)
     parser.add_argument("--overlapped-update", action="store_true", help=OVERLAPPED_HELP)
+    parser.add_argument("--fc-weights", choices=("chip", "dram"), default="chip",
+                        help="where fully connected slices keep their weights: dram streams them once per "
+                             "sample from a simulated DRAM (hw/memory/dram_weights.py; mini-batch 1), the "
+                             "mapping's estimates still counting them on chip")
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
     links = parser.add_argument_group("links", "neighbours joined by link cores instead of wires")
     links.add_argument("--links", action="store_true",
@@ -206,6 +211,8 @@ def setup(args):
                      formats=formats_of(args.loss, args.grad_bits), overlapped_update=args.overlapped_update,
                      act_storage=args.act_storage,
                      **GENERATOR_OPTIONS)
+    if args.fc_weights == "dram":
+        mapping = with_fc_weights_in_dram(mapping)
     dataset = data.load(args.data, network.input_shape, network.num_classes, seed=args.seed)
     per_epoch = len(dataset.train_x) if args.samples is None else min(args.samples, len(dataset.train_x))
     per_epoch -= per_epoch % args.batch

@@ -44,7 +44,7 @@ def test_every_buildable_vgg16_node_elaborates():
     text = mapping.to_json()
     for config in mapping.nodes:
         layers = ", ".join(s.layer for s in config.slices)
-        problems = [memories.generator_problem(s, config.formats.grad_bits) for s in config.slices]
+        problems = [memories.generator_problem(s, config.formats.grad_bits, config.training.batch) for s in config.slices]
         problems = [p for p in problems if p]
         if problems:
             print(f"\nnode {config.index} ({layers}): skipped, {problems[0]}")

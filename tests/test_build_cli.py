@@ -77,12 +77,12 @@ def test_ctrl_c_during_synthesis_prints_interrupted_and_keeps_the_outputs(tmp_pa
 @pytest.fixture(scope="module")
 def mapped(tmp_path_factory):
     """Mapping files python -m mapping writes: tiny as hw/ builds it, tiny with its fc
-    weights in a VC709's DRAM, lenet-digits with conv2 rows of node 1 on node 0, a
+    weights in a VC709's DRAM at mini-batch 2, lenet-digits with conv2 rows of node 1 on node 0, a
     network whose max-pool is padded, and tiny-grouped (conv2 in two groups)."""
     folder = tmp_path_factory.mktemp("mapped")
     _, padded = bad_network_files(folder)
     runs = {"tiny": ["--network", "tiny", "--cluster", "ecp5-85:2+ecp5-45:2", "--for-hardware"],
-            "dram": ["--network", "tiny", "--cluster", "vc709:2"],
+            "dram": ["--network", "tiny", "--cluster", "vc709:2", "--batch", "2"],
             "conv-rows": ["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction", "0.16",
                           "--batch", "3"],
             "padded": ["--network", str(padded), "--cluster", "ecp5-85:2"],
@@ -105,10 +105,10 @@ def mapping_refusal(mapped, capsys, path, *argv, node="0"):
                           *argv], capsys)
 
 
-def test_a_mapping_with_fc_weights_in_dram_is_refused_in_one_line(mapped, capsys):
+def test_a_mapping_with_fc_weights_in_dram_past_mini_batch_1_is_refused_in_one_line(mapped, capsys):
     assert mapping_refusal(mapped, capsys, mapped / "dram" / "mapping.json", node="1") == (
-        "error: layer 'fc': the slice keeps weights in DRAM, which the generator does not build yet; "
-        "map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
+        "error: layer 'fc': the slice keeps weights in DRAM at mini-batch 2; the generator builds that at "
+        "mini-batch 1 (the update of B > 1 samples needs their stored vectors, not built yet)")
 
 
 def test_a_mapping_with_conv_rows_on_another_node_is_refused_in_one_line(mapped, capsys):

@@ -7,7 +7,7 @@ its command, in command order, and the controller takes no command at all during
 of ``refresh_cycles`` every ``refresh_every`` cycles (0: never), as DDR3's tREFI and tRFC
 stall a real one. One memory of ``depth`` words of ``width`` bits holds the ring.
 
-:func:`attach_simulated_drams` gives each DRAM queue port of a node its own model.
+:func:`simulated_drams` makes one model for each DRAM queue port of a node.
 """
 
 from amaranth.hdl import Assert, Module, Signal
@@ -73,10 +73,8 @@ class SimulatedDram(wiring.Component):
         return m
 
 
-def attach_simulated_drams(m, node, **options):
-    """A :class:`SimulatedDram` (``options``: its latency and refresh) on every DRAM queue port
-    of ``node`` (a Node or LinkedNode: ``dram_queues``, member name -> DramQueueSignature, and
-    its ``dram`` port), as submodules of ``m`` named after the queues."""
-    for name, signature in node.dram_queues.items():
-        model = m.submodules[f"dram_{name}"] = SimulatedDram(signature.width, signature.depth, **options)
-        connect(m, getattr(node.dram, name), model.port)
+def simulated_drams(node, **options):
+    """{queue name: a :class:`SimulatedDram` for it}, each holding the queue's first words
+    (``node.dram_init``: the FC weights)."""
+    return {name: SimulatedDram(signature.width, signature.depth, init=node.dram_init.get(name, ()), **options)
+            for name, signature in node.dram_queues.items()}

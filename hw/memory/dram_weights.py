@@ -48,6 +48,9 @@ from .param_ram import WeightLayout
 from .update_gate import COUNT_BITS
 
 
+WORD_MASK = (1 << numerics.WORD_BITS) - 1
+
+
 def update_layout(banks, words):
     """A row on its way to the updater: the P rows of an address and whether the pass updates it."""
     return data.StructLayout({"rows": bank_layout(banks, words), "update": 1})
@@ -165,6 +168,22 @@ class DramWeights(wiring.Component):
         if needs_eb:
             members["eb"] = Out(rows)
         super().__init__(members)
+
+    @classmethod
+    def from_slice(cls, layer_slice, formats, training, *, family=None):
+        """The rows of a ``mapping.nodeconfig.LayerSlice`` whose ``weights_offchip`` is set (its
+        LPRAM layout, its LGB's update)."""
+        s = layer_slice
+        return cls(WeightLayout.from_slice(s), fp_stale=s.fp_stale, needs_eb=s.needs_eb, family=family,
+                   shift=formats.weight_update_shift, lr=training.lr_constant, seed=formats.seed,
+                   tensor=numerics.tensor_id(s.position, numerics.WEIGHT_UPDATE), out_offset=s.out_range[0],
+                   in_offset=s.in_range[0], in_total=s.in_shape[0], sum_bits=formats.grad_bits)
+
+    def initial_words(self, weights):
+        """The DRAM's first R words for the slice's ``weights`` (O, S, K, K) or (O, S*K*K): row r
+        at word r, its P*b*K*K 16-bit words bank-major, word 0 in the lowest bits."""
+        return [sum((int(word) & WORD_MASK) << (numerics.WORD_BITS * n) for n, word in enumerate(row.reshape(-1)))
+                for row in self.layout.fold(weights)]
 
     def _has_work(self, t):
         """(FP of sample t, EB and update of sample t - k) for pass ``t``."""

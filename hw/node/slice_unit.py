@@ -16,7 +16,8 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, dram_queues,
+from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, dram_queues, dram_weights_problem,
+                              fc_weights_queue,
                               pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
 
@@ -30,6 +31,7 @@ from ..engines.eb_engine import EBEngine
 from ..engines.fp_engine import FPEngine
 from ..engines.pg_engine import PGEngine
 from ..memory.act_ram import ActRam
+from ..memory.dram_weights import DramWeights
 from ..memory.fifo import Fifo
 from ..memory.grad_buffer import GradientBuffer
 from ..memory.grad_rounding import GradientRounder
@@ -112,13 +114,14 @@ def _err_out_layout(s, flat_layout):
     return flat_layout
 
 
-def check_buildable(s):
-    """The generator keeps every weight on chip (rows of fully connected slices may live on
-    other nodes, hw/balance/blocks.remote_blocks) and builds the three engines of one shape
+def check_buildable(s, training):
+    """The generator keeps weights on chip (rows of fully connected slices may live on other
+    nodes, hw/balance/blocks.remote_blocks) or, for a fully connected slice, in DRAM at
+    mini-batch 1 (``memories.dram_weights_problem``), and builds the three engines of one shape
     (P x b tiles, b <= the slice's input channels: folded over ceil(S / b) passes)."""
-    if s.weights_offchip:
-        raise SpecError(f"layer '{s.layer}': the slice keeps weights in DRAM, which the generator does "
-                        f"not build yet; map with mapper.GENERATOR_OPTIONS (python -m mapping --for-hardware)")
+    problem = dram_weights_problem(s, training.batch)
+    if problem:
+        raise SpecError(f"layer '{s.layer}': {problem}")
     remote_blocks(s)
     if not buildable(s):
         raise SpecError(
@@ -132,12 +135,12 @@ class SliceUnit(wiring.Component):
     """The hardware of one ``LayerSlice``; ``params``: the layer's initial words (golden layout)."""
 
     def __init__(self, layer_slice, formats, training, *, params=None, family=None):
-        check_buildable(layer_slice)
+        check_buildable(layer_slice, training)
         s = self.slice = layer_slice
         self.formats, self.training, self.family = formats, training, family
         self.remote = RemoteRows(s)
-        local = self.remote.local
-        _, bias = slice_weights(s, params)
+        local = None if s.weights_offchip else self.remote.local
+        weights, bias = slice_weights(s, params)
         # Built here rather than in elaborate() so a testbench can read the weights back and
         # watch the updates (sim.chain.train_chain, trace_updates).
         # The update that does not stop the engines: a gate and weight memories of its own.
@@ -156,6 +159,13 @@ class SliceUnit(wiring.Component):
                    "up": In(ChainLink(up)), "down": Out(ChainLink(down))}
         self.dram_queues = {name.replace(".", "_"): DramQueueSignature(width, depth)
                             for name, width, depth, _ in dram_queues(s)}
+        # The weights in DRAM and, for the DRAM, their first contents (the board loads them).
+        self.dram_weights, self.dram_init = None, {}
+        if s.weights_offchip:
+            self.dram_weights = DramWeights.from_slice(s, formats, training, family=family)
+            name, width, depth, _ = fc_weights_queue(s)
+            self.dram_queues[name] = DramQueueSignature(width, depth)
+            self.dram_init[name] = self.dram_weights.initial_words(weights)
         if self.dram_queues:
             members["dram"] = Out(wiring.Signature({name: Out(signature)
                                                     for name, signature in self.dram_queues.items()}))
@@ -190,6 +200,11 @@ class SliceUnit(wiring.Component):
         m.d.comb += [gate.total_samples.eq(self.total_samples), self.updates.eq(gate.batch_index)]
         lpram, lgb, bias_lgb = self.lpram, None, None
         updated = []  # the done pulses of every buffer the update runs through
+        if self.dram_weights is not None:
+            weights = m.submodules.dram_weights = self.dram_weights
+            m.d.comb += weights.total_samples.eq(self.total_samples)
+            connect(m, weights.dram, flipped(self.dram.fc_weights))
+            updated.append(weights.stored)
         if lpram is not None:
             m.submodules.lpram = lpram
             lgb = m.submodules.lgb = GradientBuffer.from_slice(self.remote.local, f, self.training,
@@ -216,6 +231,8 @@ class SliceUnit(wiring.Component):
         if len(updated) == 2:
             # The next update starts only once both have reported this one: one ahead at most.
             updated = [_both_done(m, "updates_done", *updated, most_ahead=1)]
+        elif len(updated) > 2:
+            raise AssertionError(f"slice '{s.layer}': {len(updated)} update sources")
         m.d.comb += gate.update_done.eq(updated[0])
         return gate, lgb, bias_lgb
 
@@ -367,7 +384,8 @@ class SliceUnit(wiring.Component):
         connect(m, errors, eb_lb.i)
         eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
         connect(m, self._window_slack(m, "eb", eb_lb.o), eb_gate.i)
-        eb = m.submodules.eb = EBEngine.from_slice(s, family=self.family)
+        # Rows from DRAM come once per sample in address order, for FP and EB together.
+        eb = m.submodules.eb = EBEngine.from_slice(s, family=self.family, group_major=self.dram_weights is not None)
         connect(m, self._weights(m, "eb", eb, eb_gate.o, None if lpram is None else lpram.b), eb.windows)
         # EB is done with the weights only when the sample's last error sum leaves the
         # engine: a stalled engine holds its operands in LPRAM port B's read register,
@@ -382,20 +400,24 @@ class SliceUnit(wiring.Component):
             self._ocp_input_errors(m, eb_end.o, eb.groups * eb.passes)
 
     def _weights(self, m, role, engine, windows, ram_port):
-        """Connect ``engine``'s weight port to the LPRAM, or with remote rows through a
-        WeightSource to the LPRAM and each host's ``<role>`` row stream; returns the window
-        stream the engine takes."""
-        if not self.remote.blocks:
+        """Connect ``engine``'s weight port to the LPRAM, or through a WeightSource to the LPRAM
+        and the ``<role>`` row stream of each host of remote rows, or of the DRAM; returns the
+        window stream the engine takes."""
+        if self.dram_weights is not None:
+            starts, streams = (0,), [getattr(self.dram_weights, role)]
+        else:
+            starts, streams = self.remote.starts, [flipped(getattr(host, role)) for host in self.remote_streams()]
+        if not streams:
             connect(m, engine.weights, ram_port)
             return windows
         source = m.submodules[f"{role}_weights"] = WeightSource(
-            rows=engine.rows, banks=self.slice.fp.ces, words=engine.words, starts=self.remote.starts,
+            rows=engine.rows, banks=self.slice.fp.ces, words=engine.words, starts=starts,
             window=windows.payload.shape())
         connect(m, engine.weights, source.engine)
         if ram_port is not None:
             connect(m, source.ram, ram_port)
-        for streams, remote in zip(self.remote_streams(), source.remote):
-            connect(m, flipped(getattr(streams, role)), remote)
+        for rows, remote in zip(streams, source.remote):
+            connect(m, rows, remote)
         connect(m, windows, source.windows_in)
         return source.windows_out
 
@@ -412,6 +434,8 @@ class SliceUnit(wiring.Component):
 
     def _gradient_sink(self, m, lgb):
         """Where PG's weight-gradient beats go: the LGB, or split between the LGB and the hosts."""
+        if self.dram_weights is not None:
+            return self.dram_weights.grads
         if not self.remote.blocks:
             return lgb.i
         layout = WeightLayout.from_slice(self.slice)

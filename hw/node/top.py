@@ -14,7 +14,7 @@ or through a ``link`` (stall injectors in simulation; link cores between boards)
 
 The ``dram`` port, where slices keep the samples in flight in DRAM (``act_storage``), has a
 DramQueueSignature per queue (:attr:`Node.dram_queues`); the board gives each a DRAM port
-and simulations a model (hw/memory/dram_model.attach_simulated_drams).
+and simulations a model (hw/memory/dram_model.simulated_drams, holding ``dram_init``).
 
 The ``host`` port reaches every weight memory of the node (:attr:`Node.memories`, in
 that order) to load initial weights and read trained ones back while the node is idle
@@ -113,6 +113,9 @@ class Node(wiring.Component):
         # The queues its slices keep in DRAM, by member name of the ``dram`` port.
         self.dram_queues = {f"slice{n}_{name}": signature for n, unit in enumerate(self.units)
                             for name, signature in unit.dram_queues.items()}
+        # Their first contents where a queue starts full (the FC weights), by the same names.
+        self.dram_init = {f"slice{n}_{name}": words for n, unit in enumerate(self.units)
+                          for name, words in unit.dram_init.items()}
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "host": In(NodeHostSignature(self.memories)),
                    "up": In(self._link(up, rows["up"], self.config.index - 1))}
