@@ -72,16 +72,17 @@ def check_accumulators(plans, batch, grad_bits=ACC_BITS):
                     f"the {ACC_BITS}-bit accumulators{hint}")
 
 
-# Options for a mapping hw/ can generate: every weight on chip (folded engines are built),
-# weights balanced only in the form it builds (mapping/balance.py).
-GENERATOR_OPTIONS = {"offchip_fc": False, "buildable_balance": True}
+# Options for a mapping hw/ can generate: fully connected weights on chip, or in DRAM where
+# they do not fit at mini-batch 1 (hw/memory/dram_weights.py), weights balanced only in the
+# form it builds (mapping/balance.py).
+GENERATOR_OPTIONS = {"fc_weights": "auto", "buildable_balance": True}
 
 
 # Where map_network keeps the slices' Act-RAMs and SFU masks (LayerSlice.act_storage).
 ACT_STORAGE_POLICIES = (*ACT_STORAGES, "auto")
 
 
-def map_network(network, cluster, *, act_storage="auto", **options):
+def map_network(network, cluster, *, act_storage="auto", fc_weights="dram", **options):
     """Map the training of ``network`` onto ``cluster`` (see module docstring), the Act-RAMs
     and SFU masks of the slices kept where ``act_storage`` says (LayerSlice.act_storage):
 
@@ -90,6 +91,12 @@ def map_network(network, cluster, *, act_storage="auto", **options):
       has DRAM (a device without keeps them on chip);
     - "auto": on chip where the mapping fits so; where it is refused for on-chip memory
       (:class:`mapping.errors.MemoryRefusal`) and a device has DRAM, mapped again as "dram".
+
+    ``fc_weights`` says the same of fully connected weights (LayerSlice.weights_offchip):
+    "dram" streams them from the DRAM of every device that has one (the paper's classifier
+    nodes, perf.py "FC dataflow"), "chip" keeps them on chip, "auto" keeps them on chip
+    where that maps and is tried before the activations move ("auto" both: weights on chip
+    and activations in DRAM, then weights in DRAM and activations on chip, then both).
 
     "auto" moves every slice on a device with DRAM, not only those whose queues are large:
     one rule per chain, as for fully connected weights in DRAM. A per-slice threshold (say,
@@ -100,36 +107,49 @@ def map_network(network, cluster, *, act_storage="auto", **options):
     sample, mapping/perf.py) and small beside the DRAM's bandwidth on the paper's boards
     (docs/paper_comparison.md); the cost not priced here is a DRAM controller on every such
     node. ``options``: :func:`_map_network`'s."""
-    if not isinstance(act_storage, str):
-        raise TypeError(f"act_storage must be one of {', '.join(ACT_STORAGE_POLICIES)}, not {act_storage!r}")
-    if act_storage not in ACT_STORAGE_POLICIES:
-        raise SpecError(f"act_storage must be one of {', '.join(ACT_STORAGE_POLICIES)}, not {act_storage!r}")
-    if act_storage != "auto":
-        return _map_network(network, cluster, act_dram=act_storage == "dram", **options)
-    try:
-        return _map_network(network, cluster, act_dram=False, **options)
-    except MemoryRefusal as refusal:
-        if not any(device.dram_gb > 0 for device in cluster.devices):
-            raise
+    for name, policy in (("act_storage", act_storage), ("fc_weights", fc_weights)):
+        if not isinstance(policy, str):
+            raise TypeError(f"{name} must be one of {', '.join(ACT_STORAGE_POLICIES)}, not {policy!r}")
+        if policy not in ACT_STORAGE_POLICIES:
+            raise SpecError(f"{name} must be one of {', '.join(ACT_STORAGE_POLICIES)}, not {policy!r}")
+    if fc_weights == "auto" and options.get("buildable_balance") and (
+            options.get("batch", BATCH) > 1 or options.get("overlapped_update")):
+        fc_weights = "chip"  # what the generator builds in DRAM: mini-batch 1, the update stopping the engines
+    # (fc weights in DRAM, activations in DRAM), in the order tried.
+    tries = [(fc, act) for fc in ((False, True) if fc_weights == "auto" else (fc_weights == "dram",))
+             for act in ((False, True) if act_storage == "auto" else (act_storage == "dram",))]
+    if not any(device.dram_gb > 0 for device in cluster.devices):
+        tries = tries[:1]
+    refusal = None
+    for offchip_fc, act_dram in tries:
         try:
-            return _map_network(network, cluster, act_dram=True, **options)
-        except SpecError as dram_refusal:
-            if str(dram_refusal) == str(refusal):
+            return _map_network(network, cluster, act_dram=act_dram, offchip_fc=offchip_fc, **options)
+        except MemoryRefusal as error:
+            if refusal is None:
+                refusal = error
+            last = error
+        except SpecError as error:
+            if refusal is None:
                 raise
-            raise type(dram_refusal)(f"{dram_refusal} (with activations in DRAM, tried as on-chip ones were "
-                                     f"refused too)") from None
+            last = error
+    if str(last) == str(refusal):
+        raise last
+    moved = [what for what, policy in (("fully connected weights", fc_weights), ("activations", act_storage))
+             if policy == "auto"]
+    raise type(last)(f"{last} (with {' and '.join(moved)} in DRAM, tried as on-chip ones were refused "
+                     f"too)") from None
 
 
 def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, formats=None,
                  dsp_fraction=DSP_FRACTION, bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None,
-                 fold_inputs=True, offchip_fc=True, buildable_balance=False, overlapped_update=False):
+                 fold_inputs=True, offchip_fc, buildable_balance=False, overlapped_update=False):
     """Map the training of ``network`` onto ``cluster``; ``act_dram``: the Act-RAMs and SFU
     masks of the slices on devices with DRAM live there.
 
     ``fold_inputs=False``: no engine folds input channels over several cycles (one
     tile per input channel), the engines the hardware generator builds;
-    ``offchip_fc=False``: fully connected weights stay on chip even on boards with
-    DRAM (the generator keeps every weight on chip); ``buildable_balance=True``: weight
+    ``offchip_fc``: fully connected weights in the DRAM of every device that has one (the
+    generator builds that at mini-batch 1, hw/memory/dram_weights.py); ``buildable_balance=True``: weight
     balancing moves only what the generator builds, rows of fully connected slices,
     all of a slice's to one node (:func:`mapping.balance.balance`); ``overlapped_update=True``:
     the weight update does not stop the engines (LayerSlice.overlapped_update: more weight
@@ -161,11 +181,11 @@ def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, f
     def family_of(node):
         return node_budgets[node].device.family
 
-    if buildable_balance and offchip_fc and any(b.device.dram_gb > 0 for b in node_budgets):
-        # balance.ExactMemory prices the memories of slices hw/ builds, all weights on chip
-        raise SpecError(f"{describe()}: buildable_balance plans the memories the hardware generator "
-                        f"builds, which keeps every weight on chip: pass offchip_fc=False too "
-                        f"(mapper.GENERATOR_OPTIONS)")
+    if buildable_balance and offchip_fc and any(b.device.dram_gb > 0 for b in node_budgets) and (
+            batch > 1 or overlapped_update):
+        raise SpecError(f"{describe()}: the hardware generator keeps fully connected weights in DRAM at "
+                        f"mini-batch 1 without the overlapped update, not at mini-batch {batch}"
+                        f"{' with it' if overlapped_update else ''}: keep them on chip (fc_weights 'chip')")
     if buildable_balance:
         _check_generator_layers(plans, describe)
     balance.check_total(plans, node_budgets, describe,

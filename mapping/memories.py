@@ -343,7 +343,10 @@ def slice_memories(s, grad_bits=ACC_BITS):
         if s.needs_eb:
             rows = math.ceil((kernel - 1) / s.stride)
             mems += [Memory(f"eb_lb.row{j}", own_out * WORD_BITS, ow) for j in range(rows)]
-    if local_rows(s):
+    if s.weights_offchip:  # the rows circulate through DRAM behind two staging FIFOs
+        _, width, depth, _ = fc_weights_queue(s)
+        mems += _queue("dram_weights", width, depth, "dram")
+    elif local_rows(s):
         mems += _weight_memories("lpram", "lgb", s, local_rows(s), grad_bits)
     if s.owns_biases:
         mems += _weight_memories("bias_ram", "bias_lgb", s, None, grad_bits)

@@ -48,7 +48,7 @@ def tiny(spec, bram_fraction, **options):
 
 
 def test_generator_options_balance_fc_rows_onto_the_adjacent_node():
-    assert GENERATOR_OPTIONS == {"offchip_fc": False, "buildable_balance": True}
+    assert GENERATOR_OPTIONS == {"fc_weights": "auto", "buildable_balance": True}
     m = tiny("ecp5-85:3", 0.06, **GENERATOR_OPTIONS)
     assert blocks_of(m) == [(2, 1, "fc", (0, 32), (2, 10), 256)]
     assert_buildable(m)
@@ -148,7 +148,7 @@ def test_fc_rows_stream_twice_and_send_48_bit_gradients_back():
 
 
 def test_unrestricted_fc_rows_cross_every_link_to_the_owner():
-    m = tiny("ecp5-85:3", 0.05, offchip_fc=False)  # fc rows of node 2 on node 0
+    m = tiny("ecp5-85:3", 0.05, fc_weights="chip")  # fc rows of node 2 on node 0
     (block,) = m.nodes[0].hosted
     assert block.words == 64
     # forward: conv1's pooled 4x4x4 output (link 0) or conv2's 8x2x2 (link 1), the label,
@@ -188,7 +188,7 @@ def test_partition_counts_conv_weights_in_full_for_the_generator():
     # node 0 holds more conv2 rows than fit, and no node has room for them.
     with pytest.raises(SpecError, match="node 0 .* needs 25 blocks of 18 Kb but has 24 usable, and no "
                                         "other node has room for one more weight row of its layer 'conv2'"):
-        lenet("ecp5-85:2", 0.12, offchip_fc=False)
+        lenet("ecp5-85:2", 0.12, fc_weights="chip")
     # The generator's partition counts every conv weight where it is used, as hw/ builds it:
     # only fc1's rows move.
     m = lenet("ecp5-85:2", 0.12, **GENERATOR_OPTIONS)
@@ -205,7 +205,7 @@ def test_cluster_too_small_names_the_conv_layer_that_stays_local():
     assert str(error.value) == lenet_too_small_on_four_ecp5_45(blocks=8)
     with pytest.raises(SpecError, match="cluster too small: its 4 nodes hold the network only up to input "
                                         "channel 3 of 6 of layer 'conv2'"):
-        lenet("ecp5-45:4", 0.08, offchip_fc=False)
+        lenet("ecp5-45:4", 0.08, fc_weights="chip")
 
 
 def partitioned(bram_fraction, buildable):

@@ -129,16 +129,16 @@ def test_bad_network_files_and_output_folders_are_refused_in_one_line(tmp_path, 
         assert not (tmp_path / "new").exists()
 
 
-def test_alexnet_for_hardware_is_refused_for_its_memory_not_its_overlapping_pools(tmp_path, capsys):
-    """AlexNet's 3x3 stride-2 max-pools are built (hw/node/sfu.OverlappingPoolSFU); what the
-    generator still lacks for it is room: every weight and gradient on chip."""
+def test_alexnet_for_hardware_is_refused_for_its_logic_not_its_overlapping_pools(tmp_path, capsys):
+    """AlexNet's 3x3 stride-2 max-pools are built (hw/node/sfu.OverlappingPoolSFU) and its fully
+    connected weights stream from DRAM (hw/memory/dram_weights.py); what the generator still
+    lacks for it is room: a node's logic."""
     args = ["--network", "alexnet-ungrouped", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path)]
     assert refusal(main, args, capsys) == (
-        "error: network 'alexnet-ungrouped' on cluster 'vc709:15@150' does not fit even with weight balancing: "
-        "it needs 1995.8 Mbit on chip (997.9 Mbit of 16-bit weights, 997.9 Mbit of 16-bit gradient buffers, "
-        "activations in DRAM) but 15 x xc7vx690t offer 731.6 Mbit usable (largest layer: 'fc6', 37,748,736 "
-        "weights) (with activations in DRAM, tried as on-chip ones were refused too) (with 16-bit gradient "
-        "sums, tried as exact 48-bit ones were refused too)")
+        "error: network 'alexnet-ungrouped' on cluster 'vc709:15@150': node 6 (xc7vx690t) needs about 530,726 "
+        "LUTs (2 layer slices, 1665 multipliers, distributed RAM and 2 link cores), more than its 433,200 (with "
+        "fully connected weights and activations in DRAM, tried as on-chip ones were refused too) (with 16-bit "
+        "gradient sums, tried as exact 48-bit ones were refused too)")
 
 
 def test_grouped_alexnet_maps_and_is_refused_for_hardware_naming_the_layer(tmp_path, capsys):

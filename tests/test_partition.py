@@ -270,7 +270,7 @@ def test_every_node_fits_its_slices():
     for name, specs in FIT_SPECS.items():
         for spec in specs:
             for fraction in (0.05, 0.06, 0.08, 0.1, 0.16, 0.3, 0.9):
-                for options in ({"offchip_fc": False}, GENERATOR_OPTIONS):
+                for options in ({"offchip_fc": False}, {"offchip_fc": False, "buildable_balance": True}):
                     at_least = 0
                     for _ in range(3):
                         try:
@@ -343,8 +343,8 @@ def test_activations_in_dram_set_a_floor_on_a_nodes_cycles():
     masks per sample and reads them back: 368 bytes, 58.88 us at 100 MHz, 5888 cycles instead of
     256, as fully connected weights in DRAM set it."""
     cluster = _custom("ecp5-45:2", dram_gbps=0.05)
-    chip = map_network(zoo.tiny(), cluster, act_storage="chip", offchip_fc=False)
-    dram = map_network(zoo.tiny(), cluster, act_storage="dram", offchip_fc=False)
+    chip = map_network(zoo.tiny(), cluster, act_storage="chip", fc_weights="chip")
+    dram = map_network(zoo.tiny(), cluster, act_storage="dram", fc_weights="chip")
     assert [n.cycles_per_sample for n in chip.nodes] == [256, 384]
     traffic = [sum(2 * memories.dram_bits_per_sample(s) / 8 for s in n.slices) for n in dram.nodes]
     assert traffic == [368, 344]
