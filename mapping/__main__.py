@@ -2,13 +2,14 @@
 
     python -m mapping --network vgg16 --cluster vc709:15 [--out DIR] [--sizes 5:85[:STEP]]
                       [--batch B --lr X] [--link-gbps G] [--max-multipliers M]
-                      [--grad-bits 16|24|32|48] [--act-storage chip|dram|auto] [--for-hardware]
+                      [--grad-bits 16|24|32|48] [--act-storage chip|dram|auto]
+                      [--fc-weights chip|dram|auto] [--for-hardware]
 """
 
 import json
 
-from .cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_act_storage_option,
-                  add_grad_bits_option, add_loss_option, formats_of, fraction, output_folder, positive_int,
+from .cli import (DEFAULT_GRAD_BITS_HELP, FC_WEIGHTS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser,
+                  add_act_storage_option, add_fc_weights_option, add_grad_bits_option, fc_weights_problem, add_loss_option, formats_of, fraction, output_folder, positive_int,
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
@@ -51,9 +52,10 @@ def parse_args(argv):
     add_loss_option(parser)
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
     add_act_storage_option(parser)
+    add_fc_weights_option(parser, default=None, help=f"{FC_WEIGHTS_HELP}; default: dram, auto with --for-hardware")
     parser.add_argument("--for-hardware", action="store_true",
-                        help="map as hw/ generates: every weight on chip, balanced only as "
-                             "fully connected rows kept on another node")
+                        help="map as hw/ generates: conv weights on chip, balanced only as fully connected "
+                             "rows kept on another node, fully connected weights in DRAM at mini-batch 1 only")
     parser.add_argument("--overlapped-update", action="store_true", help=OVERLAPPED_HELP)
     return parser.parse_args(argv)
 
@@ -69,6 +71,8 @@ def main(argv=None):
     options = dict(batch=args.batch, lr=args.lr, formats=formats_of(args.loss, args.grad_bits), max_multipliers=args.max_multipliers,
                    bram_fraction=args.bram_fraction, overlapped_update=args.overlapped_update,
                    act_storage=args.act_storage, **(GENERATOR_OPTIONS if args.for_hardware else {}))
+    if args.fc_weights is not None:
+        options["fc_weights"] = args.fc_weights
     with output_folder(args.out) as out:
         if args.grad_bits is None:
             mapping = map_with_default_gradient_sums(network, cluster, network_name=args.network, **options)
@@ -82,6 +86,9 @@ def main(argv=None):
             warning = grad_bits_warning(args.grad_bits, args.batch)
             if warning:
                 print(f"warning: {warning}")
+        problem = fc_weights_problem(mapping, args.fc_weights)
+        if problem:
+            raise SpecError(problem)
         print(report.table(mapping))
         moved = report.balancing(mapping)
         if moved:

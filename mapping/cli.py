@@ -7,6 +7,7 @@ from contextlib import contextmanager
 import math
 from pathlib import Path
 
+from .devices import DEVICES
 from .errors import SpecError
 from .mapper import ACT_STORAGE_POLICIES
 from .numerics import ACC_BITS, GRAD_BITS, LOSSES, Formats
@@ -84,6 +85,26 @@ def add_grad_bits_option(parser, default=ACC_BITS, help=GRAD_BITS_HELP):
 ACT_STORAGE_HELP = ("where the Act-RAMs and SFU masks keep the samples in flight: chip (block RAM), dram (the "
                     "node's DRAM behind small staging FIFOs, on devices with DRAM), or auto: on chip unless the "
                     "mapping is refused so, then in DRAM (docs/nodeconfig.md)")
+
+
+FC_WEIGHTS_HELP = ("where fully connected weights live: dram streams them once per sample from the DRAM of "
+                   "every device that has one (the generator builds that at mini-batch 1), chip keeps them on "
+                   "chip, auto keeps them on chip where that maps")
+
+
+def add_fc_weights_option(parser, default="auto", help=FC_WEIGHTS_HELP):
+    """``--fc-weights``: map_network's ``fc_weights``."""
+    parser.add_argument("--fc-weights", choices=ACT_STORAGE_POLICIES, default=default, help=help)
+
+
+def fc_weights_problem(mapping, policy):
+    """Why ``mapping`` does not keep fully connected weights where ``policy`` (--fc-weights)
+    asked, or None: "dram" with no fully connected slice on a device with DRAM."""
+    if policy != "dram" or any(s.weights_offchip for node in mapping.nodes for s in node.slices):
+        return None
+    with_dram = ", ".join(sorted(name for name, device in DEVICES.items() if device.dram_gb > 0))
+    return (f"--fc-weights dram: no fully connected slice of the mapping on cluster '{mapping.cluster}' is on a "
+            f"device with DRAM (devices with DRAM: {with_dram})")
 
 
 def add_act_storage_option(parser, default="auto", help=ACT_STORAGE_HELP):

@@ -255,17 +255,6 @@ def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, f
     return Mapping(name, cluster.spec, tuple(nodes), result)
 
 
-def with_fc_weights_in_dram(mapping):
-    """``mapping`` with every fully connected slice's weights in its node's DRAM
-    (``LayerSlice.weights_offchip``), as a simulation supplies one (sim.train --fc-weights dram):
-    the slices change, not the plan, so the node estimates still count those weights and their
-    gradient sums on chip and the performance figures do not price the DRAM."""
-    nodes = tuple(replace(node, slices=tuple(replace(s, weights_offchip=True) if s.kind == "fc" else s
-                                             for s in node.slices))
-                  for node in mapping.nodes)
-    return replace(mapping, nodes=nodes)
-
-
 def narrow_grad_bits(batch):
     """The gradient sums' width where exact ones do not fit a cluster's memory or links: the
     narrowest that trained within a point of float aligned SGD on every seed measured

@@ -72,25 +72,23 @@ def test_sim_train_trains_alexnet_digits_bit_exact_with_the_paper_scale_features
     assert train_main(argv) == 0
     assert "bit-exact: yes" in capsys.readouterr().out.splitlines()
     mapping = map_network(zoo.alexnet_digits(), parse_cluster(CI_BITSTREAM["cluster"]), batch=1, act_storage="dram",
-                          formats=Formats(grad_bits=16), **GENERATOR_OPTIONS)
-    assert [[(s.layer, s.pool, s.act_storage) for s in node.slices] for node in mapping.nodes] == [
-        [("conv1", Pool(3, 2), "dram")], [("conv1", Pool(3, 2), "dram"), ("fc", None, "dram")]]
-    assert [list(never_elaborated(Node(config)).dram_queues) for config in mapper.with_fc_weights_in_dram(mapping).nodes] == [
+                          formats=Formats(grad_bits=16), **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
+    assert [[(s.layer, s.pool, s.act_storage, s.weights_offchip) for s in node.slices] for node in mapping.nodes] == [
+        [("conv1", Pool(3, 2), "dram", False)], [("conv1", Pool(3, 2), "dram", False), ("fc", None, "dram", True)]]
+    assert [list(never_elaborated(Node(config)).dram_queues) for config in mapping.nodes] == [
         ["slice0_act_ram", "slice0_sfu_masks"],
         ["slice0_act_ram", "slice0_sfu_masks", "slice1_act_ram", "slice1_fc_weights"]]
 
 
 def test_fc_weights_in_dram_train_micro_bit_exact_folded_with_stalls():
     """FC weights streamed from a simulated DRAM once per sample (hw/memory/dram_weights.py): fc
-    folded over 18 passes of one input (EB walks group-major), two samples in flight between FP and
-    PG, random stalls on every link and feed, four mini-batches of one."""
+    folded over 3 passes of 6 inputs (EB walks group-major), one sample in flight between FP and PG,
+    random stalls on every link and feed, four mini-batches of one."""
     network = zoo.micro()
     mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=1, lr=LR,
-                          max_multipliers=CI_BITSTREAM["max_multipliers"],
-                          **GENERATOR_OPTIONS)
-    mapping = mapper.with_fc_weights_in_dram(mapping)
+                          max_multipliers=CI_BITSTREAM["max_multipliers"], **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
     fc = mapping.nodes[-1].slices[-1]
-    assert (fc.layer, fc.weights_offchip, fc.in_channels // fc.fp.tiles, fc.fp_stale) == ("fc", True, 18, 2)
+    assert (fc.layer, fc.weights_offchip, fc.in_channels // fc.fp.tiles, fc.fp_stale) == ("fc", True, 3, 1)
     inputs, labels, params = random_data(network, 4, 2)
     run = train_chain(network, mapping, inputs, labels, params, stall=0.2)
     assert_bit_exact(run.params, run.golden, params)

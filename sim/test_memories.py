@@ -10,7 +10,7 @@ from amaranth.hdl._mem import MemoryInstance
 
 from hw.node.slice_unit import check_buildable
 from hw.node.top import Node
-from mapping import mapper, memories, zoo
+from mapping import memories, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
@@ -47,12 +47,12 @@ def test_inventory_lists_every_memory_the_generator_builds(network, cluster, bra
 
 def test_inventory_of_a_node_with_fc_weights_in_dram():
     """No LPRAM and no LGB: the rows' two staging FIFOs (hw/memory/dram_weights.py)."""
-    mapping = mapper.with_fc_weights_in_dram(
-        map_network(zoo.micro(), parse_cluster("lfe5um5g-45f:2"), batch=1, max_multipliers=24, **GENERATOR_OPTIONS))
+    mapping = map_network(zoo.micro(), parse_cluster("lfe5um5g-45f:2"), batch=1, max_multipliers=24,
+                          **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
     assert_inventory(mapping)
     fc = mapping.nodes[1].slices[0]
     assert [(m.name, m.width, m.depth) for m in memories.slice_memories(fc) if "dram" in m.name or "lpram" in m.name] == [
-        ("dram_weights.to_dram", 16, memories.DRAM_STAGING_BEATS), ("dram_weights.from_dram", 16, memories.DRAM_STAGING_BEATS)]
+        ("dram_weights.to_dram", 96, memories.DRAM_STAGING_BEATS), ("dram_weights.from_dram", 96, memories.DRAM_STAGING_BEATS)]
 
 
 def assert_inventory(mapping):

@@ -28,12 +28,12 @@ import numpy as np
 
 from mapping import data, golden, link_model, zoo
 from mapping.cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_act_storage_option,
+                         add_fc_weights_option, fc_weights_problem,
                          add_grad_bits_option, add_loss_option, formats_of, positive_int,
                          positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
-from mapping.mapper import (GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums,
-                            with_fc_weights_in_dram)
+from mapping.mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
 from sim.chain_links import LinkedChain
@@ -65,10 +65,7 @@ def parse_args(argv):
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
     add_act_storage_option(parser)
     parser.add_argument("--overlapped-update", action="store_true", help=OVERLAPPED_HELP)
-    parser.add_argument("--fc-weights", choices=("chip", "dram"), default="chip",
-                        help="where fully connected slices keep their weights: dram streams them once per "
-                             "sample from a simulated DRAM (hw/memory/dram_weights.py; mini-batch 1), the "
-                             "mapping's estimates still counting them on chip")
+    add_fc_weights_option(parser)
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
     links = parser.add_argument_group("links", "neighbours joined by link cores instead of wires")
     links.add_argument("--links", action="store_true",
@@ -209,10 +206,10 @@ def setup(args):
         print(f"warning: {warning}")
     mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                      formats=formats_of(args.loss, args.grad_bits), overlapped_update=args.overlapped_update,
-                     act_storage=args.act_storage,
-                     **GENERATOR_OPTIONS)
-    if args.fc_weights == "dram":
-        mapping = with_fc_weights_in_dram(mapping)
+                     act_storage=args.act_storage, **{**GENERATOR_OPTIONS, "fc_weights": args.fc_weights})
+    problem = fc_weights_problem(mapping, args.fc_weights)
+    if problem:
+        raise SpecError(problem)
     dataset = data.load(args.data, network.input_shape, network.num_classes, seed=args.seed)
     per_epoch = len(dataset.train_x) if args.samples is None else min(args.samples, len(dataset.train_x))
     per_epoch -= per_epoch % args.batch

@@ -240,3 +240,17 @@ def test_gradient_sums_narrower_than_the_evidence_supports_are_warned_about(tmp_
         "mini-batch 16 (docs/numerics.md); at mini-batch 4 the evidence supports 24 bits or more")
     main(["--network", "tiny", "--grad-bits", "16", "--out", str(tmp_path)])  # mini-batch 1: measured within
     assert not capsys.readouterr().out.startswith("warning")
+
+
+def test_fc_weights_in_dram_on_boards_without_dram_are_refused_in_one_line(tmp_path, capsys):
+    """The ECP5-5G evaluation board has no DRAM: fully connected weights cannot stream from it,
+    and --fc-weights dram says so rather than keep them on chip."""
+    args = ["--network", "lenet-digits", "--cluster", "ecp5-85:3", "--fc-weights", "dram", "--out", str(tmp_path)]
+    assert refusal(main, args, capsys) == (
+        "error: --fc-weights dram: no fully connected slice of the mapping on cluster 'ecp5-85:3' is on a device "
+        "with DRAM (devices with DRAM: lfe5u-85f, lfe5um5g-45f, xc7vx690t, xc7z015, xc7z045, xcu30, xcu50, "
+        "xcvu37p, xczu7ev, xczu9eg)")
+    main(["--network", "lenet-digits", "--cluster", "ecp5-45:3", "--fc-weights", "dram", "--for-hardware",
+          "--out", str(tmp_path)])
+    mapping = Mapping.from_json((tmp_path / "mapping.json").read_text())
+    assert [s.layer for n in mapping.nodes for s in n.slices if s.weights_offchip] == ["fc1", "fc1", "fc2"]
