@@ -38,6 +38,7 @@ Conventions
 """
 
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
+from fractions import Fraction
 import json
 import math
 from types import UnionType
@@ -178,9 +179,10 @@ class LayerSlice(ChannelRanges):
         """Cycles of the weight update's walk over the slice's local rows, during which its
         engines wait unless ``overlapped_update`` (hw/memory/grad_buffer.py): one cycle per chunk of ``update_lanes`` words
         (:func:`update_chunk`), padding skipped, then the read of the first address and the
-        pipeline (the multipliers and the rounder)."""
+        pipeline (the multipliers and the rounder). None for weights in DRAM, which the rows'
+        pass updates as it streams them (hw/memory/dram_weights.py)."""
         local = self.local_out_channels
-        if local == 0:
+        if local == 0 or self.weights_offchip:
             return 0
         banks, tiles, kk = self.fp.ces, self.fp.tiles, self.kernel ** 2
         per_bank, per_word = update_chunk(self.update_lanes, banks, tiles * kk)
@@ -267,6 +269,14 @@ class NodeConfig:
                    + [s.bias_update_cycles(f.bias_update_shift) for s in self.slices]
                    + [b.owner_slice.update_cycles(f.weight_update_shift) for b in self.hosted
                       if b.owner_slice is not None], default=0)
+
+    @property
+    def dram_bits_per_cycle(self):
+        """The bits the node's DRAM moves per node cycle, reads and writes together, as the
+        mapping prices its traffic (the device's ``dram_gbps`` at ``clock_mhz``; a simulated
+        DRAM is given the same, hw/memory/dram_model.simulated_drams); None without DRAM."""
+        gbps = get_device(self.device).dram_gbps
+        return Fraction(gbps * 1000 / self.clock_mhz).limit_denominator(1 << 10) if gbps else None
 
     @property
     def overlapped_update(self):

@@ -43,7 +43,7 @@ class ChainTop(wiring.Component):
         if any(cut) and not (links and gateware_links):
             raise ValueError("a part of a chain is cut at its lanes: it needs links in logic")
         self.nodes = [Node(cfg, params=params) for cfg in mapping.nodes[self.part.start:self.part.stop]]
-        self.drams = [simulated_drams(node) for node in self.nodes]
+        self.drams = [simulated_drams(node, node.config.dram_bits_per_cycle) for node in self.nodes]
         self.domains = links.node_domains(len(self.nodes)) if links else ["sync"] * len(self.nodes)
         # The link cores are built here, so the simulator's lane processes exist before it runs.
         self.link_cores = Module() if links else None

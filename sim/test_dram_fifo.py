@@ -1,6 +1,8 @@
 """DramFifo over the simulated DRAM: order and ``level`` exact at every cycle under random
 stalls and refreshes, the ring reused many times over, one beat per cycle when nothing stalls."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from amaranth.hdl import Module
@@ -89,6 +91,19 @@ def test_one_beat_per_cycle_when_the_dram_keeps_up():
     assert trip == 26, trip
 
 
+@pytest.mark.parametrize("bits_per_cycle, cycles_per_beat", [(8, 4), (Fraction(32, 3), 3)])
+def test_the_dram_moves_its_bandwidth_and_no_more(bits_per_cycle, cycles_per_beat):
+    """Each 16-bit beat is written and read back: 32 bits of the DRAM's bandwidth, shared by
+    reads and writes. At 8 bits per cycle 400 beats take 4 cycles each, at 32/3 three, plus one
+    beat's trip (26 cycles at full rate, above)."""
+    rng = np.random.default_rng(4)
+    values = rng.integers(0, 1 << 16, 400).tolist()
+    out, levels = run(QueueOverDram(16, 64, staging=32, latency=20, bits_per_cycle=bits_per_cycle), values, rng,
+                      0.0, 0.0)
+    assert out == values
+    assert abs((len(levels) - 26) / len(values) - cycles_per_beat) < 0.01 * cycles_per_beat, len(levels)
+
+
 def test_parameters_refused_by_name():
     with pytest.raises(ValueError, match=r"^dram-fifo: depth = 0 must be at least 1$"):
         DramFifo(8, 0)
@@ -97,6 +112,8 @@ def test_parameters_refused_by_name():
     with pytest.raises(ValueError, match=r"^SimulatedDram: refresh_cycles = 8 must be at least 0 and below "
                                          r"refresh_every = 8 \(0: no refresh\)$"):
         SimulatedDram(8, 10, refresh_every=8, refresh_cycles=8)
+    with pytest.raises(ValueError, match=r"^SimulatedDram: bits_per_cycle = 0 must be above 0 \(None: no limit\)$"):
+        SimulatedDram(8, 10, bits_per_cycle=0)
     assert never_elaborated(DramFifo(24, 10)).dram.signature == DramQueueSignature(24, 10).flip()
     with pytest.raises(ValueError, match=r"^SFU: mask_storage must be one of chip, dram, not 'disk'$"):
         SFU(out_channels=2, height=4, width=4, lanes=2, position=0, mask_storage="disk")

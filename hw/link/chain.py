@@ -119,7 +119,7 @@ class LinkedNode(wiring.Component):
                  params=None, family=None):
         self.node = Node(config, params=params, family=family)
         self.dram_queues = self.node.dram_queues
-        self.dram_init = self.node.dram_init
+        self.dram_init, self.dram_traffic = self.node.dram_init, self.node.dram_traffic
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS)}
         if self.dram_queues:
             members["dram"] = self.node.signature.members["dram"]

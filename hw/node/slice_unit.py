@@ -157,15 +157,16 @@ class SliceUnit(wiring.Component):
         up, down = slice_ports(s)
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "up": In(ChainLink(up)), "down": Out(ChainLink(down))}
-        self.dram_queues = {name.replace(".", "_"): DramQueueSignature(width, depth)
-                            for name, width, depth, _ in dram_queues(s)}
         # The weights in DRAM and, for the DRAM, their first contents (the board loads them).
         self.dram_weights, self.dram_init = None, {}
         if s.weights_offchip:
             self.dram_weights = DramWeights.from_slice(s, formats, training, family=family)
-            name, width, depth, _ = fc_weights_queue(s)
-            self.dram_queues[name] = DramQueueSignature(width, depth)
-            self.dram_init[name] = self.dram_weights.initial_words(weights)
+            self.dram_init["fc_weights"] = self.dram_weights.initial_words(weights)
+        queues = dram_queues(s) + ([fc_weights_queue(s)] if s.weights_offchip else [])
+        self.dram_queues = {name.replace(".", "_"): DramQueueSignature(width, depth)
+                            for name, width, depth, _ in queues}
+        # Bits each queue writes per sample, as many read: its share of the DRAM (simulated_drams).
+        self.dram_traffic = {name.replace(".", "_"): width * beats for name, width, _, beats in queues}
         if self.dram_queues:
             members["dram"] = Out(wiring.Signature({name: Out(signature)
                                                     for name, signature in self.dram_queues.items()}))

@@ -113,6 +113,8 @@ class Node(wiring.Component):
         # The queues its slices keep in DRAM, by member name of the ``dram`` port.
         self.dram_queues = {f"slice{n}_{name}": signature for n, unit in enumerate(self.units)
                             for name, signature in unit.dram_queues.items()}
+        self.dram_traffic = {f"slice{n}_{name}": bits for n, unit in enumerate(self.units)
+                             for name, bits in unit.dram_traffic.items()}
         # Their first contents where a queue starts full (the FC weights), by the same names.
         self.dram_init = {f"slice{n}_{name}": words for n, unit in enumerate(self.units)
                           for name, words in unit.dram_init.items()}
