@@ -195,10 +195,18 @@ def fp_stale(plans, slices, node_budgets, tau, batch, overlapped=False):
         else:
             e = _first_error_rows(plan) / plan.sfu_shape[1]
         bwd.append(e + hops)
-    result, cap = {}, math.inf
+    result, cap, after = {}, math.inf, None  # ``after``: the next layer's fp_stale, if its weights are in DRAM
     for l in reversed(range(len(layers))):
         d = sum(fwd[l:]) + sum(bwd[l + 1:])
         stale = min(math.floor(d) + 1, cap)
+        dram = any(sl.offchip for sl in layers[l])
+        if dram and after is not None:
+            # Weights in DRAM tie each pass's FP of sample s to EB of s - k (hw/memory/
+            # dram_weights.py), so EB's errors of s - k must not wait for this FP: they come from
+            # the next layer's EB of s - k, which a next layer in DRAM does in the pass of its
+            # FP of s - k + k_next, fed by this layer's FP of that sample: k > k_next.
+            stale = max(stale, after + 1)
+        after = stale if dram else None
         for sl in layers[l]:
             result[id(sl)] = stale
         # This layer's update waits for its FP to run fp_stale samples past the mini-batch,

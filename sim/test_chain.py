@@ -74,21 +74,27 @@ def test_sim_train_trains_alexnet_digits_bit_exact_with_the_paper_scale_features
     mapping = map_network(zoo.alexnet_digits(), parse_cluster(CI_BITSTREAM["cluster"]), batch=1, act_storage="dram",
                           formats=Formats(grad_bits=16), **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
     assert [[(s.layer, s.pool, s.act_storage, s.weights_offchip) for s in node.slices] for node in mapping.nodes] == [
-        [("conv1", Pool(3, 2), "dram", False)], [("conv1", Pool(3, 2), "dram", False), ("fc", None, "dram", True)]]
+        [("conv1", Pool(3, 2), "dram", False), ("fc", None, "dram", True)], [("fc", None, "dram", True)]]
     assert [list(never_elaborated(Node(config)).dram_queues) for config in mapping.nodes] == [
-        ["slice0_act_ram", "slice0_sfu_masks"],
-        ["slice0_act_ram", "slice0_sfu_masks", "slice1_act_ram", "slice1_fc_weights"]]
+        ["slice0_act_ram", "slice0_sfu_masks", "slice1_act_ram", "slice1_fc_weights"],
+        ["slice0_act_ram", "slice0_fc_weights"]]
 
 
-def test_fc_weights_in_dram_train_micro_bit_exact_folded_with_stalls():
-    """FC weights streamed from a simulated DRAM once per sample (hw/memory/dram_weights.py): fc
-    folded over 3 passes of 6 inputs (EB walks group-major), one sample in flight between FP and PG,
-    random stalls on every link and feed, four mini-batches of one."""
-    network = zoo.micro()
-    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=1, lr=LR,
-                          max_multipliers=CI_BITSTREAM["max_multipliers"], **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
-    fc = mapping.nodes[-1].slices[-1]
-    assert (fc.layer, fc.weights_offchip, fc.in_channels // fc.fp.tiles, fc.fp_stale) == ("fc", True, 3, 1)
+def test_two_fc_layers_with_weights_in_dram_train_bit_exact_folded_with_stalls():
+    """FC weights streamed from a simulated DRAM once per sample (hw/memory/dram_weights.py) in
+    two consecutive layers, all folded (EB walks group-major), fc1 one sample staler than fc2
+    (mapping/perf.fp_stale) and split over both nodes: its first slice owns no biases, so only its
+    rows' pass reports the update, which the gate pairs with its own strobe (reported alone, it
+    came before the strobe and the chain deadlocked); random stalls on every link and feed, four
+    mini-batches of one."""
+    network = infer("fc-fc", (1, 6, 6), [
+        zoo.conv("conv1", 2, 3, pad=1), Layer("relu", "relu1"), Layer("flatten", "flatten"),
+        Layer("linear", "fc1", out_channels=6), Layer("linear", "fc2", out_channels=4)])
+    mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=1, lr=LR, max_multipliers=40,
+                          **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
+    assert [[(s.layer, s.in_range, s.weights_offchip, -(-s.in_channels // s.fp.tiles), s.fp_stale) for s in node.slices]
+            for node in mapping.nodes] == [[("conv1", (0, 1), False, 1, 3), ("fc1", (0, 16), True, 6, 2)],
+                                           [("fc1", (16, 72), True, 7, 2), ("fc2", (0, 6), True, 6, 1)]]
     inputs, labels, params = random_data(network, 4, 2)
     run = train_chain(network, mapping, inputs, labels, params, stall=0.2)
     assert_bit_exact(run.params, run.golden, params)

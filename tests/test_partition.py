@@ -88,6 +88,18 @@ def test_fp_stale_before_a_convolution_is_at_most_one_more_than_its(batch, expec
     assert (stale["conv1"], stale["conv2"], stale["fc"]) == expected
 
 
+def test_fp_stale_of_consecutive_layers_with_weights_in_dram_falls_strictly():
+    """A pass that streams a layer's weights from DRAM feeds FP of sample s and EB of s - k
+    together (hw/memory/dram_weights.py): EB's errors of s - k come from the next layer's EB of
+    s - k, which, with its weights in DRAM too, runs in the pass of its FP of s - k + k_next, fed
+    by this FP of that sample. So k > k_next; on three Versas the timing model alone gives fc1
+    and fc2 one each, and the chain deadlocked."""
+    mapping = map_network(zoo.lenet_digits(), parse_cluster("ecp5-45:3"), **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
+    stale = [(s.layer, s.weights_offchip, s.fp_stale) for n in mapping.nodes for s in n.slices]
+    assert stale == [("conv1", False, 4), ("conv2", False, 3), ("conv2", False, 3), ("fc1", True, 2), ("fc1", True, 2),
+                     ("fc2", True, 1)]
+
+
 def test_json_round_trip(tiny4):
     again = Mapping.from_json(tiny4.to_json())
     assert again == tiny4

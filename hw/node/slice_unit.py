@@ -201,11 +201,6 @@ class SliceUnit(wiring.Component):
         m.d.comb += [gate.total_samples.eq(self.total_samples), self.updates.eq(gate.batch_index)]
         lpram, lgb, bias_lgb = self.lpram, None, None
         updated = []  # the done pulses of every buffer the update runs through
-        if self.dram_weights is not None:
-            weights = m.submodules.dram_weights = self.dram_weights
-            m.d.comb += weights.total_samples.eq(self.total_samples)
-            connect(m, weights.dram, flipped(self.dram.fc_weights))
-            updated.append(weights.stored)
         if lpram is not None:
             m.submodules.lpram = lpram
             lgb = m.submodules.lgb = GradientBuffer.from_slice(self.remote.local, f, self.training,
@@ -224,16 +219,21 @@ class SliceUnit(wiring.Component):
             self._swap(m, bias_ram)
             updated.append(bias_lgb.done)
         if not updated:
-            # Every row lives on another node and there are no biases: the gate still counts
-            # the mini-batches. It listens for done from the cycle after its strobe.
+            # Every row lives on another node or in DRAM and there are no biases: the gate still
+            # counts the mini-batches. It listens for done from the cycle after its strobe.
             nothing = Signal()
             m.d.sync += nothing.eq(gate.update_start)
             updated.append(nothing)
+        if self.dram_weights is not None:
+            # The rows in DRAM are updated as their pass streams them, often before the gate's
+            # strobe: the pair below holds that pulse until the strobe's own.
+            weights = m.submodules.dram_weights = self.dram_weights
+            m.d.comb += weights.total_samples.eq(self.total_samples)
+            connect(m, weights.dram, flipped(self.dram.fc_weights))
+            updated.append(weights.stored)
         if len(updated) == 2:
             # The next update starts only once both have reported this one: one ahead at most.
             updated = [_both_done(m, "updates_done", *updated, most_ahead=1)]
-        elif len(updated) > 2:
-            raise AssertionError(f"slice '{s.layer}': {len(updated)} update sources")
         m.d.comb += gate.update_done.eq(updated[0])
         return gate, lgb, bias_lgb
 

@@ -52,8 +52,9 @@ class NodeHostSignature(wiring.Signature):
     def __init__(self, memories):
         super().__init__({
             "mem": Out(range(max(len(memories), 1))),
-            "addr": Out(range(max(ram.rows for ram in memories))),
-            "lane": Out(range(max(ram.banks * ram.words for ram in memories))),
+            # A node may hold no weight memory at all (its weights in DRAM, no biases).
+            "addr": Out(range(max((ram.rows for ram in memories), default=1))),
+            "lane": Out(range(max((ram.banks * ram.words for ram in memories), default=1))),
             "read": Out(1),
             "write": Out(1),
             "value": Out(signed(WORD_BITS)),
