@@ -245,8 +245,8 @@ class Trainer(wiring.Component):
         self.nodes = [Node(mapping.nodes[n], params=params, family=family) for n in held]
         for node in self.nodes:
             if node.dram_queues:
-                refuse(self, f"node {node.config.index} keeps samples in flight in DRAM (act_storage \"dram\"), "
-                             f"but the boards do not build a DRAM controller yet; map with --act-storage chip")
+                refuse(self, f"node {node.config.index} keeps {', '.join(node.dram_queues)} in DRAM, but the boards "
+                             f"do not build a DRAM controller yet; map with --act-storage chip --fc-weights chip")
         self.formats = mapping.nodes[0].formats
         ends = {"up": self.nodes[0], "down": self.nodes[-1]}
         self.off_board = {side: chain_link_config(getattr(node, side), link_lane_width, link_latency)

@@ -15,14 +15,18 @@ from boards.boards import BOARDS, board_list, get_board
 from boards.build import board_mapping, held_nodes, parse_args, place_and_route, router2_divergence
 from boards.build import main as build_main
 from boards.client import BoardError, Client
+from boards.host_interface import Trainer
 from boards.host import main as host_main
 from boards.link_pins import SIDES, _pads, _resource_pins, plan_link_pins
 from boards.top import BoardTop, ecppll_at_least
 from hw.link.ddr_phy import data_pins
 from hw.memory.fifo import Fifo
 from hw.synth import CriticalPath, ToolStopped, late_endpoints, yosys_rtlil
+from mapping import zoo
+from mapping.cluster import parse_cluster
 from mapping.devices import get_device
 from mapping.errors import SpecError
+from mapping.mapper import GENERATOR_OPTIONS, map_network
 from tests.cli_refusal import refusal
 
 
@@ -393,3 +397,13 @@ def test_the_vc709s_synthesis_only_node_keeps_its_link_cores():
     assert top.links == {} and list(top.trainer.off_board) == ["up"]
     verilog = board.platform().prepare(top, name="top").files["top.v"]
     assert "module \\top.up_lane" in verilog and "module \\top.trainer.chain.up_link.layer" in verilog
+
+
+def test_a_node_with_queues_in_dram_is_refused_by_the_host_interface_naming_them():
+    """The boards build no DRAM controller yet: a node whose FC weights or samples in flight
+    live in DRAM is refused in one line that names its queues."""
+    mapping = map_network(zoo.micro(), parse_cluster("lfe5um5g-45f:2"), batch=1, max_multipliers=24,
+                          **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
+    with pytest.raises(ValueError, match=r"^node 1 keeps slice0_fc_weights in DRAM, but the boards do not "
+                                         r"build a DRAM controller yet; map with --act-storage chip --fc-weights chip$"):
+        Trainer(mapping, divisor=2)
