@@ -377,7 +377,7 @@ def balance(slices, node_budgets, memory, describe, *, buildable=False):
             now = usage(owner)
             ranked = _ranked(slices, owner, now, usage)
             if not ranked:
-                _refuse(slices, node_budgets, owner, now, describe)
+                _refuse(slices, node_budgets, owner, now, describe, grad_bits=memory.grad_bits)
             if buildable:
                 sl, host = _buildable_move(ranked, owner, n, room, hosts_of) or \
                     _refuse_unbuildable(ranked, node_budgets, owner, now, describe)
@@ -385,7 +385,7 @@ def balance(slices, node_budgets, memory, describe, *, buildable=False):
                 sl = ranked[0]
                 host = _nearest_host(owner, n, lambda h: room(h, sl, 1))
                 if host is None:
-                    _refuse(slices, node_budgets, owner, now, describe, homeless=sl)
+                    _refuse(slices, node_budgets, owner, now, describe, homeless=sl, grad_bits=memory.grad_bits)
             moves = _moves(sl, _group(sl, buildable))
             # the host chosen has room for moves[0]
             can = largest(lambda i: room(host, sl, moves[i]), len(moves) - 1)
@@ -459,14 +459,14 @@ def _buildable_move(ranked, owner, n, room, hosts_of):
     return None
 
 
-def _refuse(slices, node_budgets, owner, used, describe, homeless=None):
-    """Refuse a node over budget: no host has room for a row of ``homeless``, or (None)
-    moving rows away would not free memory."""
+def _refuse(slices, node_budgets, owner, used, describe, homeless=None, grad_bits=ACC_BITS):
+    """Refuse a node over budget: no host has room for a row of ``homeless`` (its weights and
+    their ``grad_bits`` gradient sums), or (None) moving rows away would not free memory."""
     head = _head(node_budgets, owner, used, describe)
     if homeless is not None:
         raise MemoryRefusal(
             f"{head}, and no other node has room for one more weight row of its layer "
-            f"'{homeless.plan.name}' ({homeless.row_words:,} 16-bit weights and their 48-bit "
+            f"'{homeless.plan.name}' ({homeless.row_words:,} 16-bit weights and their {grad_bits}-bit "
             f"gradient sums)")
     mine = [s for s in slices if s.node == owner and not s.offchip]
     movable = [s for s in mine if s.out_channels > s.remote_rows]

@@ -99,7 +99,7 @@ def test_vgg19_needs_more_than_16_bit_gradient_sums_on_15_vc709():
     with pytest.raises(SpecError, match=r"^network 'vgg19' on cluster 'vc709:15@150': node 12 \(xc7vx690t\) needs "
                                         r"14124 blocks of 18 Kb but has 2646 usable, and no other node has room for "
                                         r"one more weight row of its layer 'conv5_2' \(4,608 16-bit weights and their "
-                                        r"48-bit gradient sums\) \(with activations in DRAM, tried as on-chip ones "
+                                        r"16-bit gradient sums\) \(with activations in DRAM, tried as on-chip ones "
                                         r"were refused too\)$"):
         map_network(zoo.vgg19(), parse_cluster("vc709:15@150"), formats=Formats(grad_bits=16))
 
