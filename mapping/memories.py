@@ -4,13 +4,14 @@ This mirrors hw/ memory by memory (sim/test_memories.py checks it against every
 memory of the elaborated hardware), and every hardware memory carries the
 ``ram_style`` that :func:`mapping.resources.ram_style` gives its depth, so the
 block RAM count below is what Yosys produces. It covers the slices hw/ builds:
-engines of one shape (folded or not), weights on chip, fully connected rows kept
+engines of one shape (folded or not), weights on chip or, fully connected at
+mini-batch 1, in DRAM (:func:`dram_weights_problem`), fully connected rows kept
 on other nodes (``mapper.GENERATOR_OPTIONS``; :func:`remote_rows_problem`).
 The generator's mappings (``buildable_balance``) are planned with these memories
 (``balance.ExactMemory``, ``Partitioner._memory``), so each of their nodes fits its
 block RAM as built; the paper-scale mappings with the coarser model of
-mapping/balance.py, which also covers what hw/ does not build (weights in DRAM,
-convolution rows kept on another node).
+mapping/balance.py, which also covers what hw/ does not build (weights in DRAM at
+mini-batch above 1, convolution rows kept on another node).
 """
 
 from dataclasses import dataclass, replace
