@@ -69,3 +69,6 @@ def test_sim_train_refuses_link_faults_it_cannot_simulate(capsys):
     assert refusal(main, ["--ber", "1e-4", "--samples", "8"], capsys) == "error: --ber and --lock-loss need --links"
     assert refusal(main, ["--links", "--lock-loss", "2:100:50", "--samples", "8"], capsys) == (
         "error: --lock-loss: link 2 is not a link of the chain (0..1)")
+    assert refusal(main, ["--links", "--lane-width", "8", "--samples", "2", "--backend", "pysim"], capsys) == (
+        "error: a link of 5 channels on a 8-bit lane: 5 channels leave -1 sequence bits in a 8-bit header with "
+        "bursts of 16 words; use a wider lane or shorter bursts")

@@ -17,6 +17,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import link_model
+from mapping.errors import SpecError
 
 from ..memory.update_gate import COUNT_BITS
 from ..node.ports import link_streams
@@ -39,7 +40,10 @@ def chain_link_config(port, lane_width=32, phy_latency=8):
     each way by the protocol's formulas."""
     channels = sorted((channel_name(path), Shape.cast(stream.payload.shape()).width)
                       for path, _, stream in link_streams(port))
-    return sized_config(channels, lane_width, phy_latency)
+    try:
+        return sized_config(channels, lane_width, phy_latency)
+    except ValueError as error:  # a user's lane width: one line, not a traceback
+        raise SpecError(f"a link of {len(channels)} channels on a {lane_width}-bit lane: {error}") from None
 
 
 def attach_endpoint(m, port, endpoint, upstream):
