@@ -77,7 +77,7 @@ def _initial(params, rows, layer_slice, ram):
                      ram.rows, ram.words)
 
 
-def _row(words):
+def memory_row(words):
     """Signed 16-bit words as one memory row (an unsigned int, word 0 in the low bits)."""
     return sum((w & 0xFFFF) << (numerics.WORD_BITS * k) for k, w in enumerate(words))
 
@@ -86,12 +86,6 @@ def _lanes(value, lanes):
     """A memory row (an unsigned int of ``lanes`` 16-bit words) as signed words."""
     words = [(value >> (numerics.WORD_BITS * k)) & 0xFFFF for k in range(lanes)]
     return [w - 0x10000 if w & 0x8000 else w for w in words]
-
-
-def _words(row, lanes):
-    """A memory row as the simulator gives it, signed words: a ParamRam's rows are arrays of
-    words, a simulated DRAM's (the FC weights) plain integers."""
-    return _lanes(row, lanes) if isinstance(row, int) else [int(v) for v in row]
 
 
 def input_beats(config):
@@ -177,7 +171,7 @@ def _run_pysim(top, feed, final, trace_updates):
         state["cycles"] = cycle
         state["ended"] = time.monotonic(), time.process_time()
         for name, rows, layer_slice, ram in top.param_rams():
-            contents = [_words(ctx.get(ram.mem.data[r]), ram.banks * ram.words) for r in range(ram.rows)]
+            contents = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
             _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
         if top.lanes is not None:
             state["links"] = top.lanes.counters(ctx)
@@ -199,7 +193,7 @@ def write_weights(model, rams, params):
     (``ChainTop.param_rams``) of a compiled ``model``."""
     for name, rows, layer_slice, ram in rams:
         width = numerics.WORD_BITS * ram.banks * ram.words
-        initial = [_row(words) for words in _initial(params, rows, layer_slice, ram)]
+        initial = [memory_row(words) for words in _initial(params, rows, layer_slice, ram)]
         for path in ram.memory_paths:  # every copy of the weights (VersionedParamRam)
             model.write_memory(f"{name}.{path}", initial, width)
 

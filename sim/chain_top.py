@@ -9,8 +9,10 @@ the same cycles. Each queue a node keeps in DRAM gets a simulated DRAM
 two feeds, so they are the same in both backends too.
 """
 
-from amaranth.hdl import DomainRenamer, Module
-from amaranth.lib import stream, wiring
+from types import SimpleNamespace
+
+from amaranth.hdl import DomainRenamer, Module, signed
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.link.model_phy import line_layout
@@ -18,6 +20,7 @@ from hw.memory.dram_model import simulated_drams
 from hw.memory.update_gate import COUNT_BITS
 from hw.node.loss import LABEL_BITS
 from hw.node.top import Node, connect_chain
+from mapping import numerics
 from sim.stall import StallInjector, stalling_link
 
 
@@ -126,11 +129,13 @@ class ChainTop(wiring.Component):
 
 class DramRows:
     """The FC weights a SimulatedDram holds (row r at word r, hw/memory/dram_weights.py), seen as
-    the weight read-back sees a ParamRam: ``layout``, ``rows``, ``banks``, ``words``, ``mem``
-    and its ``memory_paths``."""
+    the weight read-back sees a ParamRam: ``layout``, ``rows``, ``banks``, ``words``,
+    ``memory_paths`` and ``mem.data[r]``, the row as a ParamRam's, its words bank-major."""
 
     memory_paths = ("mem",)
 
     def __init__(self, dram, layout):
-        self.mem, self.layout = dram.mem, layout
+        self.layout = layout
         self.rows, self.banks, self.words = layout.rows, layout.banks, layout.words
+        words = data.ArrayLayout(signed(numerics.WORD_BITS), layout.banks * layout.words)
+        self.mem = SimpleNamespace(data=[words(dram.mem.data[r]) for r in range(layout.rows)])

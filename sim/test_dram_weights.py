@@ -13,6 +13,7 @@ from hw.memory.dram_model import SimulatedDram
 from hw.memory.dram_weights import DramWeights
 from hw.memory.param_ram import WeightLayout
 from mapping import numerics
+from sim.chain import memory_row
 from sim.helpers import FORMATS, folded, full_index, random_words, sgd
 from sim.testbench import get, put, simulate
 
@@ -29,7 +30,7 @@ class WeightsOverDram(wiring.Component):
                                    **options)
         width = self.weights.queue.width
         self.dram = SimulatedDram(width, layout.rows, latency=6, refresh_every=40, refresh_cycles=5,
-                                  init=[_row(r) for r in initial])
+                                  init=[memory_row(r.reshape(-1).tolist()) for r in initial])
         signature = self.weights.signature.members
         super().__init__({name: signature[name] for name in ("fp", "eb", "grads", "total_samples", "stored")})
 
@@ -42,14 +43,6 @@ class WeightsOverDram(wiring.Component):
         connect(m, flipped(self.grads), self.weights.grads)
         m.d.comb += [self.weights.total_samples.eq(self.total_samples), self.stored.eq(self.weights.stored)]
         return m
-
-
-def _row(words):
-    """One DRAM word: a row's (P, words) 16-bit words, bank-major, word 0 lowest."""
-    value = 0
-    for n, word in enumerate(np.asarray(words).reshape(-1)):
-        value |= (int(word) & 0xFFFF) << (16 * n)
-    return value
 
 
 def _words(payload):
@@ -107,4 +100,4 @@ def test_passes_read_the_versions_and_write_the_update(out_channels, in_channels
     for s in range(samples):
         assert got_fp[s] == as_rows[max(0, s - fp_stale)], f"FP of sample {s}"
         assert got_eb[s] == as_rows[s], f"EB of sample {s}"
-    assert results["dram"] == [_row(r) for r in as_rows[samples]]
+    assert results["dram"] == [memory_row(r) for r in as_rows[samples]]

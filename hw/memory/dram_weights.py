@@ -48,9 +48,6 @@ from .param_ram import WeightLayout
 from .update_gate import COUNT_BITS
 
 
-WORD_MASK = (1 << numerics.WORD_BITS) - 1
-
-
 def update_layout(banks, words):
     """A row on its way to the updater: the P rows of an address and whether the pass updates it."""
     return data.StructLayout({"rows": bank_layout(banks, words), "update": 1})
@@ -181,9 +178,9 @@ class DramWeights(wiring.Component):
 
     def initial_words(self, weights):
         """The DRAM's first R words for the slice's ``weights`` (O, S, K, K) or (O, S*K*K): row r
-        at word r, its P*b*K*K 16-bit words bank-major, word 0 in the lowest bits."""
-        return [sum((int(word) & WORD_MASK) << (numerics.WORD_BITS * n) for n, word in enumerate(row.reshape(-1)))
-                for row in self.layout.fold(weights)]
+        at word r, packed as the rows stream (``bank_layout``)."""
+        rows = bank_layout(self.layout.banks, self.updater.words)
+        return [rows.const(row.tolist()).as_value().value for row in self.layout.fold(weights)]
 
     def _has_work(self, t):
         """(FP of sample t, EB and update of sample t - k) for pass ``t``."""
