@@ -114,12 +114,17 @@ CASES = {
 }
 
 
+def refusal_of(mapping, change):
+    """The message Mapping.from_json refuses ``mapping``'s JSON with once ``change`` edits it."""
+    with pytest.raises(SpecError) as error:
+        Mapping.from_json(edited(mapping, change))
+    return str(error.value)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_a_broken_field_is_refused_by_name(tiny, case):
     change, message = CASES[case]
-    with pytest.raises(SpecError) as error:
-        Mapping.from_json(edited(tiny, change))
-    assert str(error.value) == message
+    assert refusal_of(tiny, change) == message
 
 
 GROUPED_CASES = {
@@ -147,9 +152,7 @@ def grouped():
 @pytest.mark.parametrize("case", GROUPED_CASES)
 def test_a_grouped_slice_that_leaves_its_group_is_refused_by_name(grouped, case):
     change, message = GROUPED_CASES[case]
-    with pytest.raises(SpecError) as error:
-        Mapping.from_json(edited(grouped, change))
-    assert str(error.value) == message
+    assert refusal_of(grouped, change) == message
 
 
 @pytest.mark.parametrize("change, message", [
