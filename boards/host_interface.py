@@ -33,6 +33,8 @@ streams of that side (images and labels too, on a board without node 0) travel o
 Only the board holding node 0 takes LABEL and IMAGE.
 """
 
+import json
+
 from amaranth.hdl import Assert, Cat, Const, Instance, Module, Mux, ResetInserter, Signal, Value, signed
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
@@ -241,6 +243,11 @@ class Trainer(wiring.Component):
                  link_lane_width=link_model.LANE_WIDTH, link_latency=link_model.PHY_LATENCY):
         self.mapping, self.divisor, self.lane_width, self.family = mapping, divisor, lane_width, family
         held = range(len(mapping.nodes)) if nodes is None else nodes
+        # what the design is made of, for a simulation's build cache; weights built in are not named
+        self.recipe = None if params is not None else json.dumps({
+            "class": "Trainer", "mapping": mapping.to_json(), "divisor": divisor, "family": family,
+            "nodes": list(held), "lane_width": lane_width, "link_lane_width": link_lane_width,
+            "link_latency": link_latency})
         self.first = held[0]
         self.nodes = [Node(mapping.nodes[n], params=params, family=family) for n in held]
         for node in self.nodes:

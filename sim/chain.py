@@ -225,7 +225,7 @@ def _run_verilator(top, params, feed, final, progress, profile, threads):
     rams = list(top.param_rams())
     count = len(top.nodes)
     paths = [f"{name}.{path}" for name, *_, ram in rams for path in ram.memory_paths]
-    with VerilatedModel(top, paths, profile=profile, threads=threads) as model:
+    with VerilatedModel(top, paths, profile=profile, threads=threads, recipe=top.recipe) as model:
         started, cpu = time.monotonic(), time.process_time()
         write_weights(model, rams, params)
         model.set("total_samples", feed.samples)

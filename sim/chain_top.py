@@ -9,6 +9,8 @@ the same cycles. Each queue a node keeps in DRAM gets a simulated DRAM
 two feeds, so they are the same in both backends too.
 """
 
+import dataclasses
+import json
 from types import SimpleNamespace
 
 from amaranth.hdl import DomainRenamer, Module, signed
@@ -42,6 +44,11 @@ class ChainTop(wiring.Component):
     def __init__(self, mapping, params=None, stall=0.0, links=None, gateware_links=False, part=None):
         self.mapping, self.stall = mapping, stall
         self.part = range(len(mapping.nodes)) if part is None else part
+        # what the design is made of, for the Verilator cache (sim/verilated.py); weights
+        # built into it are not named, so such a chain has none
+        self.recipe = None if params is not None else json.dumps({
+            "class": "ChainTop", "mapping": mapping.to_json(), "stall": stall, "gateware_links": gateware_links,
+            "links": None if links is None else dataclasses.asdict(links), "part": [self.part.start, self.part.stop]})
         cut = (self.part.start > 0, self.part.stop < len(mapping.nodes))
         if any(cut) and not (links and gateware_links):
             raise ValueError("a part of a chain is cut at its lanes: it needs links in logic")

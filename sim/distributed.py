@@ -191,7 +191,7 @@ class Part:
         self.rams = list(top.param_rams())
         paths = [f"{name}.{path}" for name, *_, ram in self.rams for path in ram.memory_paths]
         ports = [f"link{c.link}_{c.side}_line_{way}" for c in top.lanes.cuts for way in ("in", "out")]
-        self.model = VerilatedModel(top, paths, profile=profile, threads=threads, lines=ports)
+        self.model = VerilatedModel(top, paths, profile=profile, threads=threads, lines=ports, recipe=top.recipe)
         self.latency, self.lane_width = links.latency, links.lane_width
         self.sends = {}     # lane -> its line port here
         self.receives = {}  # lane -> its line port here

@@ -13,7 +13,11 @@ Supported components: ports that are input streams (``lib.stream``, driven from 
 and plain input and output values. A clock domain ``sync``, reset held low.
 
 A build is cached by a hash of the RTLIL, the harness, the Verilator version and its
-flags: in ``$FPDEEP_VERILATOR_CACHE`` (default ``~/.cache/fpdeep-amaranth/verilator``;
+flags. Converting a chain to RTLIL takes most of a minute, so a caller that can name the
+design by what it is made of gives a ``recipe`` (its class's arguments as text) instead: the
+key then hashes the recipe with the source of the packages that elaborate designs
+(:func:`source_digest`) and Amaranth's version, and a cached design is never converted.
+The cache is in ``$FPDEEP_VERILATOR_CACHE`` (default ``~/.cache/fpdeep-amaranth/verilator``;
 ``off`` builds in a temporary folder every time), and Verilator's runtime objects beside
 them, by the Verilator version and flags. A lock file per design lets one process at a time
 compile it; the others wait and load its library. Verilator's VPI is global to a process,
@@ -22,6 +26,7 @@ so one model per library is live at a time (``close`` or the end of a ``with`` f
 
 import ctypes
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -39,6 +44,8 @@ from amaranth.back.verilog import _convert_rtlil_text
 from amaranth.hdl import Const, Value
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib import stream, wiring
+
+from hw.base.checks import never_elaborated
 
 _FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert", "-Wno-fatal", "-Wno-lint",
           "-Wno-style", "-Wno-MULTIDRIVEN", "--vpi")
@@ -332,38 +339,82 @@ def _say(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def build(design, memories=(), *, threads=1, profile="fast", progress=_say, lines=()):
-    """The path of the compiled library for ``design`` (a ``wiring.Component``), from the
-    cache or built now; ``memories``: hierarchical names of the memories made public;
-    ``lines``: ports driven or recorded every cycle (``VerilatedModel.lines``)."""
-    ports, streams = _ports(design)
+# The packages whose code elaborates the designs simulated here. Their tests change no
+# design but through the arguments a recipe holds, so editing one keeps the cache.
+_DESIGN_PACKAGES = ("hw", "mapping", "sim", "boards")
+
+
+@functools.cache
+def source_digest():
+    """A hash of the source that turns a recipe into a netlist: the design packages' modules
+    (tests left out) and the versions of Amaranth and numpy."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for package in _DESIGN_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if not path.name.startswith(("test_", "conftest")):
+                digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+    digest.update(f"amaranth {version('amaranth')} numpy {version('numpy')}".encode())
+    return digest.hexdigest()
+
+
+def _rtlil(design):
     port_map = {}
     for path, member, value in design.signature.flatten(design):
         port_map["_".join(map(str, path))] = (Value.cast(value), PortDirection.Input if member.flow == wiring.In
                                               else PortDirection.Output)
-    text = rtlil.convert(design, name="top", ports=port_map, emit_src=False)
+    return rtlil.convert(design, name="top", ports=port_map, emit_src=False)
+
+
+def build(design, memories=(), *, threads=1, profile="fast", progress=_say, lines=(), recipe=None):
+    """The path of the compiled library for ``design`` (a ``wiring.Component``), from the
+    cache or built now; ``memories``: hierarchical names of the memories made public;
+    ``lines``: ports driven or recorded every cycle (``VerilatedModel.lines``); ``recipe``:
+    text that names the design with :func:`source_digest` (its class and arguments), or None.
+
+    A library is kept under the hash of its RTLIL (with the harness, Verilator and its
+    flags); a recipe's hash (with the source digest) points at that hash, so a design found
+    by its recipe is not converted, and one whose recipe is new but whose netlist is not
+    (source edited elsewhere) is converted but not compiled again."""
+    ports, streams = _ports(design)
     harness = _harness(ports, list(streams), lines)
     config = _public_memories(memories)
     extra, cxxflags = _PROFILES[profile]
     flags = (*_FLAGS, *extra, "--threads", str(threads))
-    key = hashlib.sha256("\0".join((text, harness, config, version("verilator"), " ".join(flags),
-                                    cxxflags)).encode()).hexdigest()
+
+    def key(named):
+        return hashlib.sha256("\0".join((named, harness, config, version("verilator"), " ".join(flags),
+                                         cxxflags)).encode()).hexdigest()
+
     folder = _cache_folder()
-    sources = {"top.v": _convert_rtlil_text(text), "harness.cpp": harness, "public.vlt": config}
+    pointer = None
+    if folder is not None and recipe is not None:
+        pointer = folder / "recipes" / key(f"recipe {recipe}\0{source_digest()}")
+        if pointer.exists() and (kept := folder / pointer.read_text() / "libtop.so").exists():
+            never_elaborated(design)  # found by its recipe: built, never elaborated here
+            return kept, ports, list(streams)
+    text = _rtlil(design)
+    sources = {"harness.cpp": harness, "public.vlt": config}
     what = f"{design.__class__.__name__} ({len(text) // 1024} KiB of RTLIL, {profile}"
     if folder is None:
         kept = Path(tempfile.mkdtemp(prefix="fpdeep-verilator-")) / "libtop.so"
-        _compile(kept, None, sources, flags, cxxflags, f"{what})", progress)
+        _compile(kept, None, {"top.v": _convert_rtlil_text(text), **sources}, flags, cxxflags, f"{what})", progress)
         return kept, ports, list(streams)
+    netlist = key(text)
     folder.mkdir(parents=True, exist_ok=True)
     # One build per design at a time: a worker that asks for a design another is compiling
     # waits for it and loads its library (two workers of the suite compiled the same chain at once).
-    with open(folder / f"{key}.lock", "w") as lock:
+    with open(folder / f"{netlist}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        kept = folder / key / "libtop.so"
+        kept = folder / netlist / "libtop.so"
         if not kept.exists():
-            _compile(kept, folder / _runtime_key(flags, cxxflags), sources, flags, cxxflags,
-                     f"{what}; cached afterwards in {folder})", progress)
+            _compile(kept, folder / _runtime_key(flags, cxxflags), {"top.v": _convert_rtlil_text(text), **sources},
+                     flags, cxxflags, f"{what}; cached afterwards in {folder})", progress)
+    if pointer is not None:
+        pointer.parent.mkdir(exist_ok=True)
+        partial = pointer.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(netlist)
+        partial.replace(pointer)
     return kept, ports, list(streams)
 
 
@@ -388,11 +439,12 @@ def _compile(kept, runtime, sources, flags, cxxflags, what, progress):
 
 class VerilatedModel:
     """A compiled ``design``; ``memories``: hierarchical names (below the top) of the
-    memories to read and write, e.g. ``node0.slice0_conv1.lpram.mem``."""
+    memories to read and write, e.g. ``node0.slice0_conv1.lpram.mem``; ``recipe``: the
+    design's name for the cache (:func:`build`)."""
 
-    def __init__(self, design, memories=(), *, threads=1, profile="fast", progress=_say, lines=()):
+    def __init__(self, design, memories=(), *, threads=1, profile="fast", progress=_say, lines=(), recipe=None):
         path, ports, self.stream_names = build(design, memories, threads=threads, profile=profile,
-                                               progress=progress, lines=lines)
+                                               progress=progress, lines=lines, recipe=recipe)
         self.line_names = [p.name for p in ports if p.name in lines]
         self.inputs = {p.name: (k, p) for k, p in enumerate(p for p in ports if p.flow == wiring.In and not p.stream)}
         self.outputs = {p.name: (k, p) for k, p in enumerate(p for p in ports if p.flow == wiring.Out
