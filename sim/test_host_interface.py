@@ -1,8 +1,8 @@
 """The host tool trains through the boards' UARTs (issue 14): host tool -> UART -> host interface ->
 node chain -> UART -> host tool, at 2 clock cycles per UART bit (a real board runs 33 at 100 MHz
 and 3 Mbaud; the UART logic is the same). Frames and pins bit by bit in Amaranth's simulator
-(boards/simulated.py); a whole training session across two boards joined by their link cores on
-the Verilator backend (sim/verilated_board.py)."""
+(boards/simulated.py); the host tool's own command, and a whole training session across two
+boards joined by their link cores, on the Verilator backend (sim/verilated_board.py)."""
 
 import gc
 import warnings
@@ -121,36 +121,30 @@ def test_frames_refused_weights_written_and_read_back():
             client.request(command, args)
 
 
+@pytest.mark.slow
 def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path, monkeypatch, capsys):
-    """``python -m boards.host`` itself (its main), its serial port a simulated board in
-    Amaranth's simulator that holds micro's two nodes (pyserial's Serial replaced by a port of
+    """``python -m boards.host`` itself (its main), its serial port a simulated board on the
+    Verilator backend that holds micro's two nodes (pyserial's Serial replaced by a port of
     the same shape): it checks the board, loads, trains one sample (one update, mini-batch
-    1), reads back and finds the weights bit-exact with the golden model. (With
-    --overlapped-update and two samples, 20 s more, its check failed against a golden model
-    whose EB was not one sample behind; tests/test_boards.py maps a board with the option.)"""
+    1), reads back and finds the weights bit-exact with the golden model; the board's LEDs
+    change as the session goes. (With --overlapped-update and two samples its check failed
+    against a golden model whose EB was not one sample behind; tests/test_boards.py maps a
+    board with the option.)"""
     mapping = _mapping(zoo.micro, "lfe5um5g-45f:2", batch=1)
     (tmp_path / "mapping.json").write_text(mapping.to_json())
-    opened, trainer = [], None
-    leds = []  # each change of the trainer's (link up, training, error) LEDs
-
-    async def watch_leds(ctx):
-        lights = trainer.leds
-        async for values in ctx.changed(lights.link_up, lights.training, lights.error):
-            leds.append(tuple(values))
+    opened = []
 
     class SimulatedPort:
         def __init__(self, name, baud, timeout):
-            nonlocal trainer
-            trainer = Trainer(mapping, divisor=DIVISOR)
-            self.board, self.timeout = SimulatedBoard(trainer), timeout
-            self.board.sim.add_testbench(watch_leds, background=True)
-            opened.append((name, baud))
+            self.boards = VerilatedBoards([Trainer(mapping, divisor=DIVISOR)])
+            (self.transport,) = self.boards.transports
+            opened.append((name, baud, self))
 
         def write(self, data):
-            self.board.write(data)
+            self.transport.write(data)
 
         def read(self, count):
-            return self.board.read(count)
+            return self.transport.read(count)
 
     monkeypatch.setattr("serial.Serial", SimulatedPort)
     with warnings.catch_warnings(record=True) as caught:
@@ -161,11 +155,12 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
     # The tool's nodes serve for their memory layouts: no "never used" warning at the end.
     assert [str(w.message) for w in caught if w.category is UnusedElaboratable] == []
     out = capsys.readouterr().out
-    assert opened == [("sim", 3_000_000)]
+    assert [(name, baud) for name, baud, _ in opened] == [("sim", 3_000_000)]
+    with opened[0][2].boards as board:
+        # link up (no link leaves this board) from the start; training from START until the update
+        assert board.leds(0) == [(1, 0, 0), (1, 1, 0), (1, 0, 0)]
     assert "loaded memory 6/6 (node 1, 4 x 1 words)" in out
     assert out.endswith("frames refused 0\nbit-exact with the golden model\n")
-    # link up (no link leaves this board) from the start; training from START until the update
-    assert leds == [(1, 0, 0), (1, 1, 0), (1, 0, 0)]
 
 
 @pytest.mark.slow

@@ -7,10 +7,13 @@ trainer's ``rx`` pin, and a :class:`~boards.uart.UartRx` on its ``tx`` pin write
 board sends into a ring buffer (``capture.mem``) the host reads through the VPI. Both
 UARTs are the board's own, which sim/test_host_interface.py drives and decodes bit by bit
 from Python on Amaranth's simulator, so the pins see what a serial line would carry. The run stops as soon as the bytes a
-``read`` waits for have arrived, so the cycle count is that of Amaranth's simulation.
+``read`` waits for have arrived, so the cycle count is that of Amaranth's simulation. Each
+board's LEDs are logged whenever they change (``VerilatedBoards.leds``).
 """
 
-from amaranth.hdl import DomainRenamer, Module
+import json
+
+from amaranth.hdl import Cat, DomainRenamer, Module, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,6 +22,7 @@ from hw.link.onchip_phy import OnChipPhy
 from sim.verilated import VerilatedModel
 
 COUNT_BITS = 32
+LED_LOG_DEPTH = 256  # LED changes logged per board
 
 
 class ByteCapture(wiring.Component):
@@ -49,13 +53,18 @@ class UartBench(wiring.Component):
     """The trainers (boards, in chain order), each between a host-side UART transmitter (fed by
     ``host[i]``) and receiver; neighbouring boards' link PHY ports joined by an
     :class:`~hw.link.onchip_phy.OnChipPhy` of :data:`CABLE_LATENCY` registers, every clock the
-    node clock."""
+    node clock. ``led_log[i]`` holds the values of board i's LEDs (link up, training, error
+    from bit 0), one row per change from the first cycle on; ``led_changes[i]`` counts them."""
 
     def __init__(self, trainers, ring):
         self.trainers = trainers
         self.captures = [ByteCapture(ring) for _ in trainers]
+        self.led_log = [ByteCapture(LED_LOG_DEPTH) for _ in trainers]
+        self.recipe = None if None in (t.recipe for t in trainers) else json.dumps(
+            {"class": "UartBench", "trainers": [t.recipe for t in trainers], "ring": ring})
         super().__init__({"host": In(stream.Signature(8)).array(len(trainers)),
-                          "received": Out(COUNT_BITS).array(len(trainers))})
+                          "received": Out(COUNT_BITS).array(len(trainers)),
+                          "led_changes": Out(COUNT_BITS).array(len(trainers))})
 
     def elaborate(self, platform):
         m = Module()
@@ -69,6 +78,12 @@ class UartBench(wiring.Component):
             wiring.connect(m, wiring.flipped(self.host[i]), tx.bytes)
             wiring.connect(m, rx.bytes, capture.bytes)
             m.d.comb += [trainer.rx.eq(tx.pin), rx.pin.eq(trainer.tx), self.received[i].eq(capture.received)]
+            log = m.submodules[f"leds{i}"] = self.led_log[i]
+            leds = Cat(trainer.leds.link_up, trainer.leds.training, trainer.leds.error)
+            logged = Signal(len(leds) + 1, init=1 << len(leds))  # no value: the first cycle's are logged
+            m.d.sync += logged.eq(leds)
+            m.d.comb += [log.bytes.payload.eq(leds), log.bytes.valid.eq(logged != leds),
+                         self.led_changes[i].eq(log.received)]
         for i, (upstream, downstream) in enumerate(zip(self.trainers, self.trainers[1:])):
             cable = m.submodules[f"cable{i}"] = OnChipPhy(len(upstream.down_phy.tx.data), CABLE_LATENCY)
             wiring.connect(m, upstream.down_phy, cable.a)
@@ -116,8 +131,17 @@ class VerilatedBoards:
     def __init__(self, trainers, *, ring=1 << 16, chunk=200_000, timeout=20_000_000, profile="quick"):
         self.bench = UartBench(trainers, ring)
         self.ring, self.chunk, self.timeout = ring, chunk, timeout
-        self.model = VerilatedModel(self.bench, [f"capture{i}.mem" for i in range(len(trainers))], profile=profile)
+        memories = [f"{kind}{i}.mem" for i in range(len(trainers)) for kind in ("capture", "leds")]
+        self.model = VerilatedModel(self.bench, memories, profile=profile, recipe=self.bench.recipe)
         self.transports = [_Transport(self, i) for i in range(len(trainers))]
+
+    def leds(self, index):
+        """Board ``index``'s LEDs so far, (link up, training, error) at each change."""
+        changes = self.model.get(f"led_changes_{index}")
+        if changes > LED_LOG_DEPTH:
+            raise ValueError(f"verilated board {index}: {changes} LED changes, the log holds {LED_LOG_DEPTH}")
+        return [(value & 1, value >> 1 & 1, value >> 2 & 1)
+                for value in self.model.read_memory(f"leds{index}.mem", changes, 8)]
 
     def close(self):
         self.model.close()
