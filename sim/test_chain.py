@@ -1,6 +1,11 @@
 """Chained nodes train the tiny CNN bit-exactly (issue 5): one node, chains of 3 and 4 nodes,
 folded engines, fully connected rows kept on another node (weight balancing); and a layer
-split by OCP over two nodes."""
+split by OCP over two nodes.
+
+Chains run on the Verilator backend (each compiled once and cached, sim/verilated.py) where
+the test needs no more than the chain's ports; on Amaranth's simulator where it traces the
+updates, runs ``sim.train --backend pysim`` or is the smallest chain of its kind.
+sim/test_verilator_chain.py checks that the two backends agree cycle for cycle."""
 
 from dataclasses import replace
 
@@ -21,23 +26,26 @@ from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, assert_bit_exact, cyc
 from sim.train import main as train_main
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
+VERILATOR = {"backend": "verilator", "profile": "quick"}
 
 
 def _train(cluster, seed, stall=0.0, derive=None, samples=SAMPLES, trace_updates=False, **options):
-    """Map tiny onto ``cluster`` (then ``derive(mapping)``, if given), train ``samples``, compare
-    bit for bit."""
+    """Map tiny onto ``cluster`` (then ``derive(mapping)``, if given), train ``samples``
+    (on Amaranth's simulator to trace the updates, else on Verilator), compare bit for bit."""
     network = zoo.tiny()
     mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS, **options)
     if derive is not None:
         mapping = derive(mapping)
     inputs, labels, params = random_data(network, samples, seed)
-    run = train_chain(network, mapping, inputs, labels, params, stall=stall, trace_updates=trace_updates)
+    run = train_chain(network, mapping, inputs, labels, params, stall=stall, trace_updates=trace_updates,
+                      **({} if trace_updates else VERILATOR))
     print(f"\n{cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for {samples} samples "
           f"({samples // BATCH} mini-batches)\n{report(mapping, run)}")
     assert_bit_exact(run.params, run.golden, params)
     return mapping, run
 
 
+@pytest.mark.slow
 def test_one_node_holding_the_whole_network_trains_bit_exact():
     mapping, _ = _train("vc709:1", seed=2)  # unfolded, the net needs 480 multipliers
     assert [s.layer for s in mapping.nodes[0].slices] == ["conv1", "conv2", "fc"]
@@ -96,7 +104,7 @@ def test_two_fc_layers_with_weights_in_dram_train_bit_exact_folded_with_stalls()
             for node in mapping.nodes] == [[("conv1", (0, 1), False, 1, 3), ("fc1", (0, 16), True, 6, 2)],
                                            [("fc1", (16, 72), True, 7, 2), ("fc2", (0, 6), True, 6, 1)]]
     inputs, labels, params = random_data(network, 4, 2)
-    run = train_chain(network, mapping, inputs, labels, params, stall=0.2)
+    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, **VERILATOR)
     assert_bit_exact(run.params, run.golden, params)
 
 
@@ -109,6 +117,7 @@ def test_update_traces_are_refused_where_they_would_miscount():
     assert str(error.value) == "update traces come from the pysim backend, without link cores, only"
 
 
+@pytest.mark.slow
 def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
     mapping, run = _train(CHAIN, seed=1, samples=15, trace_updates=True)
     layout = [[(s.layer, s.mode, s.in_range) for s in node.slices] for node in mapping.nodes]
@@ -145,6 +154,7 @@ def test_four_node_chain_trains_tiny_bit_exact_past_four_mini_batches():
     assert all(c2_start < c1_start < c2_end for (c1_start, _), (c2_start, c2_end) in zip(conv1, conv2))
 
 
+@pytest.mark.slow
 def test_rows_two_links_away_train_bit_exact_with_the_update_that_does_not_stop_the_engines_stalls_and_16_bit_sums():
     # overlapped_update (docs/weight_versions.md): every layer a sample staler, EB on the previous
     # mini-batch's weights for a mini-batch's first sample, so the walks run beside the engines:
@@ -160,6 +170,7 @@ def test_rows_two_links_away_train_bit_exact_with_the_update_that_does_not_stop_
     assert all(s.overlapped_update for node in mapping.nodes for s in node.slices)
 
 
+@pytest.mark.slow
 def test_folded_conv_and_fc_engines_train_bit_exact_with_24_bit_gradient_sums():
     # 40 multipliers per node: conv2's 4 input channels fold over one 3x3 tile (4 passes),
     # fc's 32 over one tile (32 passes). 24-bit gradient sums: every term rounded (4 bits)
@@ -218,6 +229,7 @@ def _rebalanced(*blocks):
     return derive
 
 
+@pytest.mark.slow
 def test_hosts_that_compute_the_same_layer_keep_rows_both_ways_and_two_links_downstream_train_bit_exact():
     # Node 3 keeps its fc rows 1..9 on node 2, which computes fc's input channel 30 itself, and
     # node 2 keeps all its rows on node 3 (no LPRAM or LGB left on node 2: the case that found the
@@ -261,7 +273,7 @@ def test_balanced_chain_trains_bit_exact_at_its_bottleneck_rate_in_steady_state(
     assert _hosted(mapping) == [(3, 0, "fc", (2, 6)), (3, 1, "fc", (6, 8)), (3, 2, "fc", (8, 10))]
     assert _relayed(mapping) == [[], [(3, 0)], [(3, 1), (3, 0)], []]
     inputs, labels, params = random_data(network, samples, 9)
-    run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
+    run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000, **VERILATOR)
     assert_bit_exact(run.params, run.golden, params)
     assert [cycles_per_sample(run, n) for n in range(4)] == [80] * 4
     assert [node.cycles_per_sample for node in mapping.nodes] == [80, 64, 64, 80]
@@ -286,6 +298,6 @@ def test_ocp_layer_split_over_two_nodes_reduces_its_errors_across_the_link():
     mapping = map_network(network, parse_cluster("ecp5-85:2"), batch=2, lr=LR, **GENERATOR_OPTIONS)
     assert [[(s.layer, s.mode, s.out_range) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", "ocp", (0, 2)), ("conv2", "ocp", (0, 9))], [("conv2", "ocp", (9, 16)), ("fc", "icp", (0, 10))]]
-    run = train_chain(network, mapping, inputs, labels, params, stall=0.2)
+    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, **VERILATOR)
     print(f"\nOCP split over ecp5-85:2 with stalls: {run.cycles} cycles")
     assert_bit_exact(run.params, run.golden, params)
