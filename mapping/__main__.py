@@ -1,15 +1,16 @@
 """``python -m mapping``: map a network onto a cluster, print the node table, write JSON and plots.
 
-    python -m mapping --network vgg16 --cluster vc709:15 [--out DIR] [--sizes 5:85[:STEP]]
+    python -m mapping --network vgg16 --cluster vc709:15 [--out DIR] [--sizes 5:85[:STEP] [--jobs N]]
                       [--batch B --lr X] [--link-gbps G] [--max-multipliers M]
                       [--grad-bits 16|24|32|48] [--act-storage chip|dram|auto]
                       [--fc-weights chip|dram|auto] [--for-hardware]
 """
 
 import json
+import sys
 
 from .cli import (DEFAULT_GRAD_BITS_HELP, FC_WEIGHTS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser,
-                  add_act_storage_option, add_fc_weights_option, add_grad_bits_option, fc_weights_problem, add_loss_option, formats_of, fraction, output_folder, positive_int,
+                  add_act_storage_option, add_fc_weights_option, add_grad_bits_option, add_jobs_option, fc_weights_problem, add_loss_option, formats_of, fraction, output_folder, positive_int,
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
@@ -32,6 +33,10 @@ def _sizes(text):
     return range(values[0], values[1] + 1, values[2] if len(values) == 3 else 1)
 
 
+def _sweep_progress(done, total, *_):
+    print(f"\rsweep: {done} of {total} sizes mapped", end="\n" if done == total else "", file=sys.stderr, flush=True)
+
+
 def parse_args(argv):
     parser = Parser(prog="python -m mapping", description=__doc__.splitlines()[0].split(": ", 1)[1],
                     formatter_class=DefaultsShown)
@@ -39,6 +44,7 @@ def parse_args(argv):
     parser.add_argument("--cluster", default="vc709:15", help="e.g. vc709:15, vc709:15@150, or a file")
     parser.add_argument("--out", default="mapping-out", help="folder for mapping.json and plots")
     parser.add_argument("--sizes", help="sweep cluster sizes FIRST:LAST[:STEP] of the cluster's first device")
+    add_jobs_option(parser, "sizes of --sizes mapped")
     parser.add_argument("--batch", type=positive_int, default=BATCH,
                         help="mini-batch size: samples whose gradients one weight update sums")
     parser.add_argument("--lr", type=positive_number, default=LEARNING_RATE,
@@ -104,7 +110,8 @@ def main(argv=None):
             device = cluster.devices[0]
             typed = first_device_name(args.cluster) or device.name
             shown = typed if typed.lower() == device.name else f"{typed} ({device.name})"
-            points = report.sweep(network, cluster, sizes, gbps, network_name=args.network, **options)
+            points = report.sweep(network, cluster, sizes, gbps, jobs=args.jobs, progress=_sweep_progress,
+                                  network_name=args.network, **options)
             for point in points:
                 if "error" in point:  # kept in scaling.json and marked on the plot
                     print(f"{point['devices']} devices: refused: {point['error']}")

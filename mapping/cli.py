@@ -40,6 +40,39 @@ def positive_int(text):
     return value
 
 
+def jobs_count(text):
+    """A --jobs value: a count of worker processes, 0 for every usable core."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (every core) or a positive integer, got '{text}'")
+    return value
+
+
+def int_list(choices=None):
+    """An argparse type: comma-separated integers, each one of ``choices`` (if given), none twice."""
+    def parse(text):
+        try:
+            values = [int(v) for v in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be comma-separated integers, got '{text}'") from None
+        for value in values:
+            if choices is not None and value not in choices:
+                raise argparse.ArgumentTypeError(f"{value} is not one of {', '.join(map(str, choices))}")
+            if values.count(value) > 1:
+                raise argparse.ArgumentTypeError(f"{value} is listed twice in '{text}'")
+        return values
+    return parse
+
+
+def add_jobs_option(parser, what):
+    """``--jobs``: how many of ``what`` run at once, in worker processes (mapping/parallel.py)."""
+    parser.add_argument("--jobs", type=jobs_count, default=1,
+                        help=f"{what} run at once, each in a worker process (0: every core)")
+
+
 def _number(text):
     """``text`` as a float, NaN where it is none (every range check then fails)."""
     try:

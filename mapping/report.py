@@ -3,6 +3,7 @@
 from .cluster import Cluster
 from .errors import SpecError
 from .mapper import dram_bytes_held, map_network
+from .parallel import run_jobs
 
 
 def table(mapping):
@@ -38,28 +39,30 @@ def table(mapping):
     return "\n".join(lines)
 
 
-def sweep(network, device_cluster, sizes, link_gbps, **options):
-    """Map ``network`` on n copies of the cluster's first device for every n in ``sizes``.
+def sweep(network, device_cluster, sizes, link_gbps, *, jobs=1, progress=None, **options):
+    """Map ``network`` on n copies of the cluster's first device for every n in ``sizes``,
+    ``jobs`` sizes at a time (mapping/parallel.py; ``progress(done, total, index, point)`` as
+    each finishes).
 
     Returns one dict per size: compute-bound and link-bound samples/s, throughput,
     busiest link Gb/s at the compute-bound rate, idle share, GOPS per device; or the
     refusal for sizes the network does not fit."""
     device = device_cluster.devices[0]
-    points = []
-    for n in sizes:
-        cluster = Cluster((device,) * n, (link_gbps,) * (n - 1), f"{device.name}:{n}@{link_gbps:g}")
-        try:
-            s = map_network(network, cluster, **options).summary
-        except SpecError as error:
-            points.append({"devices": n, "error": str(error)})
-            continue
-        points.append({"devices": n, "compute_samples_per_s": s["compute_samples_per_s"],
-                       "link_samples_per_s": s["link_samples_per_s"],
-                       "samples_per_s": s["samples_per_s"], "limited_by": s["limited_by"],
-                       "busiest_link_gbps": s["busiest_link_gbps"],
-                       "busiest_link_line_gbps": s["busiest_link_line_gbps"],
-                       "idle": s["idle"], "gops_per_device": s["gops_per_device"]})
-    return points
+    return run_jobs(_sweep_point, [(network, device, n, link_gbps, options) for n in sizes], jobs, progress)
+
+
+def _sweep_point(network, device, n, link_gbps, options):
+    cluster = Cluster((device,) * n, (link_gbps,) * (n - 1), f"{device.name}:{n}@{link_gbps:g}")
+    try:
+        s = map_network(network, cluster, **options).summary
+    except SpecError as error:
+        return {"devices": n, "error": str(error)}
+    return {"devices": n, "compute_samples_per_s": s["compute_samples_per_s"],
+            "link_samples_per_s": s["link_samples_per_s"],
+            "samples_per_s": s["samples_per_s"], "limited_by": s["limited_by"],
+            "busiest_link_gbps": s["busiest_link_gbps"],
+            "busiest_link_line_gbps": s["busiest_link_line_gbps"],
+            "idle": s["idle"], "gops_per_device": s["gops_per_device"]}
 
 
 # Throughput scales linearly while each size that adds throughput keeps its samples/s per

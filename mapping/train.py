@@ -14,11 +14,19 @@ noise and the stale weight versions continue across epochs (``golden.train(resum
 
 Unless ``--no-reference``, float aligned SGD runs too, from the same initial weights on
 the same sample order, and both curves go to ``curves.csv`` and ``fig16.png``.
+
+Several seeds and gradient-sum widths (``--seed 0,1,2 --grad-bits 16,24,48``) make a sweep:
+each (width, seed) trains on its own, ``--jobs`` at a time in worker processes, into
+``OUT/grad{W}-seed{S}/`` (its curves, plot and log; float aligned SGD in the first width's
+run of each seed: it does not depend on the width), and the final test accuracies and their
+gaps to float aligned go to ``OUT/table.md`` as docs/numerics.md shows them.
 """
 
+import argparse
 import csv
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,11 +34,13 @@ import numpy as np
 
 from . import golden, stability
 from .cluster import parse_cluster
-from .cli import (LOSS_HELP, DefaultsShown, Parser, add_act_storage_option, add_grad_bits_option, add_loss_option, formats_of, output_folder, positive_int,
-                  positive_number)
+from .cli import (GRAD_BITS_HELP, LOSS_HELP, DefaultsShown, Parser, add_act_storage_option, add_jobs_option,
+                  add_loss_option, formats_of, int_list, output_folder, positive_int, positive_number)
 from .data import DIGITS, SOURCE_HELP, load
 from .errors import SpecError, run_cli
 from .mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network
+from .numerics import ACC_BITS, GRAD_BITS
+from .parallel import run_jobs
 from .zoo import get
 
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
@@ -143,23 +153,112 @@ def parse_args(argv):
                    help="the chain's stale weight versions, plain mini-batch SGD, or the versions of an "
                         "update that does not stop the engines (not built in hardware)")
     add_loss_option(p, help=f"{LOSS_HELP}; docs/numerics.md")
-    add_grad_bits_option(p)
+    p.add_argument("--grad-bits", type=int_list(GRAD_BITS), default=[ACC_BITS],
+                   help=f"{GRAD_BITS_HELP}; several, comma-separated, make a sweep")
     add_act_storage_option(p)
     p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
     p.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
     p.add_argument("--init-scale", type=positive_number, default=golden.INIT_SCALE,
                    help="He-normal initial weights times this (docs/numerics.md)")
-    p.add_argument("--seed", type=int, default=0, help="initial weights, split and sample order")
+    p.add_argument("--seed", type=int_list(), default=[0],
+                   help="initial weights, split and sample order; several, comma-separated, make a sweep")
     p.add_argument("--limit", type=positive_int, help="use only the first N samples of the data")
     p.add_argument("--no-reference", action="store_true", help="skip the float aligned SGD reference run")
     p.add_argument("--out", type=Path, required=True, help="directory for curves.csv and fig16.png")
+    add_jobs_option(p, "runs of a sweep")
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
+    runs = [(bits, seed) for bits in args.grad_bits for seed in args.seed]
     with output_folder(args.out) as out:  # a path that cannot hold the curves is refused first
-        _train_and_plot(args, out)
+        if len(runs) == 1:
+            _train_and_plot(_run_args(args, *runs[0]), out)
+        else:
+            _sweep(args, runs, out)
+
+
+def _run_args(args, grad_bits, seed, reference=True):
+    """The arguments of one run of a sweep."""
+    return argparse.Namespace(**{**vars(args), "grad_bits": grad_bits, "seed": seed,
+                                 "no_reference": args.no_reference or not reference})
+
+
+def _sweep(args, runs, out):
+    print(f"{len(runs)} runs, {args.jobs or 'every core'} at a time: {args.network}, gradient sums of {', '.join(map(str, args.grad_bits))} bits, "
+          f"seeds {', '.join(map(str, args.seed))}; each in {out}/grad{{W}}-seed{{S}} with its log")
+    jobs = [(_run_args(args, bits, seed, reference=bits == args.grad_bits[0]), out / f"grad{bits}-seed{seed}")
+            for bits, seed in runs]
+
+    def progress(done, total, index, result):
+        bits, seed = runs[index]
+        shown = result if isinstance(result, str) else ", ".join(f"{n} {acc:.3f}" for n, acc in result.items())
+        print(f"run {done} of {total} done ({bits}-bit sums, seed {seed}): {shown}", flush=True)
+
+    results = run_jobs(_logged_run, jobs, args.jobs, progress)
+    table = accuracy_table(args, runs, results)
+    (out / "table.md").write_text(table + "\n")
+    print(table)
+    print(f"wrote {out / 'table.md'}")
+
+
+def _logged_run(args, folder):
+    """One run of a sweep, its output in ``folder``/log.txt; a refusal or a divergence is
+    logged there and ends only this run. Returns :func:`_collect`'s result."""
+    folder.mkdir(exist_ok=True)
+    with open(folder / "log.txt", "w") as log, redirect_stdout(log), redirect_stderr(log):
+        try:
+            _train_and_plot(args, folder)
+        except SpecError as error:
+            print(f"error: {error}")
+    return _collect(folder)
+
+
+def _collect(folder):
+    """{run name: final test accuracy} from a sweep run's curves, or its error line."""
+    path = folder / "curves.csv"
+    last = {}
+    if path.exists():
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                last[row["run"]] = float(row["test_accuracy"])
+    errors = [line for line in (folder / "log.txt").read_text().splitlines() if line.startswith("error: ")]
+    return errors[0] if errors else last
+
+
+def accuracy_table(args, runs, results):
+    """Markdown: final test accuracy per width (rows) and seed (columns), with the gap to
+    float aligned SGD in points where it ran (and its mean and worst over the seeds)."""
+    name = f"{args.mode} {args.update}"
+    reference = {seed: result.get("float aligned") for (bits, seed), result in zip(runs, results)
+                 if isinstance(result, dict) and result.get("float aligned") is not None}
+    header = ["sums: width"] + [f"seed {seed}" for seed in args.seed] + (["mean gap", "worst gap"] if reference else [])
+    rows = []
+    if reference:
+        rows.append(["float aligned"] + [f"{reference[s]:.3f}" if s in reference else "" for s in args.seed]
+                    + ["", ""])
+    for bits in args.grad_bits:
+        cells, gaps = [], []
+        for seed in args.seed:
+            result = results[runs.index((bits, seed))]
+            if isinstance(result, str) or name not in result:
+                cells.append("failed (log.txt)")
+                continue
+            acc = result[name]
+            if seed in reference:
+                gaps.append(100 * (reference[seed] - acc))
+                cells.append(f"{acc:.3f} ({gaps[-1]:.1f})")
+            else:
+                cells.append(f"{acc:.3f}")
+        label = f"{bits} (exact)" if bits == ACC_BITS else str(bits)
+        if reference:
+            cells += [f"{sum(gaps) / len(gaps):.1f}", f"{max(gaps):.1f}"] if gaps else ["", ""]
+        rows.append([label] + cells)
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in [header] + rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join([f"{name} against float aligned SGD: final test accuracy (gap in points)"] + lines)
 
 
 def _train_and_plot(args, out):
@@ -199,6 +298,7 @@ def _train_and_plot(args, out):
     finally:
         write_curves(runs, out)
         print(f"wrote {out / 'curves.csv'} and {out / 'fig16.png'}")
+    return runs
 
 
 if __name__ == "__main__":

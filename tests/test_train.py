@@ -97,8 +97,46 @@ def test_cli_trains_with_softmax_cross_entropy(tmp_path, capsys):
     (["--epochs", "0"], "argument --epochs: must be a positive integer, got '0'"),
     (["--loss", "softmax"], "argument --loss: invalid choice: 'softmax' (choose from 'mse', 'ce')"),
     (["--act-storage", "disk"], "argument --act-storage: invalid choice: 'disk' (choose from 'chip', 'dram', 'auto')"),
+    (["--grad-bits", "16,20"], "argument --grad-bits: 20 is not one of 16, 24, 32, 48"),
+    (["--seed", "0,x"], "argument --seed: must be comma-separated integers, got '0,x'"),
+    (["--seed", "1,1"], "argument --seed: 1 is listed twice in '1,1'"),
+    (["--jobs", "-1"], "argument --jobs: must be 0 (every core) or a positive integer, got '-1'"),
 ])
 def test_cli_refuses_bad_options_in_one_line(tmp_path, capsys, argv, message):
     assert refusal(train.main, [*argv, "--out", str(tmp_path / "out")], capsys) == (
         f"error: {message} (see python -m mapping.train --help)")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_over_seeds_and_widths_runs_each_as_alone_and_tabulates_the_gaps(tmp_path, capsys):
+    """Four runs on two worker processes: each run's curves are those of the same run alone
+    (here, the 48-bit seed-1 run), float aligned SGD runs once per seed (with the first width),
+    and the table gives each width's accuracy and gap to it, in points."""
+    common = ["--limit", "150", "--epochs", "1", "--lr", "0.05"]
+    train.main([*common, "--seed", "0,1", "--grad-bits", "16,48", "--jobs", "2", "--out", str(tmp_path / "sweep")])
+    out = capsys.readouterr().out
+    assert out.startswith("4 runs, 2 at a time: lenet-digits, gradient sums of 16, 48 bits, seeds 0, 1;")
+    finished = [line.split(": ")[0].split(" done ")[1] for line in out.splitlines() if line.startswith("run ")]
+    assert sorted(finished) == sorted(f"({bits}-bit sums, seed {seed})" for bits in (16, 48) for seed in (0, 1))
+    train.main([*common, "--seed", "1", "--no-reference", "--out", str(tmp_path / "alone")])
+    curves = {name: (tmp_path / name / "curves.csv").read_text() for name in ("sweep/grad48-seed1", "alone")}
+    assert curves["sweep/grad48-seed1"] == curves["alone"]
+
+    def final(folder):
+        with open(tmp_path / "sweep" / folder / "curves.csv") as f:
+            return {row["run"]: float(row["test_accuracy"]) for row in csv.DictReader(f) if row["epoch"] == "1"}
+
+    results = {(bits, seed): final(f"grad{bits}-seed{seed}") for bits in (16, 48) for seed in (0, 1)}
+    assert [sorted(results[key]) for key in sorted(results)] == [
+        ["fixed pipelined", "float aligned"], ["fixed pipelined", "float aligned"], ["fixed pipelined"], ["fixed pipelined"]]
+    table = (tmp_path / "sweep" / "table.md").read_text().splitlines()
+    reference = {seed: results[16, seed]["float aligned"] for seed in (0, 1)}
+    assert [[cell.strip() for cell in line.split("|")[1:-1]] for line in (table[1], table[3])] == [
+        ["sums: width", "seed 0", "seed 1", "mean gap", "worst gap"],
+        ["float aligned", f"{reference[0]:.3f}", f"{reference[1]:.3f}", "", ""]]
+    for line, bits in zip(table[4:], (16, 48)):
+        gaps = [100 * (reference[seed] - results[bits, seed]["fixed pipelined"]) for seed in (0, 1)]
+        assert [cell.strip() for cell in line.split("|")[1:-1]] == [
+            f"{bits} (exact)" if bits == 48 else "16",
+            *(f"{results[bits, seed]['fixed pipelined']:.3f} ({gap:.1f})" for seed, gap in zip((0, 1), gaps)),
+            f"{sum(gaps) / 2:.1f}", f"{max(gaps):.1f}"]
