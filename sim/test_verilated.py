@@ -45,7 +45,7 @@ def test_a_recipe_finds_its_build_without_converting_the_design(tmp_path, monkey
     assert build("doubler") == first and (len(compiled), len(converted)) == (1, 1)
     # a new recipe (other arguments, or edited source) of the same netlist: converted, not compiled
     assert build("doubler, named otherwise") == first and (len(compiled), len(converted)) == (1, 2)
-    monkeypatch.setattr(verilated, "source_digest", lambda: "edited source")
+    monkeypatch.setattr(verilated, "source_digest", lambda *modules: "edited source")
     assert build("doubler") == first and (len(compiled), len(converted)) == (1, 3)
     assert build("doubler") == first and (len(compiled), len(converted)) == (1, 3)
     # without a recipe: converted every time
@@ -61,20 +61,35 @@ def tripling(self, platform):
     return m
 
 
-def test_the_source_digest_reads_the_design_packages_but_not_their_tests():
+def test_the_source_digest_reads_what_the_design_imports_and_nothing_else():
+    """The modules of the design's classes and their imports, directly or not, with the
+    packages that hold them; not the mapper (it makes the recipe's mapping), not the tests."""
     digested = []
     real_read = verilated.Path.read_bytes
 
     def reading(path):
-        digested.append(path.name)
+        digested.append(path.relative_to(verilated._ROOT).as_posix())
         return real_read(path)
 
     verilated.source_digest.cache_clear()
     try:
         verilated.Path.read_bytes = reading
-        verilated.source_digest()
+        verilated.source_digest("sim.chain_top")
     finally:
         verilated.Path.read_bytes = real_read
         verilated.source_digest.cache_clear()
-    assert {"verilated.py", "chain_top.py", "nodeconfig.py", "host_interface.py", "slice_unit.py"} <= set(digested)
-    assert not [name for name in digested if name.startswith(("test_", "conftest"))]
+    assert {"sim/chain_top.py", "sim/stall.py", "sim/__init__.py", "hw/node/top.py", "hw/node/slice_unit.py",
+            "hw/__init__.py", "mapping/nodeconfig.py", "mapping/numerics.py"} <= set(digested)
+    assert not {"mapping/mapper.py", "sim/chain.py", "sim/verilated.py"} & set(digested)
+    assert not [name for name in digested if name.rpartition("/")[2].startswith(("test_", "conftest"))]
+
+
+def test_a_design_s_modules_are_those_of_every_elaboratable_it_built():
+    top = Doubler()
+    top.parts = [Doubler(), {"inner": Tripler()}]
+    assert verilated._design_modules(top) == ("sim.test_verilated", "sim.tripler")
+    verilated.never_elaborated(top)
+
+
+class Tripler(Doubler):
+    __module__ = "sim.tripler"

@@ -15,7 +15,7 @@ and plain input and output values. A clock domain ``sync``, reset held low.
 A build is cached by a hash of the RTLIL, the harness, the Verilator version and its
 flags. Converting a chain to RTLIL takes most of a minute, so a caller that can name the
 design by what it is made of gives a ``recipe`` (its class's arguments as text) instead: the
-key then hashes the recipe with the source of the packages that elaborate designs
+key then hashes the recipe with the source of the modules the design's classes import
 (:func:`source_digest`) and Amaranth's version, and a cached design is never converted.
 The cache is in ``$FPDEEP_VERILATOR_CACHE`` (default ``~/.cache/fpdeep-amaranth/verilator``;
 ``off`` builds in a temporary folder every time), and Verilator's runtime objects beside
@@ -24,6 +24,7 @@ compile it; the others wait and load its library. Verilator's VPI is global to a
 so one model per library is live at a time (``close`` or the end of a ``with`` frees it).
 """
 
+import ast
 import ctypes
 import fcntl
 import functools
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from amaranth.back import rtlil
 from amaranth.back.verilog import _convert_rtlil_text
-from amaranth.hdl import Const, Value
+from amaranth.hdl import Const, Elaboratable, Value
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib import stream, wiring
 
@@ -339,23 +340,76 @@ def _say(message):
     print(message, file=sys.stderr, flush=True)
 
 
-# The packages whose code elaborates the designs simulated here. Their tests change no
-# design but through the arguments a recipe holds, so editing one keeps the cache.
+# The packages whose code elaborates the designs simulated here.
 _DESIGN_PACKAGES = ("hw", "mapping", "sim", "boards")
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module_file(name):
+    """The source file of module ``name`` of the design packages, or None (not ours)."""
+    if name.split(".")[0] not in _DESIGN_PACKAGES:
+        return None
+    base = _ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imports(name, path):
+    """Every module an import statement of module ``name`` (at ``path``) may load, wherever in
+    the file it stands: for ``from X import y``, X and X.y (y may be a submodule)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(part for part in (base, node.module or "") if part)
+            names += [module] + [f"{module}.{alias.name}" for alias in node.names]
+    return names
 
 
 @functools.cache
-def source_digest():
-    """A hash of the source that turns a recipe into a netlist: the design packages' modules
-    (tests left out) and the versions of Amaranth and numpy."""
-    root = Path(__file__).resolve().parents[1]
+def source_digest(*modules):
+    """A hash of the source that turns a recipe into a netlist: ``modules`` (those of the
+    design's classes) and every module of the design packages they import, directly or not
+    (with the packages that hold them), read from their import statements; and the versions of
+    Amaranth and numpy. A module the design does not import (the mapper, a command line, a
+    test) changes no netlist and is left out."""
+    seen, pending = {}, list(modules)
+    while pending:
+        name = pending.pop()
+        if name in seen or (path := _module_file(name)) is None:
+            continue
+        seen[name] = path
+        parts = name.split(".")
+        pending += [".".join(parts[:i]) for i in range(1, len(parts))] + _imports(name, path)
     digest = hashlib.sha256()
-    for package in _DESIGN_PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            if not path.name.startswith(("test_", "conftest")):
-                digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+    for name in sorted(seen):
+        digest.update(f"{name}\0".encode() + seen[name].read_bytes() + b"\0")
     digest.update(f"amaranth {version('amaranth')} numpy {version('numpy')}".encode())
     return digest.hexdigest()
+
+
+def _design_modules(design):
+    """The modules of the classes of ``design`` and of every elaboratable its constructor
+    built (reached through its attributes, as ``never_elaborated`` finds them)."""
+    modules, seen, pending = set(), set(), [design]
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, Elaboratable):
+            modules.add(type(item).__module__)
+            pending.extend(vars(item).values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+    return tuple(sorted(modules))
 
 
 def _rtlil(design):
@@ -389,7 +443,7 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say, line
     folder = _cache_folder()
     pointer = None
     if folder is not None and recipe is not None:
-        pointer = folder / "recipes" / key(f"recipe {recipe}\0{source_digest()}")
+        pointer = folder / "recipes" / key(f"recipe {recipe}\0{source_digest(*_design_modules(design))}")
         if pointer.exists() and (kept := folder / pointer.read_text() / "libtop.so").exists():
             never_elaborated(design)  # found by its recipe: built, never elaborated here
             return kept, ports, list(streams)
