@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -23,10 +24,11 @@ from types import SimpleNamespace
 from hw.build import heartbeat, load_mapping
 from hw.synth import (CriticalPath, SynthResult, ToolStopped, cached_outputs, late_endpoints, run_tool,
                       synthesize_rtlil, yosys_rtlil)
-from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_loss_option, output_folder,
-                         positive_int, positive_number)
+from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_jobs_option, add_loss_option, int_list,
+                         output_folder, positive_int, positive_number)
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
+from mapping.parallel import run_jobs
 from mapping.resources import LINK_CORE_LUT, link_cores
 
 from .boards import BOARDS, TRELLIS_PACKAGES, board_list, get_board
@@ -48,7 +50,9 @@ def parse_args(argv):
     parser.add_argument("--list", action="store_true", help="list the boards and their devices")
     parser.add_argument("--board", help=f"one of {', '.join(BOARDS)}")
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--node", type=int, help="index of the node the board holds")
+    what.add_argument("--node", type=int_list(),
+                      help="index of the node the board holds; several, comma-separated, build a bitstream "
+                           "each, --jobs at a time, each build's output in its log")
     what.add_argument("--chain", action="store_true", help="the whole chain on the board's one FPGA")
     parser.add_argument("--network", help=f"zoo name or file (default {DEFAULT_NETWORK})")
     parser.add_argument("--cluster", help=f"cluster spec (default: {DEFAULT_NODES} of the board's device)")
@@ -66,7 +70,11 @@ def parse_args(argv):
                              "many of their inputs do (nextpnr's detailed timing report)")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
-    return parser.parse_args(argv)
+    add_jobs_option(parser, "nodes of --node to build")
+    args = parser.parse_args(argv)
+    # several nodes are built one by one (build_nodes), each as --node N alone
+    args.nodes, args.node = args.node, args.node[0] if args.node is not None and len(args.node) == 1 else None
+    return args
 
 
 def board_mapping(args, board):
@@ -316,8 +324,50 @@ def main(argv=None):
         return 0
     if not args.board:
         raise SpecError("give --board (python -m boards.build --list shows them)")
+    if args.nodes is not None and len(args.nodes) > 1:
+        return build_nodes(args)
     result = build(args)
     return 0 if result is None or result.met else 1
+
+
+def build_nodes(args, log=print):
+    """A bitstream for each node of ``args.nodes``, ``args.jobs`` at a time in worker processes
+    (mapping/parallel.py), each build's output in ``{board}-node{N}.log`` beside its folder; a
+    line per node as it finishes. Exit status: 2 if a node was refused, else 1 if one missed
+    timing, else 0."""
+    if args.program:
+        raise SpecError("--program loads one board: give one --node")
+    board = get_board(args.board)
+    logs = [Path(args.out) / f"{board.name}-node{n}.log" for n in args.nodes]
+    jobs = [(SimpleNamespace(**{**vars(args), "node": n, "nodes": [n]}), path) for n, path in zip(args.nodes, logs)]
+    log(f"{board.name}: building nodes {', '.join(map(str, args.nodes))}, {args.jobs or 'every core'} at a time; "
+        f"each build's output in {Path(args.out)}/{board.name}-node{{N}}.log")
+
+    def finished(done, total, index, result):
+        if isinstance(result, str):
+            shown = f"refused: {result}"
+        else:
+            shown = (f"{result.fmax:.1f} MHz of {result.target:g} ({'met' if result.met else 'NOT met'}), "
+                     f"bitstream {result.folder / 'top.bit'}")
+        log(f"node {args.nodes[index]} ({done} of {total}): {shown}")
+
+    results = run_jobs(_logged_build, jobs, args.jobs, finished)
+    refused = [n for n, result in zip(args.nodes, results) if isinstance(result, str)]
+    if refused:
+        raise SpecError(f"node{'s' if len(refused) > 1 else ''} {', '.join(map(str, refused))} refused "
+                        f"(their logs say why)")
+    return 0 if all(result.met for result in results) else 1
+
+
+def _logged_build(args, path):
+    """:func:`build` of one node, its output in the file ``path``; its refusal as a string."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as out, redirect_stdout(out), redirect_stderr(out):
+        try:
+            return build(args)
+        except SpecError as error:
+            print(f"error: {error}")
+            return str(error)
 
 
 if __name__ == "__main__":

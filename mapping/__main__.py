@@ -44,7 +44,7 @@ def parse_args(argv):
     parser.add_argument("--cluster", default="vc709:15", help="e.g. vc709:15, vc709:15@150, or a file")
     parser.add_argument("--out", default="mapping-out", help="folder for mapping.json and plots")
     parser.add_argument("--sizes", help="sweep cluster sizes FIRST:LAST[:STEP] of the cluster's first device")
-    add_jobs_option(parser, "sizes of --sizes mapped")
+    add_jobs_option(parser, "sizes of --sizes to map")
     parser.add_argument("--batch", type=positive_int, default=BATCH,
                         help="mini-batch size: samples whose gradients one weight update sums")
     parser.add_argument("--lr", type=positive_number, default=LEARNING_RATE,

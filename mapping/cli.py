@@ -70,7 +70,7 @@ def int_list(choices=None):
 def add_jobs_option(parser, what):
     """``--jobs``: how many of ``what`` run at once, in worker processes (mapping/parallel.py)."""
     parser.add_argument("--jobs", type=jobs_count, default=1,
-                        help=f"{what} run at once, each in a worker process (0: every core)")
+                        help=f"how many {what} at once, each in a worker process (0: every core)")
 
 
 def _number(text):

@@ -165,7 +165,7 @@ def parse_args(argv):
     p.add_argument("--limit", type=positive_int, help="use only the first N samples of the data")
     p.add_argument("--no-reference", action="store_true", help="skip the float aligned SGD reference run")
     p.add_argument("--out", type=Path, required=True, help="directory for curves.csv and fig16.png")
-    add_jobs_option(p, "runs of a sweep")
+    add_jobs_option(p, "runs of a sweep to train")
     return p.parse_args(argv)
 
 

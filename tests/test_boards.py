@@ -25,7 +25,7 @@ from hw.synth import CriticalPath, ToolStopped, late_endpoints, yosys_rtlil
 from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.devices import get_device
-from mapping.errors import SpecError
+from mapping.errors import SpecError, run_cli
 from mapping.mapper import GENERATOR_OPTIONS, map_network
 from tests.cli_refusal import refusal
 
@@ -91,6 +91,9 @@ def test_a_board_is_mapped_with_the_update_that_does_not_stop_the_engines_when_a
      "no EHXPLLL setting makes 1000 MHz or a little more from 12 MHz"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--late", "0"],
      "argument --late: must be a positive integer, got '0' (see python -m boards.build --help)"),
+    (["--board", "versa-ecp5-5g", "--node", "0,1", "--program"], "--program loads one board: give one --node"),
+    (["--board", "versa-ecp5-5g", "--node", "0,0"],
+     "argument --node: 0 is listed twice in '0,0' (see python -m boards.build --help)"),
 ])
 @pytest.mark.usefixtures("unelaborated")  # the board top of the PLL's refusal
 def test_build_refuses_in_one_line(argv, message, capsys):
@@ -148,6 +151,38 @@ def test_a_chain_of_micro_on_two_25f_nodes_fits_the_versa():
     args = parse_args(["--board", "versa-ecp5-5g", "--chain", "--network", "micro", "--cluster", "lfe5um5g-25f:2"])
     board = get_board("versa-ecp5-5g")
     assert list(held_nodes(args, board_mapping(args, board), board)) == [0, 1]
+
+
+def _stand_in_build(args, log=print):
+    """boards.build.build for the test below: a node's build as its result and output, no tools."""
+    log(f"building node {args.node}")
+    if args.node == 2:
+        raise SpecError("no node 2 here")
+    return SimpleNamespace(fmax=110.0 - 20 * args.node, target=100.0, met=args.node == 0,
+                           folder=Path(args.out) / f"versa-ecp5-5g-node{args.node}")
+
+
+def test_several_nodes_build_on_worker_processes_each_into_its_log(monkeypatch, tmp_path, capsys):
+    """--node 0,1,2 --jobs 2: one build per node (here a stand-in; the real one is
+    tests/test_board_build.py's), each in a worker process with its output in its log, a line
+    per node as it finishes; node 1 missing timing and node 2 refused make exit status 2."""
+    import boards.build
+    monkeypatch.setattr(boards.build, "build", _stand_in_build)
+    with pytest.raises(SystemExit) as exit:
+        run_cli(lambda: build_main(["--board", "versa-ecp5-5g", "--node", "0,1,2", "--jobs", "2", "--out",
+                                    str(tmp_path)]))
+    out, err = capsys.readouterr()
+    assert (exit.value.code, err) == (2, "error: node 2 refused (their logs say why)\n")
+    assert out.splitlines()[0] == (f"versa-ecp5-5g: building nodes 0, 1, 2, 2 at a time; each build's output in "
+                                   f"{tmp_path}/versa-ecp5-5g-node{{N}}.log")
+    finished = sorted(line.split(": ", 1) for line in out.splitlines()[1:])
+    assert [(head.split()[1], tail) for head, tail in finished] == [
+        ("0", f"110.0 MHz of 100 (met), bitstream {tmp_path}/versa-ecp5-5g-node0/top.bit"),
+        ("1", f"90.0 MHz of 100 (NOT met), bitstream {tmp_path}/versa-ecp5-5g-node1/top.bit"),
+        ("2", "refused: no node 2 here")]
+    for node in range(3):
+        assert (tmp_path / f"versa-ecp5-5g-node{node}.log").read_text().startswith(f"building node {node}\n")
+    assert (tmp_path / "versa-ecp5-5g-node2.log").read_text().endswith("error: no node 2 here\n")
 
 
 def test_program_says_how_to_get_openfpgaloader(monkeypatch, tmp_path):
