@@ -42,11 +42,11 @@ from pathlib import Path
 import numpy as np
 from amaranth.back import rtlil
 from amaranth.back.verilog import _convert_rtlil_text
-from amaranth.hdl import Const, Elaboratable, Value
+from amaranth.hdl import Const, Value
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib import stream, wiring
 
-from hw.base.checks import never_elaborated
+from hw.base.checks import built_elaboratables, never_elaborated
 
 _FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert", "-Wno-fatal", "-Wno-lint",
           "-Wno-style", "-Wno-MULTIDRIVEN", "--vpi")
@@ -394,22 +394,8 @@ def source_digest(*modules):
 
 
 def _design_modules(design):
-    """The modules of the classes of ``design`` and of every elaboratable its constructor
-    built (reached through its attributes, as ``never_elaborated`` finds them)."""
-    modules, seen, pending = set(), set(), [design]
-    while pending:
-        item = pending.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, Elaboratable):
-            modules.add(type(item).__module__)
-            pending.extend(vars(item).values())
-        elif isinstance(item, (list, tuple)):
-            pending.extend(item)
-        elif isinstance(item, dict):
-            pending.extend(item.values())
-    return tuple(sorted(modules))
+    """The modules of the classes of ``design`` and of every elaboratable its constructor built."""
+    return tuple(sorted({type(item).__module__ for item in built_elaboratables(design)}))
 
 
 def _rtlil(design):

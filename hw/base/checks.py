@@ -13,10 +13,9 @@ def refuse(component, message):
     raise ValueError(message)
 
 
-def never_elaborated(component):
-    """``component``, built for what it knows (a host tool's memory layouts) and never
-    elaborated: without Amaranth's "created but never used" warning for it and for every
-    component it built in its constructor (reached through its attributes)."""
+def built_elaboratables(component):
+    """``component`` and every elaboratable it built in its constructor, reached through its
+    attributes (and the lists, tuples and dicts among them), each once."""
     seen, pending = set(), [component]
     while pending:
         item = pending.pop()
@@ -24,12 +23,20 @@ def never_elaborated(component):
             continue
         seen.add(id(item))
         if isinstance(item, Elaboratable):
-            item._MustUse__silence = True
+            yield item
             pending.extend(vars(item).values())
         elif isinstance(item, (list, tuple)):
             pending.extend(item)
         elif isinstance(item, dict):
             pending.extend(item.values())
+
+
+def never_elaborated(component):
+    """``component``, built for what it knows (a host tool's memory layouts) and never
+    elaborated: without Amaranth's "created but never used" warning for it and for every
+    component it built in its constructor."""
+    for item in built_elaboratables(component):
+        item._MustUse__silence = True
     return component
 
 
