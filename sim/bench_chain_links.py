@@ -129,8 +129,7 @@ def test_node_with_two_serdes_links_places_on_an_ecp5_85(tmp_path):
     Yosys synth_ecp5 and nextpnr-ecp5 on an LFE5UM5G-85F; the links' share against the bare node."""
     config = _mapping().nodes[1]
     top = SerdesNode(config)
-    total = synthesize_with_serdes(top, tmp_path, extra="-json top.json", cores=top.cores,
-                                   outputs=("top.json",))
+    total = synthesize_with_serdes(top, tmp_path, cores=top.cores, netlist="top.json")
     bare = synthesize(Node(config, family="ecp5"), "ecp5")
     print(f"\nnode 1 with two SERDES links: {total.lut} LUT4, {total.ff} FF, {total.bram} DP16KD, "
           f"{total.dsp} MULT18X18D, {total.cells.get('DCUA', 0)} DCUA")

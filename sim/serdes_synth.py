@@ -55,11 +55,11 @@ def strip_unmodelled(verilog, family):
     return text, removed
 
 
-def synthesize_with_serdes(top, work, extra="", cores=((SERDES_MODULE, write_serdes_verilog),), family="ecp5",
-                           outputs=()):
+def synthesize_with_serdes(top, work, cores=((SERDES_MODULE, write_serdes_verilog),), family="ecp5",
+                           netlist=None):
     """``cores``: (module name, writer) of every transceiver core ``top`` instantiates; the
     writer is called as ``writer(work, name=name)`` and returns the Verilog file's path;
-    ``extra`` and ``outputs`` as for :func:`hw.synth.synthesize_rtlil`."""
+    ``netlist`` as for :func:`hw.synth.synthesize_rtlil`."""
     parts = []
     for name, write in cores:
         verilog = write(work, name=name)
@@ -73,7 +73,7 @@ def synthesize_with_serdes(top, work, extra="", cores=((SERDES_MODULE, write_ser
     write_rtlil(top, work / "top.il")
     both = work / "both.il"
     both.write_text((work / "top.il").read_text() + "".join(parts))
-    return synthesize_rtlil(both, family, work, extra=extra, outputs=outputs)
+    return synthesize_rtlil(both, family, work, netlist=netlist)
 
 
 def place_on_ecp5_85(work, freq_mhz=125):

@@ -125,7 +125,7 @@ def test_serdes_link_tester_synthesises_and_places_on_an_ecp5_85(tmp_path):
     ring (a ring of flits and a table of where each frame starts) in distributed RAM; and
     nextpnr-ecp5 places and routes it on an LFE5UM5G-85F (one synthesis for both checks)."""
     result = synthesize_with_serdes(SerdesLink(LinkConfig(DEFAULT_CHANNELS), tester=True), tmp_path,
-                                    extra="-json top.json", outputs=("top.json",))
+                                    netlist="top.json")
     assert result.cells.get("DCUA") == 1 and result.cells.get("EXTREFB") == 1
     assert result.bram == 0 and result.cells.get("TRELLIS_DPR16X4") == 194
     report = place_on_ecp5_85(tmp_path)
