@@ -434,11 +434,14 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say, line
             never_elaborated(design)  # found by its recipe: built, never elaborated here
             return kept, ports, list(streams)
     text = _rtlil(design)
-    sources = {"harness.cpp": harness, "public.vlt": config}
     what = f"{design.__class__.__name__} ({len(text) // 1024} KiB of RTLIL, {profile}"
+
+    def sources():  # the Verilog is written only for a compile
+        return {"top.v": _convert_rtlil_text(text), "harness.cpp": harness, "public.vlt": config}
+
     if folder is None:
         kept = Path(tempfile.mkdtemp(prefix="fpdeep-verilator-")) / "libtop.so"
-        _compile(kept, None, {"top.v": _convert_rtlil_text(text), **sources}, flags, cxxflags, f"{what})", progress)
+        _compile(kept, None, sources(), flags, cxxflags, f"{what})", progress)
         return kept, ports, list(streams)
     netlist = key(text)
     folder.mkdir(parents=True, exist_ok=True)
@@ -448,8 +451,8 @@ def build(design, memories=(), *, threads=1, profile="fast", progress=_say, line
         fcntl.flock(lock, fcntl.LOCK_EX)
         kept = folder / netlist / "libtop.so"
         if not kept.exists():
-            _compile(kept, folder / _runtime_key(flags, cxxflags), {"top.v": _convert_rtlil_text(text), **sources},
-                     flags, cxxflags, f"{what}; cached afterwards in {folder})", progress)
+            _compile(kept, folder / _runtime_key(flags, cxxflags), sources(), flags, cxxflags,
+                     f"{what}; cached afterwards in {folder})", progress)
     if pointer is not None:
         pointer.parent.mkdir(exist_ok=True)
         partial = pointer.with_suffix(f".{os.getpid()}.tmp")
