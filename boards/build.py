@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -28,7 +27,7 @@ from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_
                          output_folder, positive_int, positive_number)
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
-from mapping.parallel import run_jobs
+from mapping.parallel import run_jobs, run_logged
 from mapping.resources import LINK_CORE_LUT, link_cores
 
 from .boards import BOARDS, TRELLIS_PACKAGES, board_list, get_board
@@ -339,7 +338,8 @@ def build_nodes(args, log=print):
         raise SpecError("--program loads one board: give one --node")
     board = get_board(args.board)
     logs = [Path(args.out) / f"{board.name}-node{n}.log" for n in args.nodes]
-    jobs = [(SimpleNamespace(**{**vars(args), "node": n, "nodes": [n]}), path) for n, path in zip(args.nodes, logs)]
+    jobs = [(path, build, SimpleNamespace(**{**vars(args), "node": n, "nodes": [n]}))
+            for n, path in zip(args.nodes, logs)]
     log(f"{board.name}: building nodes {', '.join(map(str, args.nodes))}, {args.jobs or 'every core'} at a time; "
         f"each build's output in {Path(args.out)}/{board.name}-node{{N}}.log")
 
@@ -351,23 +351,12 @@ def build_nodes(args, log=print):
                      f"bitstream {result.folder / 'top.bit'}")
         log(f"node {args.nodes[index]} ({done} of {total}): {shown}")
 
-    results = run_jobs(_logged_build, jobs, args.jobs, finished)
+    results = run_jobs(run_logged, jobs, args.jobs, finished)
     refused = [n for n, result in zip(args.nodes, results) if isinstance(result, str)]
     if refused:
         raise SpecError(f"node{'s' if len(refused) > 1 else ''} {', '.join(map(str, refused))} refused "
                         f"(their logs say why)")
     return 0 if all(result.met for result in results) else 1
-
-
-def _logged_build(args, path):
-    """:func:`build` of one node, its output in the file ``path``; its refusal as a string."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as out, redirect_stdout(out), redirect_stderr(out):
-        try:
-            return build(args)
-        except SpecError as error:
-            print(f"error: {error}")
-            return str(error)
 
 
 if __name__ == "__main__":

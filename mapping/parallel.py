@@ -10,6 +10,9 @@ MPI). The jobs' results come back in the order given, whatever order they finish
 
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import redirect_stderr, redirect_stdout
+
+from .errors import SpecError
 
 
 def usable_cores():
@@ -53,3 +56,16 @@ def run_jobs(function, arguments, jobs=1, progress=None):
             pool.shutdown(cancel_futures=True)
             raise
     return results
+
+
+def run_logged(path, function, *args):
+    """``function(*args)`` with what it prints written to the file ``path`` (a job's log); a
+    refusal (:class:`~mapping.errors.SpecError`) is logged as ``error: ...`` and returned as its
+    message, so it ends only this job."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as log, redirect_stdout(log), redirect_stderr(log):
+        try:
+            return function(*args)
+        except SpecError as error:
+            print(f"error: {error}")
+            return str(error)

@@ -26,7 +26,6 @@ import argparse
 import csv
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from .data import DIGITS, SOURCE_HELP, load
 from .errors import SpecError, run_cli
 from .mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network
 from .numerics import ACC_BITS, GRAD_BITS
-from .parallel import run_jobs
+from .parallel import run_jobs, run_logged
 from .zoo import get
 
 DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
@@ -186,8 +185,9 @@ def _run_args(args, grad_bits, seed, reference=True):
 
 
 def _sweep(args, runs, out):
-    print(f"{len(runs)} runs, {args.jobs or 'every core'} at a time: {args.network}, gradient sums of {', '.join(map(str, args.grad_bits))} bits, "
-          f"seeds {', '.join(map(str, args.seed))}; each in {out}/grad{{W}}-seed{{S}} with its log")
+    print(f"{len(runs)} runs, {args.jobs or 'every core'} at a time: {args.network}, gradient sums of "
+          f"{', '.join(map(str, args.grad_bits))} bits, seeds {', '.join(map(str, args.seed))}; each in "
+          f"{out}/grad{{W}}-seed{{S}} with its log")
     jobs = [(_run_args(args, bits, seed, reference=bits == args.grad_bits[0]), out / f"grad{bits}-seed{seed}")
             for bits, seed in runs]
 
@@ -196,35 +196,18 @@ def _sweep(args, runs, out):
         shown = result if isinstance(result, str) else ", ".join(f"{n} {acc:.3f}" for n, acc in result.items())
         print(f"run {done} of {total} done ({bits}-bit sums, seed {seed}): {shown}", flush=True)
 
-    results = run_jobs(_logged_run, jobs, args.jobs, progress)
+    results = run_jobs(_final_accuracies, jobs, args.jobs, progress)
     table = accuracy_table(args, runs, results)
     (out / "table.md").write_text(table + "\n")
     print(table)
     print(f"wrote {out / 'table.md'}")
 
 
-def _logged_run(args, folder):
-    """One run of a sweep, its output in ``folder``/log.txt; a refusal or a divergence is
-    logged there and ends only this run. Returns :func:`_collect`'s result."""
-    folder.mkdir(exist_ok=True)
-    with open(folder / "log.txt", "w") as log, redirect_stdout(log), redirect_stderr(log):
-        try:
-            _train_and_plot(args, folder)
-        except SpecError as error:
-            print(f"error: {error}")
-    return _collect(folder)
-
-
-def _collect(folder):
-    """{run name: final test accuracy} from a sweep run's curves, or its error line."""
-    path = folder / "curves.csv"
-    last = {}
-    if path.exists():
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                last[row["run"]] = float(row["test_accuracy"])
-    errors = [line for line in (folder / "log.txt").read_text().splitlines() if line.startswith("error: ")]
-    return errors[0] if errors else last
+def _final_accuracies(args, folder):
+    """One run of a sweep, its output in ``folder``/log.txt: {run name: final test accuracy},
+    or its refusal or divergence (which ends only this run)."""
+    runs = run_logged(folder / "log.txt", _train_and_plot, args, folder)
+    return runs if isinstance(runs, str) else {run.name: run.curve[-1][2] for run in runs}
 
 
 def accuracy_table(args, runs, results):
