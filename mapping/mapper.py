@@ -318,10 +318,11 @@ def _check_dram(nodes, node_budgets, describe):
 
 
 def _check_generator_layers(plans, describe):
-    """Refuse up front a layer the generator does not build: a grouped convolution, a max-pool
+    """Refuse up front a layer the generator does not build: a grouped OCP convolution, a max-pool
     its SFU does not build."""
     for plan in plans:
-        problem = memories.groups_problem(plan.groups) or memories.pool_problem(plan.pool, *plan.out_shape[1:])
+        problem = (memories.groups_problem(plan.groups, plan.mode)
+                   or memories.pool_problem(plan.pool, *plan.out_shape[1:]))
         if problem:
             raise SpecError(f"{describe()}: layer '{plan.name}': {problem}")
 

@@ -54,13 +54,23 @@ def buildable(s):
             and remote_rows_problem(s.remote_weights, s) is None)
 
 
-def groups_problem(groups):
-    """Why the generator cannot build a convolution of ``groups`` groups, or None (docs/design.md,
-    "Grouped convolution": its slices are ordinary convolutions, the hardware not built yet)."""
-    if groups == 1:
+def groups_problem(groups, mode):
+    """Why the generator cannot build a ``mode`` convolution of ``groups`` groups, or None
+    (docs/design.md, "Grouped convolution"): it builds grouped ICP layers, not OCP ones (an
+    image's few input channels, which AlexNet and VGG do not group)."""
+    if groups == 1 or mode == "icp":
         return None
-    return (f"grouped convolution (groups={groups}) is not built by the hardware generator yet "
+    return (f"grouped convolution (groups={groups}) under OCP is not built by the hardware generator "
             f"(python -m mapping maps it without --for-hardware)")
+
+
+def group_lanes_problem(s):
+    """Why the generator cannot build grouped slice ``s``'s partial sums, or None: their beats of P
+    lanes must not straddle two groups (P divides OC / G), as the SFU takes them."""
+    if s.groups == 1 or (s.out_shape[0] // s.groups) % s.fp.ces == 0:
+        return None
+    return (f"its engines' {s.fp.ces} partial-sum lanes do not divide a group's {s.out_shape[0] // s.groups} "
+            f"output channels")
 
 
 def pool_problem(pool, height, width):
@@ -110,6 +120,23 @@ def dram_weights_problem(s, batch):
     return None
 
 
+def bias_steps(s):
+    """(groups, passes): the bias beats per output pixel of slice ``s``, which owns biases, in
+    that order: the PG engine's steps, or hw/engines/pg_engine.BiasTerms' one per row of
+    ``s.bias_banks`` channels (``LayerSlice.biases_beyond_rows``)."""
+    if s.biases_beyond_rows:
+        return -(-s.sfu_channels // s.bias_banks), 1
+    return -(-s.out_channels // s.fp.ces), -(-s.in_channels // s.fp.tiles)
+
+
+def pg_error_range(s):
+    """The conv-output errors (a range of :attr:`LayerSlice.sums_channels`) PG's branch takes:
+    its own channels, or every one where they make its bias beats (``LayerSlice.biases_beyond_rows``)."""
+    if s.biases_beyond_rows:
+        return (0, s.sums_channels)
+    return (s.sums_channels - s.out_channels, s.sums_channels)
+
+
 def fc_weights_queue(s):
     """(name, width in bits, depth in beats, beats per sample) of the DRAM queue that holds
     slice ``s``'s weights (``weights_offchip``): its LPRAM rows, G*v addresses of P*b*K*K
@@ -130,7 +157,8 @@ def generator_problem(s, grad_bits=ACC_BITS, batch=1):
     problem = remote_rows_problem(s.remote_weights, s)
     if problem:
         return problem
-    problem = groups_problem(s.groups) or pool_problem(s.pool, *s.out_shape[1:])
+    problem = (groups_problem(s.groups, s.mode) or group_lanes_problem(s)
+               or pool_problem(s.pool, *s.out_shape[1:]))
     if problem:
         return f"layer '{s.layer}': {problem}"
     if not buildable(s):
@@ -355,10 +383,13 @@ def slice_memories(s, grad_bits=ACC_BITS):
         mems += _fifo("pab", ces * ACC_BITS, max(PAB_MIN_DEPTH, math.ceil(s.pab_words / ces)))
     if s.mode == "ocp" and s.needs_eb and not s.last:
         mems += _fifo("eb_pab", c_in * ACC_BITS, max(PAB_MIN_DEPTH, s.pab_words // c_in))
+    lo, hi = pg_error_range(s)
     if s.needs_eb:
-        mems += _fifo("pg_errors", own_out * WORD_BITS, pg_error_slack(s))
+        mems += _fifo("pg_errors", (hi - lo) * WORD_BITS, pg_error_slack(s))
+    if s.biases_beyond_rows:
+        mems += _fifo("bias_errors", (hi - lo) * WORD_BITS, PAB_MIN_DEPTH)
     if s.mode == "ocp" or s.last:
-        mems += _sfu_memories(s, own_out, sfu_samples_in_flight(s))
+        mems += _sfu_memories(s, s.sfu_channels, sfu_samples_in_flight(s))
     return mems
 
 
@@ -369,7 +400,7 @@ def _weight_memories(ram, gradients, s, rows, grad_bits):
     param_ram.VersionedParamRam), and PG adds into one gradient sum while the walk reads the
     other (hw/memory/grad_buffer.py)."""
     if rows is None:
-        width, depth = s.fp.ces, math.ceil(s.out_channels / s.fp.ces)
+        width, depth = s.bias_banks, math.ceil(s.sfu_channels / s.bias_banks)
     else:  # an address: one pass of a group
         width, depth = s.fp.ces * s.fp.tiles * s.kernel * s.kernel, math.ceil(rows / s.fp.ces) * passes(s)
     if not s.overlapped_update:

@@ -20,7 +20,10 @@ Conventions
   other groups pass it by on the stream), an OCP slice's ``in_range`` its group's IC / G
   input channels. Its weights are the ordinary ``out_channels x in_channels x K x K``
   block of those ranges; the SFU of an ICP layer's last slice finishes all its
-  ``out_shape[0]`` output channels (``sfu_channels``). The generator builds G = 1 only.
+  ``out_shape[0]`` output channels (``sfu_channels``). The partial sums an ICP slice
+  passes on cover every group up to its own (``sums_channels``: group 0's alone between
+  group 0's slices), and the output errors going back the same. The generator builds
+  grouped ICP layers whose engines' P divides OC / G (memories.groups_problem).
 - ``first``/``last`` are the slice's position among the nodes of its layer in
   chain order: for ICP the last node adds the final partial sums and runs the
   SFU; for OCP the first node finishes the backward reduction of EB partials.
@@ -162,6 +165,52 @@ class LayerSlice(ChannelRanges):
         return self.out_channels if self.mode == "ocp" else self.out_shape[0] if self.last else 0
 
     @property
+    def sfu_range(self):
+        """The output channels :attr:`sfu_channels` counts: the slice's own (OCP), every one of
+        the layer (an ICP layer's last slice), or none (an empty range at 0)."""
+        if self.mode == "ocp":
+            return self.out_range
+        return (0, self.sfu_channels)
+
+    @property
+    def biases_beyond_rows(self):
+        """Whether the slice owns biases of channels its weight rows do not cover (the last slice
+        of a grouped ICP layer): hw/engines/pg_engine.BiasTerms makes its bias beats from the
+        errors of every channel, not its PG engine."""
+        return self.owns_biases and self.sfu_channels != self.out_channels
+
+    @property
+    def bias_banks(self):
+        """Banks of the slice's bias RAM and of its bias gradient beats: its engines' P, or with
+        :attr:`biases_beyond_rows` P x G, so that the beats of every group's biases take no more
+        cycles per pixel than PG's of one group's."""
+        return self.fp.ces * (self.groups if self.biases_beyond_rows else 1)
+
+    @property
+    def sums_channels(self):
+        """Output channels of the partial sums leaving the slice's FP path, from channel 0 up:
+        under ICP those of every group up to its own (all of them ungrouped), under OCP its own."""
+        return self.out_range[1] if self.mode == "icp" else self.out_channels
+
+    @property
+    def upstream_sums_channels(self):
+        """ICP: output channels of the partial sums arriving from the layer's previous slice
+        (:attr:`sums_channels` of it), 0 on the first: those of the slice's own group too unless
+        its group starts here."""
+        if self.mode != "icp" or self.first:
+            return 0
+        starts_group = self.in_range[0] % (self.in_shape[0] // self.groups) == 0
+        return self.out_range[0] if starts_group else self.out_range[1]
+
+    @property
+    def group_in_range(self):
+        """The slice's input channels counted from its group's first: its columns in the layer's
+        (OC, IC / G, K, K) weights (``in_range`` itself ungrouped)."""
+        per_group = self.in_shape[0] // self.groups
+        start = self.in_range[0] - self.in_range[0] % per_group
+        return (self.in_range[0] - start, self.in_range[1] - start)
+
+    @property
     def multipliers(self):
         return self.fp.multipliers + self.eb.multipliers + self.pg.multipliers
 
@@ -198,7 +247,7 @@ class LayerSlice(ChannelRanges):
         RAM's port B is shared by the walk's reads and writes, a cycle per address more."""
         if not self.owns_biases:
             return 0
-        reads = 0 if self.overlapped_update else math.ceil(self.sfu_channels / self.fp.ces)
+        reads = 0 if self.overlapped_update else math.ceil(self.sfu_channels / self.bias_banks)
         return self.sfu_channels + reads + UPDATE_PIPELINE + rounder_latency(bias_update_shift)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hw.memory.param_ram import bank_rows, slice_weights
+from hw.memory.param_ram import bank_rows, slice_weights, weight_block
 from mapping import golden, numerics
 from sim.chain_links import decode_counters
 from sim.chain_top import ChainTop
@@ -59,13 +59,11 @@ def _store(params, rows, layer_slice, ram, contents):
     """A ParamRam's ``contents`` (rows * banks, words) into ``params`` (golden layout): the
     weights of LayerSlice ``rows``, or with ``rows`` None the biases of ``layer_slice``."""
     if rows is None:
-        olo, ohi = layer_slice.out_range
-        params[layer_slice.layer][1][olo:ohi] = contents[:ohi - olo, 0]
+        lo, hi = layer_slice.sfu_range
+        params[layer_slice.layer][1][lo:hi] = contents[:hi - lo, 0]
         return
-    (olo, ohi), (ilo, ihi) = rows.out_range, rows.in_range
-    weights, _ = params[rows.layer]
-    shaped = weights.reshape(weights.shape[0], rows.in_shape[0], rows.kernel, rows.kernel)
-    shaped[olo:ohi, ilo:ihi] = ram.layout.unfold(contents)
+    shaped, block = weight_block(params[rows.layer][0], rows)
+    shaped[block] = ram.layout.unfold(contents)
 
 
 def _initial(params, rows, layer_slice, ram):

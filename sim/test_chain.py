@@ -88,6 +88,25 @@ def test_sim_train_trains_alexnet_digits_bit_exact_with_the_paper_scale_features
         ["slice0_act_ram", "slice0_fc_weights"]]
 
 
+def test_sim_train_trains_a_grouped_convolution_bit_exact(capsys):
+    """``python -m sim.train`` on real digits: tiny-grouped's conv2 (two groups) over four nodes,
+    every kind of grouped slice (hw/memory/pab.py): node 2's slice on channel 1 adds to group 0's
+    sums and its slice on channel 2 starts group 1 behind them, node 3's adds to group 1's after
+    passing group 0's and, owning every bias, makes the bias beats from all eight channels'
+    errors (BiasTerms). Thirty mini-batches of one: before the passed sums waited for the
+    slice's own, a sample the update gate held reached the SFU during a bias update (from the
+    17th sample on)."""
+    argv = ["--network", "tiny-grouped", "--cluster", "ecp5-85:4", "--data", "digits", "--samples", "30",
+            "--build", "quick"]
+    assert train_main(argv) == 0
+    assert "bit-exact: yes" in capsys.readouterr().out.splitlines()
+    mapping = map_network(zoo.tiny_grouped(), parse_cluster("ecp5-85:4"), **GENERATOR_OPTIONS)
+    assert [[(s.layer, s.in_range, s.out_range) for s in node.slices if s.layer == "conv2"]
+            for node in mapping.nodes] == [[], [("conv2", (0, 1), (0, 4))],
+                                           [("conv2", (1, 2), (0, 4)), ("conv2", (2, 3), (4, 8))],
+                                           [("conv2", (3, 4), (4, 8))]]
+
+
 def test_two_fc_layers_with_weights_in_dram_train_bit_exact_folded_with_stalls():
     """FC weights streamed from a simulated DRAM once per sample (hw/memory/dram_weights.py) in
     two consecutive layers, all folded (EB walks group-major), fc1 one sample staler than fc2

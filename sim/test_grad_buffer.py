@@ -244,12 +244,13 @@ def test_update_with_exact_shifts(shift):
     assert durations == [out_channels * words + 5 + 1]
 
 
-def test_bias_update_of_the_last_icp_slice():
+def test_bias_update_of_a_slice_owning_channels_past_the_first():
+    """An OCP slice's biases (its own output channels 2..8 of 10): indices from channel 2 on."""
     rng = np.random.default_rng(21)
     banks, out_range, lr = 3, (2, 9), 40000
     out_channels = out_range[1] - out_range[0]
-    s = layer_slice(in_channels=(5, 8), out_channels=out_range, ces=banks, in_total=8, out_total=10,
-                    position=3, last=True)
+    s = layer_slice(in_channels=(0, 8), out_channels=out_range, ces=banks, in_total=8, out_total=10,
+                    position=3, mode="ocp", last=True)
     training = Training(batch=2, lr=0.01, lr_constant=700, bias_lr_constant=lr)
     gb = GradientBuffer.from_slice(s, FORMATS, training, bias=True)
     biases = random_words(rng, (out_channels, 1))

@@ -34,8 +34,10 @@ def expected(rounder, beats, shift, tensor, seed, bias):
 def test_rounded_terms_are_the_definitions(bias):
     rng = np.random.default_rng(5 + bias)
     # A folded slice inside its layer: output channels 2..4 of 6 in groups of 2, input
-    # channels 1..3 of 5 in passes of 2, 3x3: every stride of the index is exercised.
-    s = layer_slice(in_channels=(1, 4), in_total=5, out_channels=(2, 5), out_total=6, kernel=3, ces=2, tiles=2)
+    # channels 1..3 of 5 in passes of 2, 3x3: every stride of the index is exercised. Its
+    # biases are its own output channels' where it is OCP (an ICP slice's are the layer's).
+    s = layer_slice(in_channels=(1, 4), in_total=5, out_channels=(2, 5), out_total=6, kernel=3, ces=2, tiles=2,
+                    mode="ocp" if bias else "icp")
     f = Formats(grad_bits=16)
     groups, passes, words = 2, 2, 2 * 9
     layout = bias_grads_layout(groups, 2) if bias else grads_layout(groups * passes, 2, words)

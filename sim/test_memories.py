@@ -31,9 +31,11 @@ def built_memories(fragment):
     return found
 
 
-# The last three keep fully connected rows on other nodes (BPRAM / BGB there), the last two
-# also two or three links away (relay FIFOs on the nodes in between).
+# The fourth has a grouped layer (the bias errors' FIFO of its last slice, an SFU over every
+# group's channels); the last three keep fully connected rows on other nodes (BPRAM / BGB
+# there), the last two also two or three links away (relay FIFOs on the nodes in between).
 MAPPINGS = [("tiny", "ecp5-85:2+ecp5-45:2", 0.9), ("tiny", "vc709:1", 0.9), ("lenet-digits", "ecp5-85:4", 0.9),
+            ("tiny-grouped", "ecp5-85:4", 0.9),
             ("tiny", "ecp5-85:3", 0.06), ("tiny", "ecp5-85:2+ecp5-45:2", 0.065), ("tiny", "ecp5-85:3", 0.065)]
 
 

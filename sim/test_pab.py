@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.memory.pab import PartialActivationBuffer
+from hw.memory.pab import GroupedPartialActivationBuffer, PartialActivationBuffer
 from mapping.nodeconfig import Engine
 from sim.helpers import memories
 from sim.helpers import conv_slice
@@ -112,6 +112,60 @@ def test_from_slice():
     np.testing.assert_array_equal(sums, local)
 
 
+def grouped_sums(local, upstream, passed, own, adds):
+    """What a grouped slice's buffer emits (module docstring): per pixel the upstream's first
+    ``passed`` beats, then the ``own`` local beats, plus the upstream's next ``own`` if ``adds``."""
+    per_up = passed + (own if adds else 0)
+    pixels = len(local) // own
+    out = []
+    for q in range(pixels):
+        up, mine = upstream[q * per_up:(q + 1) * per_up], local[q * own:(q + 1) * own]
+        out += list(up[:passed]) + list(mine + up[passed:] if adds else mine)
+    return np.array(out, dtype=np.int64)
+
+
+@pytest.mark.parametrize("passed, own, adds, stall", [
+    (2, 2, True, 0.3),    # the slice's group began upstream: add to its beats, pass group 0's
+    (2, 2, False, 0.3),   # the slice's group begins here: group 0's pass, its own follow alone
+    (3, 1, True, 0.0),
+    (1, 3, False, 0.2),
+])
+def test_a_grouped_slice_adds_to_its_own_group_s_sums_only(passed, own, adds, stall):
+    rng = np.random.default_rng(passed * 10 + own + adds)
+    pixels, lanes = 30, 2
+    local = beats(rng, pixels * own, lanes)
+    upstream = beats(rng, pixels * (passed + (own if adds else 0)), lanes)
+    pab = GroupedPartialActivationBuffer(lanes=lanes, depth=4, passed=passed, own=own, adds=adds)
+    out = {}
+
+    async def local_producer(ctx):
+        await put(ctx, pab.local, payloads(local), rng, stall)
+
+    async def upstream_producer(ctx):
+        await put(ctx, pab.upstream, payloads(upstream), rng, stall)
+
+    async def consumer(ctx):
+        out["sums"] = await get(ctx, pab.o, pixels * (passed + own), rng, stall, decode=lambda p: as_ints(p.values))
+
+    simulate(pab, local_producer, upstream_producer, consumer, deadline=20 * pixels * (passed + own) + 100)
+    np.testing.assert_array_equal(np.array(out["sums"], dtype=np.int64),
+                                  grouped_sums(local, upstream, passed, own, adds))
+
+
+def test_from_slice_of_grouped_slices():
+    """tiny-grouped's conv2 (two groups of 2 inputs and 4 outputs) at P = 2: the slice on channel 1
+    adds to group 0's beats, the one starting group 1 appends to group 0's, the one on channel 3
+    adds to group 1's after group 0's."""
+    def grouped(in_range, out_range, first=False, last=False):
+        return conv_slice(groups=2, in_range=in_range, out_range=out_range, first=first, last=last,
+                          pab_words=16, fp=Engine(2, 1, 3))
+    assert type(PartialActivationBuffer.from_slice(grouped((1, 2), (0, 4)))) is PartialActivationBuffer
+    starts = PartialActivationBuffer.from_slice(grouped((2, 3), (4, 8)))
+    assert (starts.passed, starts.own, starts.adds, starts.depth) == (2, 2, False, 8)
+    adds = PartialActivationBuffer.from_slice(grouped((3, 4), (4, 8), last=True))
+    assert (adds.passed, adds.own, adds.adds) == (2, 2, True)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(lanes=0, depth=4), "lanes = 0"),
     (dict(lanes=2, depth=1), "depth = 1 must be at least 2"),
@@ -119,6 +173,11 @@ def test_from_slice():
 def test_refuses_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PartialActivationBuffer(**kwargs)
+
+
+def test_a_grouped_buffer_refuses_no_beats_to_pass():
+    with pytest.raises(ValueError, match=r"^partial-activation buffer: passed = 0 must be at least 1$"):
+        GroupedPartialActivationBuffer(lanes=2, depth=4, passed=0, own=2, adds=True)
 
 
 def test_memory_shape_and_ram_style():

@@ -8,7 +8,7 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 
-from hw.engines.pg_engine import PGEngine
+from hw.engines.pg_engine import BiasTerms, PGEngine
 from hw.memory.grad_buffer import GradientBuffer
 from hw.memory.param_ram import ParamRam
 from mapping import numerics, tensor_ops
@@ -289,3 +289,23 @@ def test_refuses_zero_ces_and_tiles_outside_the_channels():
         with pytest.raises(ValueError, match=f"gradient engine: tiles = {tiles} is not between 1 and "
                                              f"the slice's 2 input channels"):
             PGEngine(in_channels=2, out_channels=3, kernel=3, ces=2, tiles=tiles)
+
+
+def test_bias_terms_make_one_beat_per_group_of_lanes_under_stalls():
+    """BiasTerms (the bias beats of a grouped ICP layer's last slice): each pixel's errors as
+    C / P beats, ``row`` g and the errors of channels gP .. gP+P-1, in order."""
+    rng = np.random.default_rng(7)
+    terms = BiasTerms(channels=6, lanes=2)
+    pixels = [[int(v) for v in rng.integers(WORD_MIN, WORD_MAX + 1, 6)] for _ in range(40)]
+    got = {}
+
+    async def source(ctx):
+        await put(ctx, terms.errors, pixels, rng, 0.3)
+
+    async def sink(ctx):
+        got["beats"] = await get(ctx, terms.bias_grads, 3 * len(pixels), rng, 0.3,
+                                 decode=lambda p: (int(p.row), as_ints(p.values)))
+
+    simulate(terms, source, sink, deadline=2000)
+    assert got["beats"] == [(g, p[2 * g:2 * g + 2]) for p in pixels for g in range(3)]
+

@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
+from amaranth.lib.wiring import In
+
+from hw.base.signatures import WeightPortSignature
 
 from hw.memory.param_ram import ParamRam
-from hw.node.sfu import SFU, OverlappingPoolSFU
+from hw.node.sfu import SFU, BiasRows, OverlappingPoolSFU
 from mapping import numerics, tensor_ops
 from mapping.memories import slice_memories
 from mapping.nodeconfig import Engine, Pool
@@ -245,3 +248,47 @@ def test_memories_shape_and_ram_style():
     no_pool = SFU(out_channels=4, height=4, width=4, lanes=2, position=1, family="ecp5")
     assert memories(no_pool) == {"masks.mem": (4 * 1, 16, "distributed"),
                                  "rounder.output_buffer": (2 * 16, rounder_buffer[1], "distributed")}
+
+
+class BiasRowsOverRam(wiring.Component):
+    """BiasRows between an SFU-side read port and a bias ParamRam of ``banks`` biases a row."""
+
+    def __init__(self, biases, lanes, banks):
+        self.ram = ParamRam(banks=banks, rows=-(-len(biases) // banks), words=1, init=np.reshape(biases, (-1, 1)),
+                            shared_update=True)
+        self.rows = BiasRows(rows=-(-len(biases) // lanes), lanes=lanes, banks=banks)
+        super().__init__({"sfu": In(WeightPortSignature(self.rows.sfu.signature.rows, lanes, 1))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.ram, m.submodules.rows = self.ram, self.rows
+        wiring.connect(m, self.rows.ram, self.ram.a)
+        wiring.connect(m, wiring.flipped(self.sfu), self.rows.sfu)
+        m.d.comb += self.ram.b.en.eq(0)
+        return m
+
+
+def test_bias_rows_read_a_wide_bias_ram_as_the_sfu_s_rows():
+    """A grouped ICP layer's last slice keeps its biases P x G a row (LayerSlice.bias_banks):
+    SFU row g (P biases) is RAM row g // G, lanes (g mod G) * P on, a cycle after its read, and
+    held while the SFU reads nothing."""
+    biases = list(range(-6, 6))
+    dut, got = BiasRowsOverRam(biases, lanes=2, banks=6), []
+
+    async def reader(ctx):
+        for g in [0, 5, 1, 4, 2, 3, 3, 0]:
+            ctx.set(dut.sfu.addr, g)
+            ctx.set(dut.sfu.en, 1)
+            await ctx.tick()
+            ctx.set(dut.sfu.en, 0)
+            ctx.set(dut.sfu.addr, 5 - g)  # ignored: no read
+            await ctx.tick()
+            got.append((g, [int(v[0]) for v in ctx.get(dut.sfu.data)]))
+
+    simulate(dut, reader, deadline=100)
+    assert got == [(g, biases[2 * g:2 * g + 2]) for g, _ in got]
+
+
+def test_bias_rows_refuse_banks_that_are_not_whole_rows_of_lanes():
+    with pytest.raises(ValueError, match=r"^bias rows: banks = 5 is not a multiple of lanes = 2$"):
+        BiasRows(rows=3, lanes=2, banks=5)

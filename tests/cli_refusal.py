@@ -42,6 +42,17 @@ PADDED_POOL_REFUSAL = ("layer 'conv2d0': max-pool padding 1 is not supported by 
                        "(only padding 0)")
 
 
+# A grouped first layer (2 input channels, so OCP): the generator builds grouped ICP layers only.
+OCP_GROUPED = """name = "ocp-grouped"
+input = [2, 8, 8]
+layers = [{type = "conv2d", out_channels = 6, kernel = 3, padding = 1, groups = 2}, {type = "relu"},
+          {type = "flatten"}, {type = "linear", out_features = 10}]
+"""
+
+OCP_GROUPED_REFUSAL = ("layer 'conv2d0': grouped convolution (groups=2) under OCP is not built by the hardware "
+                       "generator (python -m mapping maps it without --for-hardware)")
+
+
 def bad_network_files(folder):
     """(a network file that is not UTF-8, a network with a padded max-pool) in ``folder``."""
     latin, padded = folder / "latin.toml", folder / "padded.toml"

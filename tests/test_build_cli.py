@@ -10,16 +10,18 @@ import threading
 import time
 from pathlib import Path
 
+from amaranth.back import rtlil
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 import pytest
 
 from hw.build import build, heartbeat, load_mapping, main, parse_args
-from hw.synth import ToolStopped, cached_outputs, compile_yosys, run_tool, yosys_compiled
+from hw.synth import ToolStopped, cached_outputs, compile_yosys, run_tool, without_source_locations, yosys_compiled
 from mapping.__main__ import main as map_main
 
-from .cli_refusal import BAD_OPTIONS, PADDED_POOL_REFUSAL, bad_network_files, refusal
+from .cli_refusal import (BAD_OPTIONS, OCP_GROUPED, OCP_GROUPED_REFUSAL, PADDED_POOL_REFUSAL, bad_network_files,
+                          refusal)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "mapping" / "examples"
 def test_python_m_hw_build_refuses_in_one_line_with_status_2(tmp_path):
@@ -78,15 +80,17 @@ def test_ctrl_c_during_synthesis_prints_interrupted_and_keeps_the_outputs(tmp_pa
 def mapped(tmp_path_factory):
     """Mapping files python -m mapping writes: tiny as hw/ builds it, tiny with its fc
     weights in a VC709's DRAM at mini-batch 2, lenet-digits with conv2 rows of node 1 on node 0, a
-    network whose max-pool is padded, and tiny-grouped (conv2 in two groups)."""
+    network whose max-pool is padded, and one whose grouped layer is OCP."""
     folder = tmp_path_factory.mktemp("mapped")
     _, padded = bad_network_files(folder)
+    ocp_grouped = folder / "ocp-grouped.toml"
+    ocp_grouped.write_text(OCP_GROUPED)
     runs = {"tiny": ["--network", "tiny", "--cluster", "ecp5-85:2+ecp5-45:2", "--for-hardware"],
             "dram": ["--network", "tiny", "--cluster", "vc709:2", "--batch", "2"],
             "conv-rows": ["--network", "lenet-digits", "--cluster", "ecp5-45:4", "--bram-fraction", "0.16",
                           "--batch", "3"],
             "padded": ["--network", str(padded), "--cluster", "ecp5-85:2"],
-            "grouped": ["--network", "tiny-grouped", "--cluster", "ecp5-85:4"]}
+            "grouped": ["--network", str(ocp_grouped), "--cluster", "ecp5-85:4"]}
     for name, argv in runs.items():
         map_main([*argv, "--out", str(folder / name)])
     return folder
@@ -124,18 +128,13 @@ def test_a_mapping_with_a_padded_max_pool_is_refused_in_one_line(mapped, capsys)
         f"error: {PADDED_POOL_REFUSAL}")
 
 
-GROUPED_REFUSAL = (r"layer 'conv2': grouped convolution \(groups=2\) is not built by the hardware generator yet "
-                   r"\(python -m mapping maps it without --for-hardware\)")
-
-
-def test_a_grouped_convolution_is_refused_in_one_line(mapped, capsys):
+def test_a_grouped_ocp_convolution_is_refused_in_one_line(mapped, capsys):
     """From a network (before any partitioning) and from a mapping file that holds one."""
-    argv = ["--network", "tiny-grouped", "--cluster", "ecp5-85:4", "--node", "2", "--no-synth",
+    network = mapped / "ocp-grouped.toml"
+    argv = ["--network", str(network), "--cluster", "ecp5-85:4", "--node", "0", "--no-synth",
             "--out", str(mapped / "build")]
-    assert re.fullmatch(rf"error: network 'tiny-grouped' on cluster 'ecp5-85:4': {GROUPED_REFUSAL}",
-                        refusal(main, argv, capsys))
-    assert re.fullmatch(rf"error: {GROUPED_REFUSAL}",
-                        mapping_refusal(mapped, capsys, mapped / "grouped" / "mapping.json", node="2"))
+    assert refusal(main, argv, capsys) == f"error: network 'ocp-grouped' on cluster 'ecp5-85:4': {OCP_GROUPED_REFUSAL}"
+    assert mapping_refusal(mapped, capsys, mapped / "grouped" / "mapping.json") == f"error: {OCP_GROUPED_REFUSAL}"
     assert not (mapped / "build").exists()
 
 
@@ -293,6 +292,40 @@ def test_tool_products_are_cached_by_what_determines_them_and_copied_back(tmp_pa
     assert len(runs) == 2 and len(entries) == 2 and not [name for name in entries if name.endswith(".tmp")]
     monkeypatch.setenv("FPDEEP_SYNTH_CACHE", "off")
     assert not cached_outputs(("design", "script"), work, ("top.json",), run) and len(runs) == 3
+
+
+COUNTER = """
+class Counter(wiring.Component):
+    count: Out(4)
+
+    def __init__(self, step):
+        self.step = step
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.count.eq(self.count + self.step)
+        return m
+"""
+
+
+def counter(step, line):
+    """A Counter of ``step`` whose source starts at ``line`` of counter.py."""
+    scope = {"wiring": wiring, "Module": Module, "Out": Out}
+    exec(compile("\n" * line + COUNTER, "counter.py", "exec"), scope)
+    return scope["Counter"](step)
+
+
+def test_cache_keys_leave_out_source_locations():
+    """The same logic written at another line of Python (any edit above it) keeps its cache key;
+    other logic does not. The keys are RTLIL, and Yosys's JSON netlist for nextpnr."""
+    one, moved, other = (rtlil.convert(design, name="top")
+                         for design in (counter(1, 0), counter(1, 40), counter(2, 0)))
+    assert one != moved and without_source_locations(one) == without_source_locations(moved)
+    assert without_source_locations(one) != without_source_locations(other)
+    assert 'attribute \\src' in one and 'attribute \\src' not in without_source_locations(one)
+    netlist = '{"cells": {"a": {"attributes": {"src": "hw/x.py:3.1-4.2", "keep": "1"}}}}'
+    assert without_source_locations(netlist) == '{"cells": {"a": {"attributes": {"keep": "1"}}}}'
 
 
 def test_a_watch_stops_the_tool_with_its_reason(tmp_path):

@@ -141,9 +141,10 @@ def test_alexnet_for_hardware_is_refused_for_its_logic_not_its_overlapping_pools
         "gradient sums, tried as exact 48-bit ones were refused too)")
 
 
-def test_grouped_alexnet_maps_and_is_refused_for_hardware_naming_the_layer(tmp_path, capsys):
-    """The paper's two-tower AlexNet maps on 15 VC709s (docs/paper_comparison.md); the
-    generator does not build groups, which --for-hardware says in one line before mapping."""
+def test_grouped_alexnet_maps_and_is_refused_for_hardware_in_one_line(tmp_path, capsys):
+    """The paper's two-tower AlexNet maps on 15 VC709s (docs/paper_comparison.md); the generator
+    builds its grouped layers, but --for-hardware refuses the mapping in one line (node 3's logic
+    now; past it, fc6's input as one stream word: docs/paper_comparison.md)."""
     main(["--network", "alexnet", "--cluster", "vc709:15@150", "--out", str(tmp_path / "model")])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("alexnet on vc709:15@150: 1399.6 samples/s (compute bound), 386 GOPS per device, ")
@@ -151,9 +152,9 @@ def test_grouped_alexnet_maps_and_is_refused_for_hardware_naming_the_layer(tmp_p
     mapping = Mapping.from_json((tmp_path / "model" / "mapping.json").read_text())
     assert all(n.estimate.bram_blocks <= b for n, b in zip(mapping.nodes, mapping.summary["usable_blocks"]))
     args = ["--network", "alexnet", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path / "hw")]
-    assert re.fullmatch(r"error: network 'alexnet' on cluster 'vc709:15@150': layer 'conv2': grouped "
-                        r"convolution \(groups=2\) is not built by the hardware generator yet \(python -m "
-                        r"mapping maps it without --for-hardware\)", refusal(main, args, capsys))
+    assert re.fullmatch(r"error: network 'alexnet' on cluster 'vc709:15@150': node 3 \(xc7vx690t\) needs about "
+                        r"433,688 LUTs \(4 layer slices, 3204 multipliers, distributed RAM and 2 link cores\), more "
+                        r"than its 433,200 \(.*\)", refusal(main, args, capsys))
     assert not (tmp_path / "hw").exists()
 
 

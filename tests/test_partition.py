@@ -491,10 +491,31 @@ def test_an_ocp_grouped_layer_reads_its_group_s_inputs_only():
     assert mapped.summary["macs_per_sample"] == network.macs
 
 
-def test_a_grouped_layer_is_refused_for_the_generator_before_partitioning():
-    with pytest.raises(SpecError, match=r"^network 'tiny-grouped' on cluster 'ecp5-85:4': layer 'conv2': grouped "
-                                        r"convolution \(groups=2\) is not built by the hardware generator yet"):
-        map_network(zoo.tiny_grouped(), parse_cluster("ecp5-85:4"), **GENERATOR_OPTIONS)
+def test_a_grouped_ocp_layer_is_refused_for_the_generator_before_partitioning():
+    network = infer("ocp-grouped", (2, 8, 8), [
+        conv("conv1", 6, 3, pad=1, groups=2), Layer("relu", "r1"), Layer("flatten", "f"),
+        Layer("linear", "fc", out_channels=10)])
+    with pytest.raises(SpecError, match=r"^network 'ocp-grouped' on cluster 'ecp5-85:4': layer 'conv1': grouped "
+                                        r"convolution \(groups=2\) under OCP is not built by the hardware "
+                                        r"generator \(python -m mapping maps it without --for-hardware\)$"):
+        map_network(network, parse_cluster("ecp5-85:4"), **GENERATOR_OPTIONS)
+
+
+def test_the_generator_s_grouped_slices_have_partial_sum_beats_inside_one_group():
+    """With GENERATOR_OPTIONS a grouped ICP layer's P divides OC / G on every slice; the model's
+    own choice here (P = 3 for groups of 7 channels) is refused by name for the generator."""
+    network = infer("odd-grouped", (1, 8, 8), [
+        conv("conv1", 4, 3, pad=1), Layer("relu", "r1"),
+        conv("conv2", 14, 3, pad=1, groups=2), Layer("relu", "r2"), Layer("flatten", "f"),
+        Layer("linear", "fc", out_channels=10)])
+    cluster = parse_cluster("ecp5-85:5")
+    model = [s for n in map_network(network, cluster).nodes for s in n.slices if s.layer == "conv2"]
+    assert {s.fp.ces for s in model} == {3}
+    assert memories.generator_problem(model[0]) == (
+        "layer 'conv2': its engines' 3 partial-sum lanes do not divide a group's 7 output channels")
+    built = [s for n in map_network(network, cluster, **GENERATOR_OPTIONS).nodes for s in n.slices
+             if s.layer == "conv2"]
+    assert all(7 % s.fp.ces == 0 for s in built) and memories.generator_problem(built[0]) is None
 
 
 def test_training_constants(tiny4):

@@ -1,5 +1,5 @@
-"""Valid/ready handshakes: a fork for blocks that drive several streams from one beat, and a
-skid buffer that cuts a stream's ready path."""
+"""Valid/ready handshakes: a fork for blocks that drive several streams from one beat, a
+lockstep pair of consumers, and a skid buffer that cuts a stream's ready path."""
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -22,6 +22,17 @@ def fork(m, valid, outputs):
     with m.If(valid):
         m.d.sync += taken.eq(Mux(all_taken, 0, done))
     return all_taken
+
+
+def lockstep(m, source, leader, follower):
+    """Pass each beat of stream ``source`` to ``leader`` and ``follower`` in one cycle (payloads
+    are the caller's): the beat is offered to ``leader`` while ``follower`` has room, and enters
+    ``follower``, a buffer whose ready does not wait for its valid (a FIFO), in the cycle
+    ``leader`` takes it. Unlike :func:`fork` the follower never takes a beat before the leader:
+    a leader held by an update gate holds it too."""
+    m.d.comb += [leader.valid.eq(source.valid & follower.ready),
+                 follower.valid.eq(source.valid & follower.ready & leader.ready),
+                 source.ready.eq(leader.ready & follower.ready)]
 
 
 class SkidBuffer(wiring.Component):

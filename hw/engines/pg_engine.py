@@ -21,6 +21,13 @@ shape as the weights' with one word per row. (Summing the pixels of a sample her
 instead would need O accumulators, a read-modify-write RAM like the gradient buffer's,
 for no fewer beats on fully connected layers.)
 
+The last slice of a grouped ICP layer owns the biases of every output channel (its SFU
+finishes them all) but its engine's rows are one group's: there :class:`BiasTerms` makes
+the bias beats from the conv-output errors of all channels instead, and the engine makes
+none. Its beats are P x G channels wide (``LayerSlice.bias_banks``: the bias RAM's and
+LGB's banks), so a pixel's take OC / (P x G) cycles, as many as the engine's walk of one
+group takes without folding (``mapping.memories.bias_steps``).
+
 Pipeline, from the cycle a step is issued:
 
 ====================  ===============================================================
@@ -51,6 +58,7 @@ from amaranth.lib.wiring import In, Out
 from ..arith.mult import LATENCY
 from ..arith.pipeline import Pipeline
 from ..base.checks import positive
+from ..base.counter import ModuloCounter
 from ..base.handshake import fork
 from ..base.layouts import (bias_grads_layout, flat_elements, grads_layout, pixel_layout,
                             window_layout)
@@ -102,7 +110,7 @@ class PGEngine(WeightWalk, wiring.Component):
                 f"{e.kernel}x{e.kernel}, but its slice needs {s.fp.tiles} tiles (as its FP engine, whose "
                 f"LPRAM rows the gradients follow) of {k}x{k}")
         return cls(in_channels=s.in_channels, out_channels=s.out_channels, kernel=k, ces=e.ces, tiles=e.tiles,
-                   bias=s.bias and (s.mode == "ocp" or s.last), family=family)
+                   bias=s.owns_biases and not s.biases_beyond_rows, family=family)
 
     @property
     def multipliers(self):
@@ -143,4 +151,26 @@ class PGEngine(WeightWalk, wiring.Component):
             m.d.comb += [self.bias_grads.payload.row.eq(pipe.delay(issue.group, LATENCY)),
                          self.bias_grads.payload.values.eq(pipe.delay(once, LATENCY))]
         pipe.attach(m, advance)
+        return m
+
+
+class BiasTerms(wiring.Component):
+    """The bias-gradient beats of ``channels`` conv-output errors per pixel, ``lanes`` a beat:
+    ``row = g`` and ``values[p]`` the error of channel g*lanes + p (module docstring)."""
+
+    def __init__(self, *, channels, lanes):
+        positive(self, "bias terms", channels=channels, lanes=lanes)
+        self.groups = -(-channels // lanes)
+        super().__init__({"errors": In(stream.Signature(pixel_layout(channels))),
+                          "bias_grads": Out(stream.Signature(bias_grads_layout(self.groups, lanes)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = len(self.bias_grads.payload.values)
+        group = ModuloCounter(m, self.groups, self.bias_grads.valid & self.bias_grads.ready)
+        m.d.comb += [self.bias_grads.valid.eq(self.errors.valid),
+                     self.bias_grads.payload.row.eq(group.value),
+                     self.bias_grads.payload.values.eq(select_words(self.errors.payload, group.value,
+                                                                    self.groups, lanes)),
+                     self.errors.ready.eq(self.bias_grads.ready & group.last)]
         return m

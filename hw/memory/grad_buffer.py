@@ -91,6 +91,7 @@ it walks (asserted; hw.memory.update_gate.OverlappedGate arranges it). The walk 
 weights from a VersionedParamRam's copy of its own, so a bias buffer is not ``shared`` then.
 """
 
+import math
 from types import SimpleNamespace
 
 from amaranth.hdl import Array, Assert, Cat, Const, Module, Mux, Signal, signed
@@ -98,6 +99,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping import numerics
+from mapping.memories import bias_steps
 from mapping.nodeconfig import update_chunk
 
 from ..arith.mult import Multiplier
@@ -227,20 +229,21 @@ class GradientBuffer(WeightWalk, wiring.Component):
         """The LGB of a slice's weights (P and b of its FP engine), or (``bias=True``) of its biases:
         an OverlappedGradientBuffer where the slice's update does not stop its engines."""
         s = layer_slice
-        common = dict(out_channels=s.out_channels, banks=s.fp.ces, seed=formats.seed,
-                      out_offset=s.out_range[0], family=family, sum_bits=formats.grad_bits)
+        if bias and not s.owns_biases:
+            raise ValueError(f"gradient buffer: the {s.mode} slice of layer '{s.layer}' on channels "
+                             f"{s.in_range}->{s.out_range} owns no biases")
+        (out_lo, out_hi), pixels = s.sfu_range if bias else s.out_range, s.out_shape[1] * s.out_shape[2]
+        common = dict(out_channels=out_hi - out_lo, banks=s.bias_banks if bias else s.fp.ces, seed=formats.seed,
+                      out_offset=out_lo, family=family, sum_bits=formats.grad_bits)
         if s.overlapped_update:  # PG's beats: one per address (the slice's, for biases) and output pixel
             cls = OverlappedGradientBuffer
             common.update(overlapped_batch=training.batch,
-                          sample_beats=s.out_shape[1] * s.out_shape[2] * WeightLayout.from_slice(s).rows)
+                          sample_beats=pixels * (math.prod(bias_steps(s)) if bias else WeightLayout.from_slice(s).rows))
         if not bias:
-            return cls(in_channels=s.in_channels, kernel=s.kernel, tiles=s.fp.tiles, in_offset=s.in_range[0],
-                       in_total=s.in_shape[0], shift=formats.weight_update_shift,
+            return cls(in_channels=s.in_channels, kernel=s.kernel, tiles=s.fp.tiles, in_offset=s.group_in_range[0],
+                       in_total=s.in_shape[0] // s.groups, shift=formats.weight_update_shift,
                        lr=training.lr_constant, lanes=s.update_lanes,
                        tensor=numerics.tensor_id(s.position, numerics.WEIGHT_UPDATE), **common)
-        if not (s.bias and (s.mode == "ocp" or s.last)):
-            raise ValueError(f"gradient buffer: the {s.mode} slice of layer '{s.layer}' on channels "
-                             f"{s.in_range}->{s.out_range} owns no biases")
         return cls(in_channels=1, kernel=1, in_total=1, shift=formats.bias_update_shift,
                    lr=training.bias_lr_constant, bias=True,
                    tensor=numerics.tensor_id(s.position, numerics.BIAS_UPDATE), **common)

@@ -30,6 +30,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping import numerics
+from mapping.memories import bias_steps
 
 from ..arith.pipeline import Pipeline
 from ..arith.rounding import SAMPLE_BITS, mix_final, mix_round
@@ -68,16 +69,18 @@ class GradientRounder(wiring.Component):
         kk = s.kernel * s.kernel
         groups, tiles = -(-s.out_channels // s.fp.ces), s.fp.tiles
         passes = -(-s.in_channels // tiles)
-        common = dict(layout=layout, groups=groups, passes=passes, pixels=s.out_shape[1] * s.out_shape[2],
-                      banks=s.fp.ces, seed=formats.seed, bias=bias)
+        common = dict(layout=layout, pixels=s.out_shape[1] * s.out_shape[2], seed=formats.seed, bias=bias)
         if bias:
-            return cls(words=1, base=s.out_range[0], group_stride=s.fp.ces, pass_stride=0, bank_stride=1,
+            groups, passes = bias_steps(s)
+            return cls(words=1, base=s.sfu_range[0], banks=s.bias_banks, group_stride=s.bias_banks, pass_stride=0,
+                       bank_stride=1,
                        shift=formats.bias_grad_shift, tensor=numerics.tensor_id(s.position, numerics.BIAS_GRAD_SUM),
-                       **common)
-        in_total = s.in_shape[0]
-        return cls(words=tiles * kk, base=(s.out_range[0] * in_total + s.in_range[0]) * kk,
+                       groups=groups, passes=passes, **common)
+        in_total = s.in_shape[0] // s.groups  # the weights are (OC, IC / G, K, K)
+        return cls(words=tiles * kk, base=(s.out_range[0] * in_total + s.group_in_range[0]) * kk,
                    group_stride=s.fp.ces * in_total * kk, pass_stride=tiles * kk, bank_stride=in_total * kk,
-                   shift=formats.grad_shift, tensor=numerics.tensor_id(s.position, numerics.GRAD_SUM), **common)
+                   shift=formats.grad_shift, tensor=numerics.tensor_id(s.position, numerics.GRAD_SUM),
+                   banks=s.fp.ces, groups=groups, passes=passes, **common)
 
     def _scrambled(self, index):
         """The low ``shift`` bits of ``index * GRAD_SCRAMBLE``, an elaboration-time constant."""

@@ -18,15 +18,25 @@ through and there is no ``upstream`` port.
 
 Memory (unless ``first``): the FIFO, (48*P bits, ``depth``), one read port, ``ram_style``
 by ``mapping.resources.ram_style`` for ``family`` (None simulates).
+
+A grouped layer's slice (:class:`GroupedPartialActivationBuffer`) adds only to its own
+group's beats: the upstream stream carries the sums of every group up to the previous
+slice's (``LayerSlice.upstream_sums_channels``), the output those up to its own
+(``LayerSlice.sums_channels``), so per pixel the earlier groups' beats pass through first
+and then come the slice's own, added to the upstream's where its group began upstream,
+alone where it begins here. The earlier groups' beats of a pixel wait for the first of the
+slice's own: its engine starts a sample only when the update gate lets it, and the sums of
+a sample the gate holds must not reach the SFU, whose biases the update may be writing.
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping.memories import PAB_MIN_DEPTH
 
-from ..base.checks import refuse
+from ..base.checks import positive, refuse
+from ..base.counter import ModuloCounter
 from ..base.layouts import psum_layout
 from .fifo import Fifo
 
@@ -47,12 +57,17 @@ class PartialActivationBuffer(wiring.Component):
             members["level"] = Out(range(depth + 1))
         super().__init__(members)
 
-    @classmethod
-    def from_slice(cls, layer_slice, family=None):
-        """FP partial-sum buffer of an ICP slice; ``pab_words`` counts accumulator lanes."""
-        lanes = layer_slice.fp.ces
-        return cls(lanes=lanes, depth=max(PAB_MIN_DEPTH, -(-layer_slice.pab_words // lanes)), first=layer_slice.first,
-                   family=family)
+    @staticmethod
+    def from_slice(layer_slice, family=None):
+        """FP partial-sum buffer of an ICP slice; ``pab_words`` counts accumulator lanes. A
+        :class:`GroupedPartialActivationBuffer` where the sums of other groups pass it by."""
+        s = layer_slice
+        lanes = s.fp.ces
+        common = dict(lanes=lanes, depth=max(PAB_MIN_DEPTH, -(-s.pab_words // lanes)), family=family)
+        if s.sums_channels == s.out_channels:
+            return PartialActivationBuffer(first=s.first, **common)
+        return GroupedPartialActivationBuffer(passed=s.out_range[0] // lanes, own=-(-s.out_channels // lanes),
+                                              adds=s.upstream_sums_channels == s.sums_channels, **common)
 
     def elaborate(self, platform):
         m = Module()
@@ -75,4 +90,41 @@ class PartialActivationBuffer(wiring.Component):
             for lane in range(self.lanes):
                 m.d.sync += self.o.payload.values[lane].eq(
                     waiting.values[lane] + self.upstream.payload.values[lane])
+        return m
+
+
+class GroupedPartialActivationBuffer(PartialActivationBuffer):
+    """The buffer of a grouped layer's slice (module docstring): per output pixel ``passed``
+    upstream beats straight through, then ``own`` beats of the local sums, each added to an
+    upstream beat if ``adds``, alone if not (the slice's group starts here)."""
+
+    def __init__(self, *, lanes, depth, passed, own, adds, family=None):
+        positive(self, "partial-activation buffer", passed=passed, own=own)
+        self.passed, self.own, self.adds = passed, own, adds
+        super().__init__(lanes=lanes, depth=depth, family=family)
+
+    def elaborate(self, platform):
+        m = Module()
+        fifo = m.submodules.fifo = Fifo(psum_layout(self.lanes), self.depth, family=self.family)
+        wiring.connect(m, wiring.flipped(self.local), fifo.i)
+        m.d.comb += self.level.eq(fifo.level)
+
+        fire = Signal()
+        beat = ModuloCounter(m, self.passed + self.own, fire)
+        passing = beat.value < self.passed
+        load = ~self.o.valid | self.o.ready
+        # Another group's beat passes only once the slice's own beats of that pixel have begun:
+        # those wait for the update gate, so no beat of a sample the gate still holds reaches the
+        # SFU ahead of them (which would read biases the update is writing).
+        from_upstream = passing | self.adds
+        ready = fifo.o.valid & (self.upstream.valid | ~from_upstream)
+        m.d.comb += [fire.eq(load & ready),
+                     self.upstream.ready.eq(fire & from_upstream),
+                     fifo.o.ready.eq(fire & ~passing)]
+        with m.If(load):
+            m.d.sync += self.o.valid.eq(ready)
+            for lane in range(self.lanes):
+                upstream, local = self.upstream.payload.values[lane], fifo.o.payload.values[lane]
+                own = local + upstream if self.adds else local
+                m.d.sync += self.o.payload.values[lane].eq(Mux(passing, upstream, own))
         return m

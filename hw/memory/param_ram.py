@@ -88,17 +88,27 @@ from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
 from ..base.signatures import HostPortSignature, UpdatePortSignature, WeightPortSignature
 
 
+def weight_block(weights, s):
+    """A layer's weight words viewed as (OC, IC / G, K, K) and the index of slice ``s``'s block
+    in that view (its output channels, its input channels counted from its group's first)."""
+    shaped = np.asarray(weights).reshape(weights.shape[0], s.in_shape[0] // s.groups, s.kernel, s.kernel)
+    (olo, ohi), (ilo, ihi) = s.out_range, s.group_in_range
+    return shaped, (slice(olo, ohi), slice(ilo, ihi))
+
+
 def slice_weights(s, params):
-    """The slice's initial (W, b) words from whole-layer parameters, or zeros."""
+    """The slice's initial (W, b) words from whole-layer parameters, or zeros: the weights of its
+    rows, the biases of the channels its SFU finishes (``LayerSlice.sfu_range``; none if it
+    runs no SFU)."""
     kk = s.kernel * s.kernel
-    (olo, ohi), (ilo, ihi) = s.out_range, s.in_range
+    (olo, ohi), (blo, bhi) = s.out_range, s.sfu_range
     if params is None or s.layer not in params:
-        return np.zeros((ohi - olo, (ihi - ilo) * kk), np.int64), np.zeros(ohi - olo, np.int64)
+        return np.zeros((ohi - olo, s.in_channels * kk), np.int64), np.zeros(bhi - blo, np.int64)
     weights, bias = params[s.layer]
-    weights = np.asarray(weights).reshape(weights.shape[0], s.in_shape[0], s.kernel, s.kernel)
-    block = weights[olo:ohi, ilo:ihi].reshape(ohi - olo, -1)
+    shaped, index = weight_block(weights, s)
+    block = shaped[index].reshape(ohi - olo, -1)
     bias = np.zeros(weights.shape[0], np.int64) if bias is None else np.asarray(bias)
-    return block, bias[olo:ohi]
+    return block, bias[blo:bhi]
 
 
 def checked_words(weights):

@@ -238,9 +238,9 @@ class SFU(wiring.Component):
         """The SFU of a LayerSlice: :class:`OverlappingPoolSFU` where its pool's windows overlap."""
         s = layer_slice
         cls = OverlappingPoolSFU if OverlappingPoolSFU.builds(s.pool) else SFU
-        return cls(out_channels=s.out_channels, height=s.out_shape[1], width=s.out_shape[2],
+        return cls(out_channels=s.sfu_channels, height=s.out_shape[1], width=s.out_shape[2],
                    lanes=s.fp.ces, position=s.position, formats=formats, bias=s.bias, relu=s.relu,
-                   pool=s.pool, channel_base=s.out_range[0], samples_in_flight=samples_in_flight,
+                   pool=s.pool, channel_base=s.sfu_range[0], samples_in_flight=samples_in_flight,
                    mask_storage=s.act_storage, family=family)
 
     @property
@@ -599,3 +599,28 @@ class OverlappingPoolSFU(SFU):
                         hit = term.valid & (mask[:cb] == term.code) & (mask[cb] if self.relu else 1)
                         routed.append(Mux(hit, use[j][d].error[c], 0))
                 m.d.sync += eb_out.payload[c].eq(saturate(sum(routed), WORD))
+
+
+class BiasRows(wiring.Component):
+    """The SFU's bias reads (``rows`` rows of ``lanes`` biases, one per beat of partial sums) from
+    a bias RAM of ``banks`` biases a row, a multiple of ``lanes``: the layout of a grouped ICP
+    layer's last slice, whose bias beats cover every group at once (``LayerSlice.bias_banks``).
+    SFU row g is RAM row g // (banks / lanes), its lanes the (g mod banks / lanes)-th; the choice
+    is registered with the read, as the RAM registers its data."""
+
+    def __init__(self, *, rows, lanes, banks):
+        if banks % lanes:
+            refuse(self, f"bias rows: banks = {banks} is not a multiple of lanes = {lanes}")
+        self.parts = banks // lanes
+        super().__init__({"sfu": In(WeightPortSignature(rows, lanes, 1)),
+                          "ram": Out(WeightPortSignature(-(-rows // self.parts), banks, 1))})
+
+    def elaborate(self, platform):
+        m = Module()
+        part = Signal(range(self.parts))
+        m.d.comb += [self.ram.addr.eq(self.sfu.addr // self.parts), self.ram.en.eq(self.sfu.en)]
+        with m.If(self.sfu.en):
+            m.d.sync += part.eq(self.sfu.addr % self.parts)
+        lanes = len(self.sfu.data)
+        m.d.comb += self.sfu.data.as_value().eq(self.ram.data.as_value().word_select(part, lanes * WORD))
+        return m

@@ -8,6 +8,7 @@ See docs/node_dataflow.md for the dataflow. The unit's chain-facing ports are it
 of its SFU's mask FIFO (``sfu_masks``), named as in :attr:`SliceUnit.dram_queues`.
 """
 
+import math
 from dataclasses import replace
 
 from amaranth.hdl import Module, Signal
@@ -16,20 +17,21 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import (PAB_MIN_DEPTH, activation_slack, buildable, dram_queues, dram_weights_problem,
-                              fc_weights_queue,
+from mapping.numerics import WORD_BITS
+from mapping.memories import (PAB_MIN_DEPTH, activation_slack, bias_steps, buildable,
+                              dram_queues, dram_weights_problem, fc_weights_queue, pg_error_range,
                               pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
 
 from ..arith.map_rounder import MapRounder
 from ..balance.blocks import RowStreams, remote_blocks
 from ..balance.weight_stream import GradientSplit, WeightSource
-from ..base.handshake import SkidBuffer
+from ..base.handshake import SkidBuffer, lockstep
 from ..base.layouts import pixel_layout, psum_layout
 from ..base.signatures import DramQueueSignature
 from ..engines.eb_engine import EBEngine
 from ..engines.fp_engine import FPEngine
-from ..engines.pg_engine import PGEngine
+from ..engines.pg_engine import BiasTerms, PGEngine
 from ..memory.act_ram import ActRam
 from ..memory.dram_weights import DramWeights
 from ..memory.fifo import Fifo
@@ -42,7 +44,7 @@ from ..memory.update_gate import COUNT_BITS, BothDone, OverlappedGate, SampleGat
 from ..streams.channels import ChannelConcat, ChannelFork
 from ..streams.flatten import Flatten, Unflatten
 from .ports import ChainLink
-from .sfu import SFU
+from .sfu import SFU, BiasRows
 
 
 def slice_ports(s):
@@ -63,13 +65,13 @@ def slice_ports(s):
             down["psum"] = psum_layout(s.fp.ces)
             if s.needs_eb:
                 down["err"] = pixel_layout(c_in - hi)
-            down["zerr"] = pixel_layout(s.out_shape[0])
+            down["zerr"] = pixel_layout(s.sums_channels)
         else:
             down["act"] = pixel_layout(post)
             down["err"] = pixel_layout(post)
         if not s.first:
             up["psum"] = psum_layout(s.fp.ces)
-            up["zerr"] = pixel_layout(s.out_shape[0])
+            up["zerr"] = pixel_layout(s.upstream_sums_channels)
         if s.needs_eb:
             up["err"] = _err_out_layout(s, pixel_layout(c_in - lo))
     else:
@@ -149,7 +151,7 @@ class SliceUnit(wiring.Component):
         self.lpram = (ram.from_slice(local, init=slice_weights(local, params)[0], family=family)
                       if local is not None else None)
         self.owns_bias = s.owns_biases
-        bias_ram = dict(banks=s.fp.ces, rows=-(-s.out_channels // s.fp.ces), words=1, init=bias.reshape(-1, 1),
+        bias_ram = dict(banks=s.bias_banks, rows=-(-s.sfu_channels // s.bias_banks), words=1, init=bias.reshape(-1, 1),
                         family=family)
         if not s.overlapped_update:
             bias_ram.update(shared_update=True)
@@ -287,7 +289,7 @@ class SliceUnit(wiring.Component):
         # FP done is counted where the sample's last partial sum leaves the FP path, after
         # the bias is applied, so the update never changes a weight or bias a sample in
         # flight still needs.
-        beats = oh * ow * -(-s.out_channels // ces)
+        beats = oh * ow * -(-s.sums_channels // ces)
         fp_end = m.submodules.fp_end = SampleGate(psum_layout(ces), beats)
         m.d.comb += [fp_end.allow.eq(1), gate.fp_done.eq(fp_end.done)]
         if s.mode == "icp":
@@ -309,7 +311,12 @@ class SliceUnit(wiring.Component):
                 connect(m, sfu.dram, flipped(self.dram.sfu_masks))
             connect(m, fp_end.o, sfu.fp_in)
             if self.owns_bias:
-                connect(m, sfu.bias, self.bias_ram.a)
+                bias_port = self.bias_ram.a
+                if s.bias_banks != ces:
+                    rows = m.submodules.bias_rows = BiasRows(rows=sfu.groups, lanes=ces, banks=s.bias_banks)
+                    connect(m, rows.ram, bias_port)
+                    bias_port = rows.sfu
+                connect(m, sfu.bias, bias_port)
             if s.mode == "icp":
                 connect(m, sfu.fp_out, flipped(self.down.act))
                 connect(m, flipped(self.down.err), self._sfu_errors(m, sfu))
@@ -318,29 +325,30 @@ class SliceUnit(wiring.Component):
             # The errors' consumers (PG, EB behind its sample gate, the predecessor) take a beat
             # together; their ready stops at this buffer instead of reaching the SFU's mask
             # FIFO (the worst path of the CI bitstream's node, 8.1 ns of routing).
-            skid = m.submodules.conv_errors = SkidBuffer(pixel_layout(s.out_channels))
+            skid = m.submodules.conv_errors = SkidBuffer(pixel_layout(s.sfu_channels))
             connect(m, sfu.eb_out, skid.i)
             z_errors = skid.o
         return act_ram, z_errors
 
     def _fork_output_errors(self, m, z_errors):
-        """Conv-output errors to PG, EB and (ICP, not the layer's first node) the
-        predecessor. Returns (PG's errors, EB's errors or None)."""
+        """Conv-output errors (those of ``LayerSlice.sums_channels``) to PG (``memories.
+        pg_error_range``), EB (the slice's own channels) and the predecessor (ICP, not the
+        layer's first node: those of its groups). Returns (PG's errors, EB's errors or None)."""
         s = self.slice
-        own_out = s.out_channels
-        z_ranges = [(0, own_out)]
+        own = (s.sums_channels - s.out_channels, s.sums_channels)
+        z_ranges = [pg_error_range(s)]
         if s.needs_eb:
-            z_ranges.append((0, own_out))
+            z_ranges.append(own)
         if "zerr" in self.up_channels:
-            z_ranges.append((0, own_out))
-        z_split = m.submodules.z_split = ChannelFork(own_out, z_ranges)
+            z_ranges.append((0, s.upstream_sums_channels))
+        z_split = m.submodules.z_split = ChannelFork(s.sums_channels, z_ranges)
         connect(m, z_errors, z_split.i)
         pg_errors = z_split.o0
         if s.needs_eb:
             # PG takes an error pixel only with its output pixel, while the EB line buffer
             # needs the errors about a row ahead: this FIFO lets EB run ahead instead of
             # being dragged into PG's lockstep by the fork.
-            slack = m.submodules.pg_errors = Fifo(pixel_layout(own_out), pg_error_slack(s), family=self.family)
+            slack = m.submodules.pg_errors = Fifo(pg_errors.payload.shape(), pg_error_slack(s), family=self.family)
             connect(m, z_split.o0, slack.i)
             pg_errors = slack.o
         if "zerr" in self.up_channels:
@@ -348,7 +356,8 @@ class SliceUnit(wiring.Component):
         return pg_errors, (z_split.o1 if s.needs_eb else None)
 
     def _build_gradients(self, m, gate, act_ram, pg_errors, lgb, bias_lgb):
-        """PG: Act-RAM replay -> line buffer -> gradient engine -> LGB (and the hosts' BGBs)."""
+        """PG: Act-RAM replay -> line buffer -> gradient engine -> LGB (and the hosts' BGBs);
+        the bias beats, the engine's or BiasTerms', into the bias LGB."""
         s = self.slice
         _, oh, ow = s.out_shape
         pg_lb = m.submodules.pg_lb = LineBuffer.from_slice(s, "pg", family=self.family)
@@ -362,13 +371,17 @@ class SliceUnit(wiring.Component):
         connect(m, self._window_slack(m, "pg", pg_lb.o), pg_gate.i)
         pg = m.submodules.pg = PGEngine.from_slice(s, family=self.family)
         connect(m, pg_gate.o, pg.windows)
-        connect(m, pg_errors, pg.errors)
+        bias_grads = pg.bias_grads if pg.bias else None
+        if s.biases_beyond_rows:
+            bias_grads = self._bias_terms(m, pg_errors, pg.errors)
+        else:
+            connect(m, pg_errors, pg.errors)
         m.d.comb += [pg_gate.allow.eq(gate.pg_allow), gate.pg_start.eq(pg_gate.start)]
         pg_done = _connect_gradients(m, self._rounded(m, pg.grads, "grads"), self._gradient_sink(m, lgb),
                                      oh * ow * pg.rows, "lgb")
         if bias_lgb is not None:
-            bias_done = _connect_gradients(m, self._rounded(m, pg.bias_grads, "bias_grads", bias=True), bias_lgb.i,
-                                           oh * ow * pg.rows, "bias_lgb")
+            bias_done = _connect_gradients(m, self._rounded(m, bias_grads, "bias_grads", bias=True), bias_lgb.i,
+                                           oh * ow * math.prod(bias_steps(s)), "bias_lgb")
             # PG starts no sample past its mini-batch's last until the update, which waits for
             # both sources' B samples: neither gets more than B ahead (2B where the update does
             # not stop PG, which waits only for the update of the mini-batch before).
@@ -376,6 +389,22 @@ class SliceUnit(wiring.Component):
             m.d.comb += gate.pg_done.eq(_both_done(m, "grads_done", pg_done, bias_done, most_ahead=ahead))
         else:
             m.d.comb += gate.pg_done.eq(pg_done)
+
+    def _bias_terms(self, m, errors, engine_errors):
+        """Where the slice owns biases beyond its rows (``LayerSlice.biases_beyond_rows``): PG's
+        ``errors`` (those of every channel its SFU finishes) to the PG engine's ``engine_errors``
+        (its own channels) and, in the same cycle, through a FIFO to BiasTerms, whose bias beats
+        it returns; in lockstep, so that no bias beat of a sample comes before the update gate
+        lets PG start that sample."""
+        s = self.slice
+        lo, hi = s.out_range
+        slack = m.submodules.bias_errors = Fifo(errors.payload.shape(), PAB_MIN_DEPTH, family=self.family)
+        lockstep(m, errors, engine_errors, slack.i)
+        m.d.comb += [engine_errors.payload.eq(errors.payload.as_value()[lo * WORD_BITS:hi * WORD_BITS]),
+                     slack.i.payload.eq(errors.payload)]
+        terms = m.submodules.bias_terms = BiasTerms(channels=s.sfu_channels, lanes=s.bias_banks)
+        connect(m, slack.o, terms.errors)
+        return terms.bias_grads
 
     def _build_input_errors(self, m, gate, errors):
         """EB: error line buffer -> error engine -> round (ICP) or reduce (OCP)."""

@@ -3,7 +3,8 @@
 Slices are in layer order; consecutive slices on one node are the end of layer L
 and the start of layer L+1, so inside the node only two streams join them: L's
 finished activations forward (``act``) and L+1's input errors backward (``err``),
-exactly the channels of the first slice's ``down`` and the second's ``up``. The
+exactly the channels of the first slice's ``down`` and the second's ``up`` (or two slices
+of a grouped layer on either side of a group boundary, joined by all their channels). The
 node's ``up`` and ``down`` ports (hw/node/ports.py) are the first slice's
 predecessor-facing channels and the last slice's successor-facing ones, the labels
 (which enter node 0 with the images and travel to the last node, where the loss
@@ -35,7 +36,7 @@ from ..balance.blocks import RowStreams, hosted_blocks, relayed_blocks
 from ..balance.hosted_rows import HostedRows
 from ..balance.relay import Relay
 from ..base.checks import check_family, refuse
-from ..memory.param_ram import bank_rows, slice_weights
+from ..memory.param_ram import bank_rows, slice_weights, weight_block
 from ..memory.fifo import Fifo
 from ..memory.update_gate import COUNT_BITS
 from .loss import LABEL_BITS, LossUnit
@@ -142,13 +143,13 @@ class Node(wiring.Component):
         """Put ``contents`` (memory ``index``'s words, address-major) into ``params`` (golden
         layout, changed in place): the inverse of :meth:`memory_rows`."""
         ram, (kind, rows) = self.memories[index], self.contents[index]
-        (olo, ohi), (ilo, ihi) = rows.out_range, rows.in_range
         weights, bias = params[rows.layer]
         if kind == "bias":
-            bias[olo:ohi] = np.asarray(contents).reshape(-1)[:ohi - olo]
+            lo, hi = rows.sfu_range
+            bias[lo:hi] = np.asarray(contents).reshape(-1)[:hi - lo]
             return
-        shaped = weights.reshape(weights.shape[0], rows.in_shape[0], rows.kernel, rows.kernel)
-        shaped[olo:ohi, ilo:ihi] = ram.layout.unfold(np.asarray(contents))
+        shaped, block = weight_block(weights, rows)
+        shaped[block] = ram.layout.unfold(np.asarray(contents))
 
     def _side(self, node):
         return "down" if node > self.config.index else "up"

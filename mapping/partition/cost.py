@@ -258,6 +258,8 @@ class SliceCosts:
                 vmax = np.minimum(vmax, 1)
             cost = p_full / vmax
             ok = p.engines * p.kernel ** 2 * p_full <= biggest
+            if self.buildable_balance and p.groups > 1:
+                ok &= p.group_full % p_full == 0  # the generator's partial-sum beats lie in one group
             if not ok.any():
                 return None
             cost = np.where(ok, cost, np.inf)
