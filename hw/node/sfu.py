@@ -61,7 +61,7 @@ staging FIFOs); with a pool
 and a backward replay (OC*(16 + mask_bits), PW).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
@@ -621,6 +621,6 @@ class BiasRows(wiring.Component):
         m.d.comb += [self.ram.addr.eq(self.sfu.addr // self.parts), self.ram.en.eq(self.sfu.en)]
         with m.If(self.sfu.en):
             m.d.sync += part.eq(self.sfu.addr % self.parts)
-        lanes = len(self.sfu.data)
-        m.d.comb += self.sfu.data.as_value().eq(self.ram.data.as_value().word_select(part, lanes * WORD))
+        width, row = len(self.sfu.data) * WORD, self.ram.data.as_value()
+        m.d.comb += self.sfu.data.as_value().eq(Array(row[k * width:(k + 1) * width] for k in range(self.parts))[part])
         return m
