@@ -257,8 +257,6 @@ def cached_outputs(parts, work, outputs, run, progress=None, what="result"):
     return False
 
 
-
-
 def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inference_only=False, netlist=None):
     """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``;
     ``netlist``: a file name for the mapped netlist as JSON (nextpnr's input), cached with the

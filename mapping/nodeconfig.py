@@ -23,7 +23,8 @@ Conventions
   ``out_shape[0]`` output channels (``sfu_channels``). The partial sums an ICP slice
   passes on cover every group up to its own (``sums_channels``: group 0's alone between
   group 0's slices), and the output errors going back the same. The generator builds
-  grouped ICP layers whose engines' P divides OC / G (memories.groups_problem).
+  grouped ICP layers whose engines' P divides OC / G (memories.groups_problem,
+  memories.group_lanes_problem).
 - ``first``/``last`` are the slice's position among the nodes of its layer in
   chain order: for ICP the last node adds the final partial sums and runs the
   SFU; for OCP the first node finishes the backward reduction of EB partials.

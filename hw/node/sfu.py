@@ -61,7 +61,7 @@ staging FIFOs); with a pool
 and a backward replay (OC*(16 + mask_bits), PW).
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
@@ -74,6 +74,7 @@ from ..base.checks import positive, refuse
 from ..base.layouts import pixel_layout, psum_layout
 from ..base.ram import ram_attrs
 from ..base.signatures import DramQueueSignature, WeightPortSignature
+from ..engines.common import select_words
 from ..memory.dram_fifo import DramFifo
 from ..memory.fifo import Fifo
 
@@ -621,6 +622,5 @@ class BiasRows(wiring.Component):
         m.d.comb += [self.ram.addr.eq(self.sfu.addr // self.parts), self.ram.en.eq(self.sfu.en)]
         with m.If(self.sfu.en):
             m.d.sync += part.eq(self.sfu.addr % self.parts)
-        width, row = len(self.sfu.data) * WORD, self.ram.data.as_value()
-        m.d.comb += self.sfu.data.as_value().eq(Array(row[k * width:(k + 1) * width] for k in range(self.parts))[part])
+        m.d.comb += self.sfu.data.as_value().eq(select_words(self.ram.data, part, self.parts, len(self.sfu.data)))
         return m

@@ -17,7 +17,6 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.numerics import WORD_BITS
 from mapping.memories import (PAB_MIN_DEPTH, activation_slack, bias_steps, buildable,
                               dram_queues, dram_weights_problem, fc_weights_queue, pg_error_range,
                               pg_error_slack, sfu_error_slack,
@@ -41,7 +40,7 @@ from ..memory.line_buffer import LineBuffer
 from ..memory.pab import PartialActivationBuffer
 from ..memory.param_ram import ParamRam, VersionedParamRam, WeightLayout, slice_weights
 from ..memory.update_gate import COUNT_BITS, BothDone, OverlappedGate, SampleGate, UpdateGate
-from ..streams.channels import ChannelConcat, ChannelFork
+from ..streams.channels import ChannelConcat, ChannelFork, channel_slice
 from ..streams.flatten import Flatten, Unflatten
 from .ports import ChainLink
 from .sfu import SFU, BiasRows
@@ -400,7 +399,7 @@ class SliceUnit(wiring.Component):
         lo, hi = s.out_range
         slack = m.submodules.bias_errors = Fifo(errors.payload.shape(), PAB_MIN_DEPTH, family=self.family)
         lockstep(m, errors, engine_errors, slack.i)
-        m.d.comb += [engine_errors.payload.eq(errors.payload.as_value()[lo * WORD_BITS:hi * WORD_BITS]),
+        m.d.comb += [engine_errors.payload.eq(channel_slice(errors.payload, lo, hi)),
                      slack.i.payload.eq(errors.payload)]
         terms = m.submodules.bias_terms = BiasTerms(channels=s.sfu_channels, lanes=s.bias_banks)
         connect(m, slack.o, terms.errors)

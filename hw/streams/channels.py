@@ -16,7 +16,8 @@ from ..base.handshake import fork
 from ..base.layouts import pixel_layout
 
 
-def _channel_slice(payload, lo, hi, width):
+def channel_slice(payload, lo, hi, width=WORD_BITS):
+    """Channels ``lo`` .. ``hi``-1 of a pixel payload of ``width``-bit channels, as a value."""
     return payload.as_value()[lo * width:hi * width]
 
 
@@ -45,7 +46,7 @@ class ChannelFork(wiring.Component):
         outs = self.outputs()
         m.d.comb += self.i.ready.eq(fork(m, self.i.valid, outs))
         for (lo, hi), out in zip(self.ranges, outs):
-            m.d.comb += out.payload.eq(_channel_slice(self.i.payload, lo, hi, self.width))
+            m.d.comb += out.payload.eq(channel_slice(self.i.payload, lo, hi, self.width))
         return m
 
 
