@@ -48,7 +48,7 @@ BOARDS = {board.name: board for board in (
           "FT231X bridge; link on the GPIO header (no SERDES; speed grade 6)", ("--board", "ulx3s"),
           (("gpio", 0),), {bank: "LVCMOS33" for bank in range(8)}),
     Board("vc709", VC709Platform, "xc7vx690t", "clk200", 200.0, 115_200, 4,
-          "CP2103 bridge; Yosys synthesis only (place and route, bitstream: Vivado)"),
+          "CP2103 bridge; links on SFP+ cages 1 and 2; writes a Vivado project (place and route, bitstream: Vivado)"),
 )}
 
 

@@ -6,7 +6,9 @@ around the whole chain, synthesizes it with Yosys, places and routes it in conte
 board with nextpnr-ecp5 and packs the .bit and .svf with ecppack (all YoWASP). Prints the
 resources and the timing; timing not met is exit status 1 naming the clock, the Fmax
 reached and the worst path. ``--program`` loads the bitstream with openFPGALoader.
-On the VC709 the flow stops after Yosys synthesis (place and route need Vivado).
+On the VC709 it writes the Vivado project (the node, the GTH links on the SFP+ cages, the
+constraints and Amaranth's Vivado script) and stops: place and route need Vivado; ``--synth``
+adds a Yosys synthesis for a count of the resources.
 """
 
 import json
@@ -21,6 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hw.build import heartbeat, load_mapping
+from hw.link.gth_serdes import GTH_CHANNEL_MODULE, LINE_RATE as GTH_LINE_RATE
 from hw.synth import (CriticalPath, SynthResult, ToolStopped, cached_outputs, late_endpoints, run_tool,
                       synthesize_rtlil, without_source_locations, yosys_rtlil)
 from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_jobs_option, add_loss_option, int_list,
@@ -69,6 +72,10 @@ def parse_args(argv):
                              "many of their inputs do (nextpnr's detailed timing report)")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
+    parser.add_argument("--synth", action="store_true",
+                        help="boards whose flow is Vivado's (vc709): also synthesize with Yosys for a count of "
+                             "the resources (about half an hour for a node of the default network); the project "
+                             "Vivado builds needs none of it")
     add_jobs_option(parser, "nodes of --node to build")
     args = parser.parse_args(argv)
     # several nodes are built one by one (build_nodes), each as --node N alone
@@ -239,11 +246,21 @@ def build(args, log=print):
         else:  # Amaranth's Vivado flow hands over Verilog
             il = out / "top.v"
         if board.family != "ecp5":
-            with heartbeat(log, started) as progress:
-                synth = synthesize_rtlil(il, board.family, out, progress=progress)
-            log(_resources(synth, device))
-            log(f"stopped after Yosys synthesis: place and route and the bitstream for {device.part} "
-                f"need Vivado (open tools have no Virtex-7 database); the constraints are in {out}")
+            log(f"Vivado project in {out} (run build_top.sh there, Vivado on the path): the node and its host "
+                f"interface (top.v), the constraints (top.xdc), the script (top.tcl) and, for the links, LiteICLink's "
+                f"GTH channel ({', '.join(name for name in plan.files if name.startswith(GTH_CHANNEL_MODULE))}) with "
+                f"its 8b/10b tables; open tools have no place and route for the {device.part}")
+            if top.sfp_cages:
+                log(f"links on the SFP+ cages at {GTH_LINE_RATE / 1e9:g} Gb/s: "
+                    + ", ".join(f"{side} on cage {cage + 1}" for side, cage in top.sfp_cages.items())
+                    + "; cable board N's down cage to board N+1's up cage; the SI5324 must be programmed for "
+                      "156.25 MHz first (docs/boards.md)")
+            if args.synth:
+                with heartbeat(log, started) as progress:
+                    synth = synthesize_rtlil(il, board.family, out, progress=progress,
+                                             verilog=[name for name in plan.files if name.endswith(".v")
+                                                      and name.startswith(GTH_CHANNEL_MODULE)])
+                log(f"Yosys synth_xilinx: {_resources(synth, device)}")
             return None
         router = args.router or ("router2" if args.chain else "router1")
         pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed),
@@ -323,6 +340,11 @@ def main(argv=None):
         return 0
     if not args.board:
         raise SpecError("give --board (python -m boards.build --list shows them)")
+    board = get_board(args.board)
+    if args.program and board.family != "ecp5":
+        raise SpecError(f"--program: the {board.name}'s bitstream is built by Vivado from the project this writes "
+                        f"(open tools have no database for the {board.device}); program it from Vivado's hardware "
+                        f"manager")
     if args.nodes is not None and len(args.nodes) > 1:
         return build_nodes(args)
     result = build(args)

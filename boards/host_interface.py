@@ -228,9 +228,11 @@ class Trainer(wiring.Component):
     (None: zeros; the host loads them). The host streams images and labels into node 0 (on the
     board that holds it). Neighbours on the board are joined by link cores over an
     :class:`~hw.link.onchip_phy.OnChipPhy` of ``lane_width`` bits; a side that leads off the
-    board ends in a :class:`~hw.link.endpoint.LinkEndpoint` on the node clock whose lane is the
-    port ``{side}_phy`` (``up``, ``down``; ``link_lane_width`` bits, buffers sized for
-    ``link_latency`` cycles each way), received in clock domain ``{side}_link_rx``.
+    board ends in a :class:`~hw.link.endpoint.LinkEndpoint` whose lane is the port ``{side}_phy``
+    (``up``, ``down``; ``link_lane_width`` bits, buffers sized for ``link_latency`` cycles each
+    way), received in clock domain ``{side}_link_rx``. With ``link_clock`` "node" the endpoint
+    sends on the node clock (a PHY on I/O pins clocked by the node); with "phy" on clock domain
+    ``{side}_link`` (a transceiver's word clock), its channels and counters crossed into the node's.
 
     Resets: ``reset`` resets the host interface, and the chain a cycle later (a board drives it
     from its PLL's lock; its ``sync`` domain has no reset of its own). The chain's flip-flops take
@@ -240,14 +242,17 @@ class Trainer(wiring.Component):
     """
 
     def __init__(self, mapping, *, divisor, family=None, params=None, nodes=None, lane_width=ON_CHIP_LANE_WIDTH,
-                 link_lane_width=link_model.LANE_WIDTH, link_latency=link_model.PHY_LATENCY):
+                 link_lane_width=link_model.LANE_WIDTH, link_latency=link_model.PHY_LATENCY, link_clock="node"):
+        if link_clock not in ("node", "phy"):
+            raise ValueError(f"link_clock must be 'node' or 'phy', not {link_clock!r}")
         self.mapping, self.divisor, self.lane_width, self.family = mapping, divisor, lane_width, family
+        self.link_clock = link_clock
         held = range(len(mapping.nodes)) if nodes is None else nodes
         # what the design is made of, for a simulation's build cache; weights built in are not named
         self.recipe = None if params is not None else json.dumps({
             "class": "Trainer", "mapping": mapping.to_json(), "divisor": divisor, "family": family,
             "nodes": list(held), "lane_width": lane_width, "link_lane_width": link_lane_width,
-            "link_latency": link_latency})
+            "link_latency": link_latency, "link_clock": link_clock})
         self.first = held[0]
         self.nodes = [Node(mapping.nodes[n], params=params, family=family) for n in held]
         for node in self.nodes:
@@ -273,9 +278,11 @@ class Trainer(wiring.Component):
                            phy_latency=ON_CHIP_LATENCY)
         off_board = {}
         for side, config in self.off_board.items():
-            # On the node clock, so the node's streams meet the link layer without a crossing
-            # (the layer's own staging register decouples their handshakes).
-            endpoint = chain.submodules[f"{side}_link"] = LinkEndpoint(config, "sync", "sync", f"{side}_link_rx")
+            # On the node clock, the node's streams meet the link layer without a crossing (the
+            # layer's own staging register decouples their handshakes).
+            link_domain = "sync" if self.link_clock == "node" else f"{side}_link"
+            endpoint = LinkEndpoint(config, "sync", link_domain, f"{side}_link_rx", status_domain="sync")
+            chain.submodules[f"{side}_link"] = endpoint
             port = nodes[0].up if side == "up" else nodes[-1].down
             attach_endpoint(chain, port, endpoint, upstream=side == "down")
             connect(m, endpoint.phy, flipped(getattr(self, f"{side}_phy")))

@@ -2,14 +2,16 @@
 neighbouring boards, status LEDs.
 
 The node clock comes from the board oscillator through an EHXPLLL (ECP5) whose dividers
-``yowasp-ecppll`` computes; on the VC709 (synthesis only) the 200 MHz oscillator clocks the
+``yowasp-ecppll`` computes; on the VC709 (Vivado's flow) the 200 MHz oscillator clocks the
 design directly. The reset is held until the PLL locks and while the board's reset
 button (if any) is pressed, and released synchronously.
 
 A board that holds part of a longer chain joins its neighbours through the link cores of
-its host interface over :class:`~hw.link.ddr_phy.ECP5DDRPhy` on header pins
-(boards/link_pins.py), on the node clock; each side receives on the clock its neighbour
-forwards.
+its host interface: on an ECP5 board over :class:`~hw.link.ddr_phy.ECP5DDRPhy` on header pins
+(boards/link_pins.py), on the node clock, each side receiving on the clock its neighbour
+forwards; on the VC709 over a GTH channel on an SFP+ cage (:data:`SFP_CAGES`,
+:class:`~hw.link.gth_serdes.GTHSerdesPhy`), on the channel's word clocks, after the board's
+SI5324 is programmed for their reference (boards/si5324.py).
 
 LEDs: 0 link up (the PLL has locked, the reset is released and every link to another board
 has trained), 1 training (START seen, not every node has
@@ -24,38 +26,27 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, ResetInserter, Signal
-from amaranth.lib import io, wiring
+from amaranth.hdl import (ClockDomain, ClockSignal, Const, DomainRenamer, Elaboratable, Instance, Module,
+                          ResetInserter, Signal)
+from amaranth.lib import io
 from amaranth.lib.cdc import AsyncFFSynchronizer, ResetSynchronizer
-from amaranth.lib.wiring import In, connect
+from amaranth.lib.wiring import connect
 
 from hw.link.ddr_phy import ECP5DDRPhy, data_pins
-from hw.link.signatures import PhySignature
+from hw.link.gth_serdes import GTH_CHANNEL_MODULE, LANE_WIDTH as GTH_LANE_WIDTH, GTHSerdesPhy, write_gth_verilog
 from mapping.errors import SpecError
 
 from .host_interface import Trainer
 from .link_pins import SIDES, plan_link_pins
+from .si5324 import SI5324Setup
 
-
-class SynthesisLane(wiring.Component):
-    """The VC709's link lane in its synthesis-only flow: the sent flits folded into a kept
-    register, the received ones from a free-running LFSR, so that Yosys keeps (and counts)
-    the link cores. The GTH transceiver (hw/link/gth_serdes.py) belongs to the vendor's flow,
-    with place and route."""
-
-    def __init__(self, lane_width):
-        super().__init__({"link": In(PhySignature(lane_width))})
-
-    def elaborate(self, platform):
-        m = Module()
-        lfsr = Signal(32, init=1, attrs={"keep": 1})
-        folded = Signal(attrs={"keep": 1})
-        m.d.sync += [lfsr.eq(Cat(lfsr[1:], lfsr[0] ^ lfsr[1] ^ lfsr[21] ^ lfsr[31])),
-                     folded.eq(self.link.tx.as_value().xor())]
-        bits = len(self.link.rx.as_value())
-        m.d.comb += [self.link.rx.eq(lfsr.replicate(-(-bits // 32))[:bits]), self.link.rx_valid.eq(1),
-                     self.link.rx_locked.eq(lfsr[0])]
-        return m
+# The VC709's links: up on SFP+ cage 1, down on cage 2 (the platform's ``sfp`` 0 and 1); cable
+# board N's down cage to board N+1's up cage.
+SFP_CAGES = {"up": 0, "down": 1}
+# Its SI5324's set-up: I2C at 100 kHz, 10 ms after reset (the part's power-up), then half a
+# second for its calibration and lock before the transceivers start theirs.
+I2C_HZ = 100e3
+SI5324_START_S, SI5324_SETTLE_S = 0.01, 0.5
 
 
 @cache
@@ -96,9 +87,14 @@ class BoardTop(Elaboratable):
             self.pll, self.clock_mhz = ecppll_at_least(board.clock_mhz, clock_mhz)
         else:  # the oscillator clocks the nodes (an MMCM is Vivado's part of the flow)
             self.clock_mhz = board.clock_mhz
+        # the VC709's links: its GTH transceivers' 32-bit flits, on their own word clocks
+        transceivers = {} if board.family == "ecp5" else {"link_lane_width": GTH_LANE_WIDTH, "link_clock": "phy"}
         self.trainer = Trainer(mapping, divisor=round(self.clock_mhz * 1e6 / board.uart_baud),
-                               family=board.family, nodes=nodes)
+                               family=board.family, nodes=nodes, **transceivers)
         self.links = {}  # side -> boards.link_pins.LinkPins
+        self.sfp_cages = {}  # side -> the SFP+ cage's resource number (VC709)
+        if board.family != "ecp5":
+            self.sfp_cages = {side: cage for side, cage in SFP_CAGES.items() if side in self.trainer.off_board}
         if self.trainer.off_board and board.family == "ecp5":
             (lane,) = {len(getattr(self.trainer, f"{side}_phy").tx.data) for side in self.trainer.off_board}
             # Both sides planned, so that a board's up and down pins do not depend on which it uses.
@@ -147,11 +143,8 @@ class BoardTop(Elaboratable):
             m.d.sync += [beat.eq(half_period - 1), blink.eq(~blink)]
         for side, pins in self.links.items():
             self._link(m, platform, side, pins, reset)
-        for side in self.trainer.off_board.keys() - self.links.keys():
-            lane = m.submodules[f"{side}_lane"] = SynthesisLane(len(getattr(trainer, f"{side}_phy").tx.data))
-            connect(m, getattr(trainer, f"{side}_phy"), lane.link)
-            m.domains += ClockDomain(f"{side}_link_rx")
-            m.d.comb += ClockSignal(f"{side}_link_rx").eq(ClockSignal("sync"))
+        if self.sfp_cages:
+            self._sfp_links(m, platform, reset)
         running = Signal()  # low while the PLL locks and the reset is held
         m.d.sync += running.eq(~reset)
         leds = (running & trainer.leds.link_up, trainer.leds.training, trainer.leds.error, blink)
@@ -161,6 +154,57 @@ class BoardTop(Elaboratable):
             m.submodules[f"led{n}"] = led = io.FFBuffer("o", platform.request("led", n, dir="-"))
             m.d.comb += led.o.eq(value)
         return m
+
+    def _sfp_links(self, m, platform, reset):
+        """A GTH channel for each link on its SFP+ cage (``self.sfp_cages``), fed by one buffer of
+        the cages' reference clock, which the SI5324 makes once :class:`SI5324Setup` has
+        programmed it; the link domains ``{side}_link`` and ``{side}_link_rx`` on the channel's
+        word clocks, held in reset until the channel is ready. The channels' Verilog
+        (LiteICLink's) joins the platform's files."""
+        with tempfile.TemporaryDirectory() as work:
+            write_gth_verilog(work, sys_clk_freq=self.clock_mhz * 1e6, name=GTH_CHANNEL_MODULE, refclk_buffer=False)
+            for file in sorted(Path(work).iterdir()):
+                platform.add_file(file.name, file.read_text())
+        refclk_pins, refclk = platform.request("sfp_refclk", 0, dir="-"), Signal()
+        m.submodules.sfp_refclk = Instance("IBUFDS_GTE2", i_CEB=0, i_I=refclk_pins.p, i_IB=refclk_pins.n, o_O=refclk)
+        # The SI5324 programmed for the reference after each reset, and the channels' reset and
+        # lock sequencers (on the node clock) held until it has settled.
+        setup = SI5324Setup(quarter_period=round(self.clock_mhz * 1e6 / (4 * I2C_HZ)),
+                            start_delay=round(self.clock_mhz * 1e6 * SI5324_START_S),
+                            settle=round(self.clock_mhz * 1e6 * SI5324_SETTLE_S))
+        self._domain_on_node_clock(m, "si5324_setup", reset)
+        m.submodules.si5324 = DomainRenamer({"sync": "si5324_setup"})(setup)
+        i2c = platform.request("i2c", 0, dir="-")
+        for line in ("scl", "sda"):  # open drain: driven low or released to the board's pull-up
+            m.submodules[f"i2c_{line}"] = buffer = io.Buffer("io", getattr(i2c, line))
+            m.d.comb += [buffer.o.eq(0), buffer.oe.eq(~getattr(setup, line))]
+        for name in ("i2c_switch_reset", "si5324_reset"):
+            m.submodules[name] = buffer = io.Buffer("o", platform.request(name, 0, dir="-"))
+            m.d.comb += buffer.o.eq(~setup.release)
+        held_control = Signal()
+        m.d.comb += held_control.eq(reset | ~setup.done)
+        self._domain_on_node_clock(m, "gth_control", held_control)
+        for side, cage in self.sfp_cages.items():
+            pins = platform.request("sfp", cage, dir={"tx": "-", "rx": "-", "tx_disable": "-"})
+            phy = GTHSerdesPhy(f"{side}_link", f"{side}_link_rx", module=GTH_CHANNEL_MODULE, pads=pins,
+                               refclk_buffered=True)
+            m.submodules[f"{side}_phy"] = DomainRenamer({"sync": "gth_control"})(phy)
+            connect(m, getattr(self.trainer, f"{side}_phy"), phy.link)
+            held = Signal(name=f"{side}_link_held")
+            m.d.comb += [phy.refclk.eq(refclk), held.eq(reset | ~phy.ready)]
+            for domain, clock in ((f"{side}_link", phy.tx_clk), (f"{side}_link_rx", phy.rx_clk)):
+                m.domains += ClockDomain(domain)
+                m.d.comb += ClockSignal(domain).eq(clock)
+                m.submodules[f"{domain}_reset"] = ResetSynchronizer(held, domain=domain)
+            m.submodules[f"{side}_tx_disable"] = tx_disable = io.Buffer("o", pins.tx_disable)
+            m.d.comb += tx_disable.o.eq(0)
+
+    @staticmethod
+    def _domain_on_node_clock(m, name, reset):
+        """Clock domain ``name`` on the node clock, reset (synchronously released) by ``reset``."""
+        m.domains += ClockDomain(name)
+        m.d.comb += ClockSignal(name).eq(ClockSignal("sync"))
+        m.submodules[f"{name}_reset"] = ResetSynchronizer(reset, domain=name)
 
     def _link(self, m, platform, side, pins, reset):
         """The DDR PHY of link ``side`` on its header pins; its receive clock domain

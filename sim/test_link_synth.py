@@ -13,9 +13,9 @@ from hw.link.endpoint import LinkEndpoint
 from hw.link.gth_serdes import GTH_MODULE, LANE_WIDTH as GTH_LANE_WIDTH, GTHSerdesPhy, write_gth_verilog
 from hw.link.layer import ChannelsSignature, LinkLayer
 from hw.link.protocol import LinkConfig
-from hw.synth import synthesize
+from hw.synth import strip_unmodelled, synthesize
 from sim.link import DEFAULT_CHANNELS
-from sim.serdes_synth import place_on_ecp5_85, strip_unmodelled, synthesize_with_serdes
+from sim.serdes_synth import place_on_ecp5_85, synthesize_with_serdes
 
 
 class DDRLink(wiring.Component):

@@ -94,6 +94,9 @@ def test_a_board_is_mapped_with_the_update_that_does_not_stop_the_engines_when_a
     (["--board", "versa-ecp5-5g", "--node", "0,1", "--program"], "--program loads one board: give one --node"),
     (["--board", "versa-ecp5-5g", "--node", "0,0"],
      "argument --node: 0 is listed twice in '0,0' (see python -m boards.build --help)"),
+    (["--board", "vc709", "--node", "0", "--program"],
+     "--program: the vc709's bitstream is built by Vivado from the project this writes (open tools have no "
+     "database for the xc7vx690t); program it from Vivado's hardware manager"),
 ])
 @pytest.mark.usefixtures("unelaborated")  # the board top of the PLL's refusal
 def test_build_refuses_in_one_line(argv, message, capsys):
@@ -423,15 +426,32 @@ def test_client_says_when_the_chain_stops_before_its_last_update():
         client.train(inputs, [0] * len(inputs))
 
 
-def test_the_vc709s_synthesis_only_node_keeps_its_link_cores():
-    """No open PHY for its GTH: the lane ends in the synthesis stand-in, the link endpoint stays."""
-    board = get_board("vc709")
-    mapping = board_mapping(SimpleNamespace(network="micro", cluster="vc709:2", mapping=None, loss=None,
-                                            overlapped_update=None), board)
-    top = BoardTop(board, mapping, range(1, 2), 200)
-    assert top.links == {} and list(top.trainer.off_board) == ["up"]
-    verilog = board.platform().prepare(top, name="top").files["top.v"]
-    assert "module \\top.up_lane" in verilog and "module \\top.trainer.chain.up_link.layer" in verilog
+def test_the_vc709_project_has_a_gth_channel_on_an_sfp_cage_per_link(tmp_path, capsys):
+    """What Vivado needs for a node in the middle of a chain, written without running Yosys: the
+    node and host interface with a GTH channel (LiteICLink's, its reference clock buffered once for
+    both) on SFP+ cages 1 and 2, their pins and reference clock constrained, the SI5324's set-up on
+    the board's I2C, the channel's Verilog and 8b/10b tables beside and in the script."""
+    assert build_main(["--board", "vc709", "--network", "micro", "--cluster", "vc709:3", "--node", "1",
+                       "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "links on the SFP+ cages at 6.25 Gb/s: up on cage 1, down on cage 2; " in out
+    folder = tmp_path / "vc709-node1"
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "build_top.bat", "build_top.json", "build_top.sh", "fpdeep_gth_channel.v", "mapping.json", "mem_6b5b.init",
+        "mem_6b5b_1.init", "mem_6b5b_2.init", "mem_6b5b_3.init", "top.debug.v", "top.tcl", "top.v", "top.xdc"]
+    top = (folder / "top.v").read_text()
+    assert top.count("fpdeep_gth_channel serdes (") == 2 and top.count("IBUFDS_GTE2 ") == 1
+    assert "module \\top.trainer.chain.up_link.layer" in top and "module \\top.trainer.chain.down_link.layer" in top
+    channel = (folder / "fpdeep_gth_channel.v").read_text()
+    assert channel.count("GTHE2_CHANNEL #(") == 1 and "IBUFDS_GTE2" not in channel
+    assert 'add_files "fpdeep_gth_channel.v"' in (folder / "top.tcl").read_text()
+    constraints = (folder / "top.xdc").read_text()
+    assert "module \\top.si5324" in top
+    for pin, port in (("AH8", "sfp_refclk_0__p"), ("AN2", "sfp_0__tx__p"), ("AM8", "sfp_0__rx__p"),
+                      ("AP4", "sfp_1__tx__p"), ("AN6", "sfp_1__rx__p"), ("AT35", "i2c_0__scl__io"),
+                      ("AU32", "i2c_0__sda__io"), ("AY42", "i2c_switch_reset_0__io"), ("AT36", "si5324_reset_0__io")):
+        assert f'set_property LOC {pin} [get_ports "{port}"]' in constraints
+    assert 'create_clock -name sfp_refclk_0__p -period 6.4 ' in constraints
 
 
 def test_a_node_with_queues_in_dram_is_refused_by_the_host_interface_naming_them():
@@ -442,3 +462,11 @@ def test_a_node_with_queues_in_dram_is_refused_by_the_host_interface_naming_them
     with pytest.raises(ValueError, match=r"^node 1 keeps slice0_fc_weights in DRAM, but the boards do not "
                                          r"build a DRAM controller yet; map with --act-storage chip --fc-weights chip$"):
         Trainer(mapping, divisor=2)
+
+
+@pytest.mark.usefixtures("unelaborated")
+def test_trainer_refuses_a_link_clock_it_does_not_know():
+    mapping = map_network(zoo.micro(), parse_cluster("lfe5um5g-45f:2"), batch=1, max_multipliers=24,
+                          **GENERATOR_OPTIONS)
+    with pytest.raises(ValueError, match=r"^link_clock must be 'node' or 'phy', not 'pll'$"):
+        Trainer(mapping, divisor=2, link_clock="pll")

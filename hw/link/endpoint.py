@@ -6,13 +6,13 @@ the PHY's receive clock (recovered or forwarded from the partner).
     rx channels <-- AsyncFIFO <--     ^     <-- ElasticBuffer (AsyncFIFO) <-- phy.rx
 """
 
-from amaranth.hdl import DomainRenamer, Module, Signal
+from amaranth.hdl import Cat, DomainRenamer, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .layer import LinkLayer, LinkSignature
+from .layer import COUNTER_NAMES, LinkLayer, LinkSignature
 from .protocol import K_IDLE, LinkConfig
 from .signatures import flit_layout
 
@@ -57,20 +57,45 @@ class ElasticBuffer(wiring.Component):
         return m
 
 
+class CounterSynchronizer(wiring.Component):
+    """``i``, a counter in ``i_domain`` that steps by at most one a cycle (and wraps), as ``o`` in
+    ``o_domain``: crossed in Gray code, in which a step changes one bit, so every value read is
+    one the counter held (a binary count read mid-carry could be any value)."""
+
+    def __init__(self, width, *, i_domain, o_domain):
+        self.i_domain, self.o_domain = i_domain, o_domain
+        super().__init__({"i": In(width), "o": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        width = len(self.i)
+        gray, crossed = Signal(width), Signal(width)
+        m.d[self.i_domain] += gray.eq(self.i ^ (self.i >> 1))
+        m.submodules.sync = FFSynchronizer(gray, crossed, o_domain=self.o_domain)
+        binary = [crossed[width - 1]]  # from the top bit down: b[k] = b[k + 1] ^ g[k]
+        for k in reversed(range(width - 1)):
+            binary.append(binary[-1] ^ crossed[k])
+        m.d.comb += self.o.eq(Cat(*reversed(binary)))
+        return m
+
+
 class LinkEndpoint(wiring.Component):
     """A :class:`LinkLayer` with its clock crossings (same :class:`LinkSignature`).
 
     ``tx``/``rx`` are in ``node_domain``; ``phy.tx`` in ``link_domain``; ``phy.rx`` in
-    ``rx_domain``; ``counters`` and ``link_up`` in ``link_domain``. ``fifo_depth``: words of each
-    channel's crossing FIFO (a power of two; the credits cover the link, not these). A node
-    that sends on its own clock (``link_domain == node_domain``: a PHY on I/O pins clocked
-    by the node) needs no crossing: its channels meet the link layer directly.
+    ``rx_domain``; ``counters`` and ``link_up`` in ``status_domain`` (``link_domain`` unless
+    given; in another, crossed by :class:`CounterSynchronizer` and a synchroniser, a few cycles
+    late). ``fifo_depth``: words of each channel's crossing FIFO (a power of two; the credits
+    cover the link, not these). A node that sends on its own clock (``link_domain ==
+    node_domain``: a PHY on I/O pins clocked by the node) needs no crossing: its channels meet
+    the link layer directly.
     """
 
     def __init__(self, config: LinkConfig, node_domain="sync", link_domain="link", rx_domain="link_rx",
-                 fifo_depth=4):
+                 fifo_depth=4, status_domain=None):
         self.config = config
         self.node_domain, self.link_domain, self.rx_domain = node_domain, link_domain, rx_domain
+        self.status_domain = link_domain if status_domain is None else status_domain
         self.fifo_depth = fifo_depth
         super().__init__(LinkSignature(config))
 
@@ -100,6 +125,14 @@ class LinkEndpoint(wiring.Component):
                      elastic.rx_locked.eq(self.phy.rx_locked),
                      layer.phy.rx.eq(elastic.flit), layer.phy.rx_valid.eq(elastic.valid),
                      layer.phy.rx_locked.eq(elastic.locked),
-                     self.phy.tx.eq(layer.phy.tx),
-                     self.counters.eq(layer.counters), self.link_up.eq(layer.link_up)]
+                     self.phy.tx.eq(layer.phy.tx)]
+        if self.status_domain == self.link_domain:
+            m.d.comb += [self.counters.eq(layer.counters), self.link_up.eq(layer.link_up)]
+            return m
+        m.submodules.link_up = FFSynchronizer(layer.link_up, self.link_up, o_domain=self.status_domain)
+        for name in COUNTER_NAMES:
+            counter = CounterSynchronizer(self.config.counter_bits, i_domain=self.link_domain,
+                                          o_domain=self.status_domain)
+            m.submodules[f"{name}_sync"] = counter
+            m.d.comb += [counter.i.eq(getattr(layer.counters, name)), getattr(self.counters, name).eq(counter.o)]
         return m

@@ -20,24 +20,25 @@ from .signatures import PhySignature, flit_layout
 from .protocol import K_IDLE, K_TS1
 
 
-def write_liteiclink_verilog(directory, name, make_serdes, special_overrides):
+def write_liteiclink_verilog(directory, name, make_serdes, special_overrides, refclk_ports=("refclk_p", "refclk_n")):
     """Write module ``name`` to ``directory``/``name``.v (with the 8b/10b tables it reads:
     $readmemh files, found relative to the directory the synthesis tool runs in) and return its
-    path. ``make_serdes(refclk_p, refclk_n, tx_pads, rx_pads)`` builds the LiteICLink core (its
-    reference clock buffer and PLL included) in the wrapper being built and returns it. Ports:
-    ``sys_clk``/``sys_rst`` (the reset and lock sequencer), ``refclk_p/n``, ``tx_pads_p/n``,
-    ``rx_pads_p/n``, ``sink_payload_data/ctrl`` (tx word clock), ``source_payload_data/ctrl``
-    (rx word clock), ``word_tx_clk``, ``word_rx_clk``, ``ready``."""
+    path. ``make_serdes(wrapper, *refclk, tx_pads, rx_pads)`` builds the LiteICLink core (its
+    PLL, and its reference clock buffer if the ``refclk_ports`` are pads) in the wrapper being
+    built and returns it. Ports: ``sys_clk``/``sys_rst`` (the reset and lock sequencer), the
+    ``refclk_ports``, ``tx_pads_p/n``, ``rx_pads_p/n``, ``sink_payload_data/ctrl`` (tx word
+    clock), ``source_payload_data/ctrl`` (rx word clock), ``word_tx_clk``, ``word_rx_clk``,
+    ``ready``."""
     from migen import ClockDomain as MigenClockDomain, Module as MigenModule, Record, Signal as MigenSignal
     from migen.fhdl.verilog import convert
 
     class Wrapper(MigenModule):
         def __init__(self):
             self.clock_domains.cd_sys = MigenClockDomain()
-            refclk_p, refclk_n = MigenSignal(name_override="refclk_p"), MigenSignal(name_override="refclk_n")
+            refclk = [MigenSignal(name_override=port) for port in refclk_ports]
             tx_pads = Record([("p", 1), ("n", 1)], name="tx_pads")
             rx_pads = Record([("p", 1), ("n", 1)], name="rx_pads")
-            self.submodules.serdes = serdes = make_serdes(self, refclk_p, refclk_n, tx_pads, rx_pads)
+            self.submodules.serdes = serdes = make_serdes(self, *refclk, tx_pads, rx_pads)
             serdes.add_stream_endpoints()
             # The cores keep their 8b/10b decoders in a list, which the LiteX on PyPI (2024.12)
             # does not always collect as submodules: without this their logic is left out.
@@ -48,7 +49,7 @@ def write_liteiclink_verilog(directory, name, make_serdes, special_overrides):
             ready = MigenSignal(name_override="ready")
             self.comb += [word_tx_clk.eq(serdes.cd_tx.clk), word_rx_clk.eq(serdes.cd_rx.clk),
                           ready.eq(serdes.tx_ready & serdes.rx_ready)]
-            self.ios = {self.cd_sys.clk, self.cd_sys.rst, refclk_p, refclk_n, tx_pads.p, tx_pads.n,
+            self.ios = {self.cd_sys.clk, self.cd_sys.rst, *refclk, tx_pads.p, tx_pads.n,
                         rx_pads.p, rx_pads.n, serdes.sink.data, serdes.sink.ctrl, serdes.source.data,
                         serdes.source.ctrl, word_tx_clk, word_rx_clk, ready}
 
@@ -105,32 +106,44 @@ class SerdesPhy(wiring.Component):
     """``link``: connect to ``LinkEndpoint.phy``. ``tx_clk`` is the transceiver's word clock: the
     parent clocks the link domain with it; ``rx_clk`` (recovered) clocks the receive domain
     ``rx_domain``. The reset and lock sequencer runs in ``sync`` (any free-running clock).
-    Pads: ``tx_p``/``tx_n``, ``rx_p``/``rx_n``, ``refclk_p``/``refclk_n``. ``module``: the Verilog
-    module :func:`write_liteiclink_verilog` wrote for this channel. ``comma_aligner``: re-pair
-    bytes on commas (16-bit lanes on a core that aligns characters, not words); without it the
-    core aligns words itself (its ``ready`` includes the comma in the word's first character)."""
+    ``module``: the Verilog module :func:`write_liteiclink_verilog` wrote for this channel.
+    ``comma_aligner``: re-pair bytes on commas (16-bit lanes on a core that aligns characters,
+    not words); without it the core aligns words itself (its ``ready`` includes the comma in the
+    word's first character).
 
-    def __init__(self, module, lane_width, *, comma_aligner, link_domain="link", rx_domain="link_rx"):
+    Pads: the ports ``tx_p``/``tx_n``, ``rx_p``/``rx_n``, or with ``pads`` a board's transceiver
+    pins (``pads.tx`` and ``pads.rx`` differential ports, as ``platform.request(..., dir="-")``
+    gives them: a transceiver's pins take no I/O buffer). Reference clock: the ports
+    ``refclk_p``/``refclk_n`` (the module buffers them), or with ``refclk_buffered`` the port
+    ``refclk``, a clock the parent buffers once for every channel that shares it."""
+
+    def __init__(self, module, lane_width, *, comma_aligner, link_domain="link", rx_domain="link_rx", pads=None,
+                 refclk_buffered=False):
         if comma_aligner and lane_width != 16:
             raise ValueError(f"SerdesPhy: the comma aligner re-pairs 16-bit flits, not {lane_width}-bit ones")
         self.module, self.lane_width, self.comma_aligner = module, lane_width, comma_aligner
         self.link_domain, self.rx_domain = link_domain, rx_domain
-        super().__init__({
-            "link": In(PhySignature(lane_width)),
-            "tx_clk": Out(1), "rx_clk": Out(1), "ready": Out(1),
-            "tx_p": Out(1), "tx_n": Out(1), "rx_p": In(1), "rx_n": In(1),
-            "refclk_p": In(1), "refclk_n": In(1),
-        })
+        self.pads, self.refclk_buffered = pads, refclk_buffered
+        members = {"link": In(PhySignature(lane_width)), "tx_clk": Out(1), "rx_clk": Out(1), "ready": Out(1)}
+        if pads is None:
+            members.update({"tx_p": Out(1), "tx_n": Out(1), "rx_p": In(1), "rx_n": In(1)})
+        members.update({"refclk": In(1)} if refclk_buffered else {"refclk_p": In(1), "refclk_n": In(1)})
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         chars = self.lane_width // 8
         rx_data, rx_k = Signal(self.lane_width), Signal(chars)
+        if self.pads is None:
+            tx_p, tx_n, rx_p, rx_n = self.tx_p, self.tx_n, self.rx_p, self.rx_n
+        else:
+            tx_p, tx_n, rx_p, rx_n = self.pads.tx.p, self.pads.tx.n, self.pads.rx.p, self.pads.rx.n
+        refclk = ({"i_refclk": self.refclk} if self.refclk_buffered
+                  else {"i_refclk_p": self.refclk_p, "i_refclk_n": self.refclk_n})
         m.submodules.serdes = Instance(
             self.module,
             i_sys_clk=ClockSignal("sync"), i_sys_rst=ResetSignal("sync"),
-            i_refclk_p=self.refclk_p, i_refclk_n=self.refclk_n,
-            o_tx_pads_p=self.tx_p, o_tx_pads_n=self.tx_n, i_rx_pads_p=self.rx_p, i_rx_pads_n=self.rx_n,
+            **refclk, o_tx_pads_p=tx_p, o_tx_pads_n=tx_n, i_rx_pads_p=rx_p, i_rx_pads_n=rx_n,
             i_sink_payload_data=self.link.tx.data, i_sink_payload_ctrl=Cat(self.link.tx.ctrl, Signal(chars - 1)),
             o_source_payload_data=rx_data, o_source_payload_ctrl=rx_k,
             o_word_tx_clk=self.tx_clk, o_word_rx_clk=self.rx_clk, o_ready=self.ready)
