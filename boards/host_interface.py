@@ -233,6 +233,7 @@ class Trainer(wiring.Component):
     way), received in clock domain ``{side}_link_rx``. With ``link_clock`` "node" the endpoint
     sends on the node clock (a PHY on I/O pins clocked by the node); with "phy" on clock domain
     ``{side}_link`` (a transceiver's word clock), its channels and counters crossed into the node's.
+    ``off_board``: those endpoints by side.
 
     Resets: ``reset`` resets the host interface, and the chain a cycle later (a board drives it
     from its PLL's lock; its ``sync`` domain has no reset of its own). The chain's flip-flops take
@@ -261,7 +262,11 @@ class Trainer(wiring.Component):
                              f"do not build a DRAM controller yet; map with --act-storage chip --fc-weights chip")
         self.formats = mapping.nodes[0].formats
         ends = {"up": self.nodes[0], "down": self.nodes[-1]}
-        self.off_board = {side: chain_link_config(getattr(node, side), link_lane_width, link_latency)
+        # On the node clock, the node's streams meet the link layer without a crossing (the
+        # layer's own staging register decouples their handshakes).
+        self.off_board = {side: LinkEndpoint(chain_link_config(getattr(node, side), link_lane_width, link_latency),
+                                             "sync", "sync" if link_clock == "node" else f"{side}_link",
+                                             f"{side}_link_rx", status_domain="sync")
                           for side, node in ends.items()
                           if side in node.signature.members and not (side == "up" and self.first == 0)}
         super().__init__({"reset": In(1), "rx": In(1, init=1), "tx": Out(1, init=1), "leds": Out(TrainerLeds()),
@@ -276,17 +281,12 @@ class Trainer(wiring.Component):
             chain.submodules[f"node{n}"] = node
         links = link_chain(chain, nodes, on_chip_phy(self.lane_width, ON_CHIP_LATENCY), lane_width=self.lane_width,
                            phy_latency=ON_CHIP_LATENCY)
-        off_board = {}
-        for side, config in self.off_board.items():
-            # On the node clock, the node's streams meet the link layer without a crossing (the
-            # layer's own staging register decouples their handshakes).
-            link_domain = "sync" if self.link_clock == "node" else f"{side}_link"
-            endpoint = LinkEndpoint(config, "sync", link_domain, f"{side}_link_rx", status_domain="sync")
+        off_board = self.off_board
+        for side, endpoint in off_board.items():
             chain.submodules[f"{side}_link"] = endpoint
             port = nodes[0].up if side == "up" else nodes[-1].down
             attach_endpoint(chain, port, endpoint, upstream=side == "down")
             connect(m, endpoint.phy, flipped(getattr(self, f"{side}_phy")))
-            off_board[side] = endpoint
         m.d.comb += self.leds.link_up.eq(Cat(end.link_up for end in off_board.values()).all())
         feeds = self.first == 0  # the host feeds images and labels into node 0
 

@@ -8,13 +8,16 @@ import gc
 import warnings
 
 import pytest
-from amaranth.hdl import UnusedElaboratable
+from amaranth.hdl import ClockDomain, DomainRenamer, Module, UnusedElaboratable
+from amaranth.sim import Simulator
 
 from boards import protocol as p
 from boards.client import BoardError, Client
 from boards.host import main as host_main
 from boards.host_interface import FrameReceiver, Trainer
 from boards.simulated import SimulatedBoard
+from hw.link.layer import COUNTER_NAMES
+from hw.link.sim_phy import LaneErrors, SimulatedLane
 from mapping import golden, zoo
 from mapping.cluster import parse_cluster
 from mapping.mapper import GENERATOR_OPTIONS, map_network
@@ -211,3 +214,47 @@ def test_host_tool_trains_micro_bit_exact_on_two_boards_joined_by_their_link():
     assert (status.frame_errors, status.error) == (0, False)
     assert status.loss_samples == SAMPLES
     assert status.loss_squares / 2 ** (2 * formats.act_frac + 1) == pytest.approx(record.loss.sum(), rel=1e-12)
+
+
+def test_boards_whose_links_run_on_their_transceivers_clocks_link_up():
+    """Two boards of micro's two nodes as the VC709 builds them (``link_clock="phy"``: each link
+    endpoint on a transceiver's word clock, its counters and link-up crossed into the node
+    clock), joined by simulated lanes: nodes at 200 MHz, the link clocks 156.25 MHz and 50 ppm
+    slower, each side receiving on its partner's. Both boards report the link up in the node
+    clock's status, and keep it up without a rejected frame or a retraining."""
+    mapping = _mapping(zoo.micro, CI_BITSTREAM["cluster"], max_multipliers=CI_BITSTREAM["max_multipliers"])
+    top = Module()
+    trainers = [Trainer(mapping, divisor=DIVISOR, nodes=range(n, n + 1), link_lane_width=32, link_clock="phy")
+                for n in range(2)]
+    for n, trainer in enumerate(trainers):
+        top.submodules[f"board{n}"] = DomainRenamer({"sync": f"node{n}", "down_link": "link0", "down_link_rx": "link1",
+                                                     "up_link": "link1", "up_link_rx": "link0"})(trainer)
+    for domain in ("node0", "node1", "link0", "link1"):
+        top.domains += ClockDomain(domain)
+    down, up = trainers[0].down_phy, trainers[1].up_phy
+    lanes = [SimulatedLane(32, 8, LaneErrors(), seed=1), SimulatedLane(32, 8, LaneErrors(), seed=2)]
+    sim = Simulator(top)
+    for domain, period in (("node0", 5e-9), ("node1", 5e-9), ("link0", 6.4e-9), ("link1", 6.4e-9 * (1 + 50e-6))):
+        sim.add_clock(period, domain=domain)
+    sim.add_process(lanes[0].process(down.tx, up.rx, up.rx_valid, up.rx_locked, "link0"))
+    sim.add_process(lanes[1].process(up.tx, down.rx, down.rx_valid, down.rx_locked, "link1"))
+    seen = []
+
+    async def bench(ctx):
+        for trainer in trainers:
+            ctx.set(trainer.reset, 0)
+        for cycle in range(3000):
+            await ctx.tick("node0")
+            if all(ctx.get(trainer.leds.link_up) for trainer in trainers):
+                seen.append(cycle)
+                break
+        # and stays up, every control frame of 2000 cycles more (refreshes, every 512 link cycles) intact
+        await ctx.tick("node0").repeat(2000)
+        endpoints = [trainers[0].off_board["down"], trainers[1].off_board["up"]]
+        counters = [{name: ctx.get(getattr(end.counters, name)) for name in COUNTER_NAMES} for end in endpoints]
+        assert all(ctx.get(trainer.leds.link_up) for trainer in trainers)
+        assert [(mine["crc_errors"], mine["replays"], mine["retrains"]) for mine in counters] == [(0, 0, 0)] * 2
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen, "the link did not come up in 3000 node cycles"
