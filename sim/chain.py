@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hw.memory.param_ram import bank_rows, slice_weights, weight_block
+from hw.memory.param_ram import memory_contents, store_contents
 from mapping import golden, numerics
 from sim.chain_links import decode_counters
 from sim.chain_top import ChainTop
@@ -56,23 +56,9 @@ class ChainRun:
 
 
 def _store(params, rows, layer_slice, ram, contents):
-    """A ParamRam's ``contents`` (rows * banks, words) into ``params`` (golden layout): the
-    weights of LayerSlice ``rows``, or with ``rows`` None the biases of ``layer_slice``."""
-    if rows is None:
-        lo, hi = layer_slice.sfu_range
-        params[layer_slice.layer][1][lo:hi] = contents[:hi - lo, 0]
-        return
-    shaped, block = weight_block(params[rows.layer][0], rows)
-    shaped[block] = ram.layout.unfold(contents)
-
-
-def _initial(params, rows, layer_slice, ram):
-    """The initial rows of a ParamRam of ``param_rams`` (as ``ParamRam`` holds its init)."""
-    if rows is None:
-        _, bias = slice_weights(layer_slice, params)
-        return bank_rows(bias.reshape(-1, 1), ram.banks, ram.rows, 1)
-    return bank_rows(ram.layout.fold(slice_weights(rows, params)[0]).reshape(-1, ram.words), ram.banks,
-                     ram.rows, ram.words)
+    """A weight memory of ``ChainTop.param_rams`` (``rows`` None: ``layer_slice``'s biases) into ``params``."""
+    store_contents(params, layer_slice if rows is None else rows, ram, np.asarray(contents, np.int64),
+                   bias=rows is None)
 
 
 def memory_row(words):
@@ -170,7 +156,7 @@ def _run_pysim(top, feed, final, trace_updates):
         state["ended"] = time.monotonic(), time.process_time()
         for name, rows, layer_slice, ram in top.param_rams():
             contents = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
-            _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
+            _store(final, rows, layer_slice, ram, contents)
         if top.lanes is not None:
             state["links"] = top.lanes.counters(ctx)
 
@@ -191,7 +177,8 @@ def write_weights(model, rams, params):
     (``ChainTop.param_rams``) of a compiled ``model``."""
     for name, rows, layer_slice, ram in rams:
         width = numerics.WORD_BITS * ram.banks * ram.words
-        initial = [memory_row(words) for words in _initial(params, rows, layer_slice, ram)]
+        initial = [memory_row(words) for words in memory_contents(params, layer_slice if rows is None else rows,
+                                                                  ram, bias=rows is None)]
         for path in ram.memory_paths:  # every copy of the weights (VersionedParamRam)
             model.write_memory(f"{name}.{path}", initial, width)
 
@@ -202,7 +189,7 @@ def read_weights(model, rams, final):
         lanes = ram.banks * ram.words
         contents = [_lanes(v, lanes) for v in model.read_memory(f"{name}.{ram.memory_paths[0]}", ram.rows,
                                                                 numerics.WORD_BITS * lanes)]
-        _store(final, rows, layer_slice, ram, np.asarray(contents, np.int64).reshape(ram.rows * ram.banks, -1))
+        _store(final, rows, layer_slice, ram, contents)
 
 
 def read_counters(model, top):

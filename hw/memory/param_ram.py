@@ -111,6 +111,27 @@ def slice_weights(s, params):
     return block, bias[blo:bhi]
 
 
+def memory_contents(params, s, ram, *, bias=False):
+    """The rows of ``ram`` (a ParamRam, or anything with its ``layout``, ``banks``, ``rows`` and
+    ``words``) for the parameter words ``params`` (golden layout): the weights of slice ``s``'s
+    rows, or with ``bias`` the biases its SFU finishes; ``rows`` lists of ``banks * words`` words."""
+    weights, biases = slice_weights(s, params)
+    if bias:
+        return bank_rows(biases.reshape(-1, 1), ram.banks, ram.rows, 1)
+    return ram.layout.fold(weights).reshape(ram.rows, -1).tolist()
+
+
+def store_contents(params, s, ram, contents, *, bias=False):
+    """The inverse of :func:`memory_contents`: ``ram``'s words ``contents`` (any shape,
+    address-major) into ``params`` (golden layout, changed in place)."""
+    if bias:
+        lo, hi = s.sfu_range
+        params[s.layer][1][lo:hi] = np.asarray(contents).reshape(-1)[:hi - lo]
+        return
+    shaped, block = weight_block(params[s.layer][0], s)
+    shaped[block] = ram.layout.unfold(np.asarray(contents))
+
+
 def checked_words(weights):
     """``weights`` as an int64 array, refused if a word is outside the 16-bit range."""
     w = np.asarray(weights, dtype=np.int64)

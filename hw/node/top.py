@@ -24,7 +24,6 @@ in cycle t is on ``host.data`` in cycle t+2. The last node also keeps its ``loss
 as an attribute, whose scores and labels the host interface watches to report the loss.
 """
 
-import numpy as np
 from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
@@ -36,7 +35,7 @@ from ..balance.blocks import RowStreams, hosted_blocks, relayed_blocks
 from ..balance.hosted_rows import HostedRows
 from ..balance.relay import Relay
 from ..base.checks import check_family, refuse
-from ..memory.param_ram import bank_rows, slice_weights, weight_block
+from ..memory.param_ram import memory_contents, store_contents
 from ..memory.fifo import Fifo
 from ..memory.update_gate import COUNT_BITS
 from .loss import LABEL_BITS, LossUnit
@@ -134,22 +133,13 @@ class Node(wiring.Component):
         """The contents of memory ``index`` of :attr:`memories` for the network's parameter words
         ``params`` (golden layout): one list of ``banks * words`` words per address."""
         ram, (kind, rows) = self.memories[index], self.contents[index]
-        weights, bias = slice_weights(rows, params)
-        if kind == "bias":
-            return bank_rows(bias.reshape(-1, 1), ram.banks, ram.rows, 1)
-        return ram.layout.fold(weights).reshape(ram.rows, -1).tolist()
+        return memory_contents(params, rows, ram, bias=kind == "bias")
 
     def store_memory(self, index, contents, params):
         """Put ``contents`` (memory ``index``'s words, address-major) into ``params`` (golden
         layout, changed in place): the inverse of :meth:`memory_rows`."""
         ram, (kind, rows) = self.memories[index], self.contents[index]
-        weights, bias = params[rows.layer]
-        if kind == "bias":
-            lo, hi = rows.sfu_range
-            bias[lo:hi] = np.asarray(contents).reshape(-1)[:hi - lo]
-            return
-        shaped, block = weight_block(weights, rows)
-        shaped[block] = ram.layout.unfold(np.asarray(contents))
+        store_contents(params, rows, ram, contents, bias=kind == "bias")
 
     def _side(self, node):
         return "down" if node > self.config.index else "up"
