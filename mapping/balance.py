@@ -54,9 +54,10 @@ Movable (weights):
   channels x K x K words per address (``P * b * K * K`` words wide,
   ``ceil(rows / P) * v`` deep), read every cycle by FP and by EB through the two
   ports (so at most 18 bits per port and block);
-- LGB: their 48-bit gradient sums. PG accumulates :data:`PG_STRIP` consecutive
-  output pixels of one weight group in the DSP accumulators before it adds them
-  to the LGB, so the LGB is 1/PG_STRIP as wide as the PG engine and as much deeper;
+- LGB: their 48-bit gradient sums. PG accumulates a strip of up to :data:`PG_STRIP`
+  consecutive output pixels of one weight group in the DSP accumulators before it adds
+  them to the LGB, so the LGB is 1/strip as wide as the PG engine and as much deeper (the
+  strip that fills the blocks best, :func:`lgb_cost`);
 - rows kept on another node (BPRAM, below) are used weight-stationary: each
   streamed row meets every pixel of the sample in Act-RAM, and the slice keeps
   their 48-bit partial sums for the whole sample, ``rows * OH * OW`` words.
@@ -192,12 +193,22 @@ def _weight_cost(sl_plan, shape, rows, family, grad_bits, remote_rows=0, depth_c
     if depth_cap is not None:
         depth = min(depth, depth_cap)
     width = shape.P * shape.b * k2
-    lgb_width = math.ceil(width / PG_STRIP)
-    cost = memory_cost(width * WORD_BITS, depth, family, dual_read=True) + \
-        memory_cost(lgb_width * grad_bits, depth * PG_STRIP, family)
+    cost = memory_cost(width * WORD_BITS, depth, family, dual_read=True) + lgb_cost(width, depth, family, grad_bits)
     if remote_rows:
         cost += memory_cost(ACC_BITS, remote_rows * sl_plan.out_pixels, family)
     return cost
+
+
+@lru_cache(maxsize=1 << 14)
+def lgb_cost(width, depth, family, grad_bits):
+    """The LGB of an LPRAM of ``width``-word rows, ``depth`` deep: ``grad_bits`` sums, 1/s as
+    wide and s times as deep for the strip of s output pixels PG sums per read-modify-write, s
+    up to :data:`PG_STRIP`, chosen for the fewest blocks (a strip that divides the row leaves
+    no sum of a block row unused: a row of 72 words in strips of 16 would take 5 sums of the
+    widest 80 bits where 4.5 are used)."""
+    strips = [s for s in range(PG_STRIP // 2, PG_STRIP + 1) if width % s == 0] + [PG_STRIP]
+    return min((memory_cost(math.ceil(width / s) * grad_bits, depth * s, family) for s in strips),
+               key=lambda cost: (cost.bram_blocks, cost.lut))
 
 
 def weight_memory(sl, family, grad_bits=ACC_BITS):

@@ -184,10 +184,10 @@ def lenet_too_small_on_four_ecp5_45(blocks):
 
 
 def test_partition_counts_conv_weights_in_full_for_the_generator():
-    # Unrestricted, the partitioner plans conv2 with only the width of its weight memory,
-    # node 0 holds more conv2 rows than fit, and no node has room for them.
-    with pytest.raises(SpecError, match="node 0 .* needs 25 blocks of 18 Kb but has 24 usable, and no "
-                                        "other node has room for one more weight row of its layer 'conv2'"):
+    # Unrestricted, the partitioner plans the weights with only the width of their memories
+    # where rows could move: node 1 holds more fc2 rows than fit, and no node has room for them.
+    with pytest.raises(SpecError, match="node 1 .* needs 79 blocks of 18 Kb but has 24 usable, and no "
+                                        "other node has room for one more weight row of its layer 'fc2'"):
         lenet("ecp5-85:2", 0.12, fc_weights="chip")
     # The generator's partition counts every conv weight where it is used, as hw/ builds it:
     # only fc1's rows move.
@@ -237,7 +237,10 @@ def test_buildable_partition_fits_conv_weights_whole_and_one_engine_group_of_fc_
     assert [memory.node(slices, node, ()).bram_blocks for node in range(3)] == [24, 25, 16]
 
 
-def test_unrestricted_partition_plans_weights_by_width():
+def test_unrestricted_partition_plans_on_rows_moving_where_the_generator_cannot():
+    # At 21 blocks a node the unrestricted partition keeps three of conv2's input channels on
+    # node 0, its memory full, counting on balancing to move rows if needed; the generator's,
+    # which moves no conv row, gets no further than conv2's third input channel on three nodes.
     slices, node_budgets = partitioned(0.2, False)
 
     def family_of(node):
@@ -249,9 +252,10 @@ def test_unrestricted_partition_plans_weights_by_width():
         weights = (balance.weight_memory(sl, family) if sl.plan.kind == "conv" else
                    balance.weight_floor(sl.plan, sl.units, sl.shape, family, False))
         used[sl.node] += (mapper._buffers(sl, 2, family_of, 3).cost + weights).bram_blocks
-    # node 0 keeps three conv2 input channels, relying on moving their rows: one block over
-    # its 21 with their weights in full
     assert [b.blocks for b in node_budgets] == [21, 21, 21]
-    assert used == [22, 21, 14]
+    assert used == [21, 20, 14]
     assert layout(slices) == [("conv1", 0, 0, 6), ("conv2", 0, 0, 3), ("conv2", 1, 3, 6), ("fc1", 2, 0, 64),
                               ("fc2", 2, 0, 32)]
+    with pytest.raises(SpecError, match=r"^lenet: cluster too small: with every conv weight on the node that uses "
+                                        r"it .* only up to input channel 3 of 6 of layer 'conv2' "):
+        partitioned(0.2, True)
