@@ -319,10 +319,11 @@ def _check_dram(nodes, node_budgets, describe):
 
 def _check_generator_layers(plans, describe):
     """Refuse up front a layer the generator does not build: a grouped OCP convolution, a max-pool
-    its SFU does not build."""
+    its SFU does not build, pixels too wide for one stream word."""
     for plan in plans:
         problem = (memories.groups_problem(plan.groups, plan.mode)
-                   or memories.pool_problem(plan.pool, *plan.out_shape[1:]))
+                   or memories.pool_problem(plan.pool, *plan.out_shape[1:])
+                   or memories.pixel_word_problem(plan.in_shape[0], plan.out_shape[0]))
         if problem:
             raise SpecError(f"{describe()}: layer '{plan.name}': {problem}")
 

@@ -95,6 +95,20 @@ def pool_problem(pool, height, width):
 WIDEST_VALUE_BITS = (1 << 16) - 1
 
 
+def pixel_word_problem(in_channels, out_channels):
+    """Why hw/ cannot carry a layer's pixels (``in_channels`` activations forward,
+    ``out_channels`` errors backward) in one stream word each, as it does, or None: a word of
+    4,096 or more 16-bit channels passes Amaranth's value limit, whatever the cut (an ICP
+    layer's first slice takes the whole input, every slice of it the whole output's errors)."""
+    channels = max(in_channels, out_channels)
+    if channels * WORD_BITS <= WIDEST_VALUE_BITS:
+        return None
+    what = "input" if in_channels >= out_channels else "output"
+    return (f"its {what} of {channels:,} channels would travel as one stream word of {channels * WORD_BITS:,} "
+            f"bits, beyond the {WIDEST_VALUE_BITS:,} bits of an Amaranth value (the generator does not stream "
+            f"wide layers in chunks yet)")
+
+
 def widest_value(s, grad_bits=ACC_BITS):
     """(bits, what) of the widest value hw/ would build for slice ``s``."""
     words = s.fp.ces * s.fp.tiles * s.kernel * s.kernel

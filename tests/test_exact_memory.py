@@ -91,9 +91,9 @@ def test_generator_mappings_keep_fully_connected_weights_in_dram_at_mini_batch_1
 
 
 @pytest.mark.parametrize("channels, grad_bits, refused", [(4096, 48, True), (4095, 48, False), (4095, 16, False)])
-def test_a_value_wider_than_amaranths_is_refused_before_elaboration(channels, grad_bits, refused):
-    """A fully connected layer's input travels as one stream word: 4,096 16-bit channels are
-    65,536 bits, one more than an Amaranth value holds (elaboration failed on an assertion)."""
+def test_a_pixel_wider_than_an_amaranth_value_is_refused_before_partitioning(channels, grad_bits, refused):
+    """A layer's pixel travels as one stream word: 4,096 16-bit channels are 65,536 bits, one
+    more than an Amaranth value holds (elaboration failed on an assertion), whatever the cut."""
     from mapping.numerics import Formats
     net = infer("wide", (channels, 1, 1), [Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
     run = lambda: map_network(net, parse_cluster("vc709:1"), formats=Formats(grad_bits=grad_bits),  # noqa: E731
@@ -102,11 +102,24 @@ def test_a_value_wider_than_amaranths_is_refused_before_elaboration(channels, gr
         bits, _ = memories.widest_value(run().nodes[0].slices[0], grad_bits)
         assert bits <= memories.WIDEST_VALUE_BITS
         return
-    with pytest.raises(SpecError, match=r"^network 'wide' on cluster 'vc709:1': node 0: layer 'fc' \(icp slice, "
-                                        r"input channels 0\.\.4095\): its pg_windows would be 65,536 bits wide, "
-                                        r"beyond the 65,535 bits of an Amaranth value \(the generator does not "
-                                        r"stream wide layers in chunks yet\)$"):
+    with pytest.raises(SpecError, match=r"^network 'wide' on cluster 'vc709:1': layer 'fc': its input of 4,096 "
+                                        r"channels would travel as one stream word of 65,536 bits, beyond the "
+                                        r"65,535 bits of an Amaranth value \(the generator does not stream wide "
+                                        r"layers in chunks yet\)$"):
         run()
+
+
+def test_a_slice_whose_memory_row_is_wider_than_an_amaranth_value_is_refused_before_elaboration():
+    """512 input channels pass as a stream word (8,192 bits), but a slice that takes them all
+    with a 3x3 kernel keeps windows of 4,608 words and LGB rows of 1,539 48-bit sums (171 input
+    channels x 3 x 3 a pass), 73,872 bits: refused by name, its first such memory."""
+    net = infer("wide-window", (512, 4, 4), [conv("conv", 8, 3, pad=1), Layer("relu", "relu"),
+                                             Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
+    with pytest.raises(SpecError, match=r"^network 'wide-window' on cluster 'vc709:1': node 0: layer 'conv' \(icp "
+                                        r"slice, input channels 0\.\.511\): its lgb would be 73,872 bits wide, beyond "
+                                        r"the 65,535 bits of an Amaranth value \(the generator does not stream wide "
+                                        r"layers in chunks yet\)$"):
+        map_network(net, parse_cluster("vc709:1"), **GENERATOR_OPTIONS)
 
 
 def _pooled(pool):
