@@ -261,7 +261,7 @@ def build(args, log=print):
                                              verilog=[name for name in plan.files if name.endswith(".v")
                                                       and name.startswith(GTH_CHANNEL_MODULE)])
                 log(f"Yosys synth_xilinx: {_resources(synth, device)}")
-            return None
+            return ProjectResult(out)
         router = args.router or ("router2" if args.chain else "router1")
         pnr_args = [*nextpnr_options(platform), "--freq", f"{top.clock_mhz:g}", "--seed", str(args.seed),
                     "--placer", args.placer, *(["--detailed-timing-report"] if args.late else [])]
@@ -304,6 +304,16 @@ def build(args, log=print):
 
 
 @dataclass(frozen=True)
+class ProjectResult:
+    """A build for a board whose bitstream the vendor's tools make: the project's folder."""
+    folder: Path
+    met = True  # nothing here times it
+
+    def summary(self):
+        return f"Vivado project in {self.folder}"
+
+
+@dataclass(frozen=True)
 class BuildResult:
     folder: Path
     seconds: float
@@ -316,6 +326,10 @@ class BuildResult:
     @property
     def met(self):
         return self.fmax >= self.target
+
+    def summary(self):
+        return (f"{self.fmax:.1f} MHz of {self.target:g} ({'met' if self.met else 'NOT met'}), "
+                f"bitstream {self.folder / 'top.bit'}")
 
 
 def _resources(synth, device):
@@ -348,7 +362,7 @@ def main(argv=None):
     if args.nodes is not None and len(args.nodes) > 1:
         return build_nodes(args)
     result = build(args)
-    return 0 if result is None or result.met else 1
+    return 0 if result.met else 1
 
 
 def build_nodes(args, log=print):
@@ -366,11 +380,7 @@ def build_nodes(args, log=print):
         f"each build's output in {Path(args.out)}/{board.name}-node{{N}}.log")
 
     def finished(done, total, index, result):
-        if isinstance(result, str):
-            shown = f"refused: {result}"
-        else:
-            shown = (f"{result.fmax:.1f} MHz of {result.target:g} ({'met' if result.met else 'NOT met'}), "
-                     f"bitstream {result.folder / 'top.bit'}")
+        shown = f"refused: {result}" if isinstance(result, str) else result.summary()
         log(f"node {args.nodes[index]} ({done} of {total}): {shown}")
 
     results = run_jobs(run_logged, jobs, args.jobs, finished)

@@ -12,7 +12,8 @@ from amaranth.back import rtlil
 import hw
 from boards import protocol as p
 from boards.boards import BOARDS, board_list, get_board
-from boards.build import board_mapping, held_nodes, parse_args, place_and_route, router2_divergence
+from boards.build import (BuildResult, ProjectResult, board_mapping, held_nodes, parse_args, place_and_route,
+                          router2_divergence)
 from boards.build import main as build_main
 from boards.client import BoardError, Client
 from boards.host_interface import Trainer
@@ -157,32 +158,36 @@ def test_a_chain_of_micro_on_two_25f_nodes_fits_the_versa():
 
 
 def _stand_in_build(args, log=print):
-    """boards.build.build for the test below: a node's build as its result and output, no tools."""
+    """boards.build.build for the test below: a node's build as its result and output, no tools
+    (node 3 as a board whose bitstream Vivado makes gets its project)."""
     log(f"building node {args.node}")
     if args.node == 2:
         raise SpecError("no node 2 here")
-    return SimpleNamespace(fmax=110.0 - 20 * args.node, target=100.0, met=args.node == 0,
-                           folder=Path(args.out) / f"versa-ecp5-5g-node{args.node}")
+    folder = Path(args.out) / f"versa-ecp5-5g-node{args.node}"
+    if args.node == 3:
+        return ProjectResult(folder)
+    return BuildResult(folder, 1.0, None, "clk", 110.0 - 20 * args.node, 100.0, None)
 
 
 def test_several_nodes_build_on_worker_processes_each_into_its_log(monkeypatch, tmp_path, capsys):
-    """--node 0,1,2 --jobs 2: one build per node (here a stand-in; the real one is
+    """--node 0,1,2,3 --jobs 2: one build per node (here a stand-in; the real one is
     tests/test_board_build.py's), each in a worker process with its output in its log, a line
     per node as it finishes; node 1 missing timing and node 2 refused make exit status 2."""
     import boards.build
     monkeypatch.setattr(boards.build, "build", _stand_in_build)
     with pytest.raises(SystemExit) as exit:
-        run_cli(lambda: build_main(["--board", "versa-ecp5-5g", "--node", "0,1,2", "--jobs", "2", "--out",
+        run_cli(lambda: build_main(["--board", "versa-ecp5-5g", "--node", "0,1,2,3", "--jobs", "2", "--out",
                                     str(tmp_path)]))
     out, err = capsys.readouterr()
     assert (exit.value.code, err) == (2, "error: node 2 refused (their logs say why)\n")
-    assert out.splitlines()[0] == (f"versa-ecp5-5g: building nodes 0, 1, 2, 2 at a time; each build's output in "
-                                   f"{tmp_path}/versa-ecp5-5g-node{{N}}.log")
+    assert out.splitlines()[0] == (f"versa-ecp5-5g: building nodes 0, 1, 2, 3, 2 at a time; each build's output "
+                                   f"in {tmp_path}/versa-ecp5-5g-node{{N}}.log")
     finished = sorted(line.split(": ", 1) for line in out.splitlines()[1:])
     assert [(head.split()[1], tail) for head, tail in finished] == [
         ("0", f"110.0 MHz of 100 (met), bitstream {tmp_path}/versa-ecp5-5g-node0/top.bit"),
         ("1", f"90.0 MHz of 100 (NOT met), bitstream {tmp_path}/versa-ecp5-5g-node1/top.bit"),
-        ("2", "refused: no node 2 here")]
+        ("2", "refused: no node 2 here"),
+        ("3", f"Vivado project in {tmp_path}/versa-ecp5-5g-node3")]
     for node in range(3):
         assert (tmp_path / f"versa-ecp5-5g-node{node}.log").read_text().startswith(f"building node {node}\n")
     assert (tmp_path / "versa-ecp5-5g-node2.log").read_text().endswith("error: no node 2 here\n")
