@@ -253,8 +253,8 @@ def build(args, log=print):
             if top.sfp_cages:
                 log(f"links on the SFP+ cages at {GTH_LINE_RATE / 1e9:g} Gb/s: "
                     + ", ".join(f"{side} on cage {cage + 1}" for side, cage in top.sfp_cages.items())
-                    + "; cable board N's down cage to board N+1's up cage; the SI5324 must be programmed for "
-                      "156.25 MHz first (docs/boards.md)")
+                    + "; cable board N's down cage to board N+1's up cage; the board programs their 156.25 MHz "
+                      "reference (the SI5324) at reset (docs/boards.md)")
             if args.synth:
                 with heartbeat(log, started) as progress:
                     synth = synthesize_rtlil(il, board.family, out, progress=progress,
