@@ -10,9 +10,10 @@ the SI5324's registers (address 0x68) once after reset: free run from its 114.28
           = 114.285 MHz * 10 * 150000 / (30476 * 9 * 4) = 156.248 MHz
 
 (11 ppm under 156.25: each board's links run on its own reference, and the receiver's clock
-recovery and elastic buffer take far more), then an internal calibration (ICAL). The register
-values are those of designs that run the VC709's SFP+ at 156.25 MHz; no board here has checked
-them.
+recovery and elastic buffer take far more), then an internal calibration (ICAL). The dividers
+are encoded as the part takes them (N1_HS and N2_HS less 4, the long dividers less 1;
+sim/test_si5324.py decodes them back); the values are those of designs that run the VC709's
+SFP+ at 156.25 MHz, and no board here has checked them.
 
 The I2C waveform is fixed, so it is a table of SCL/SDA levels, four per bit, stepped through at
 four times the bit rate; the lines are open drain (a level of 1 releases the line to the board's

@@ -65,3 +65,22 @@ def test_si5324_setup_refuses_timings_that_are_not_positive_integers(name, value
     timings = {"quarter_period": 1, "start_delay": 1, "settle": 1, name: value}
     with pytest.raises(ValueError, match=rf"^{name} must be a positive integer, not {value!r}$"):
         SI5324Setup(**timings)
+
+
+def test_the_si5324_registers_make_156_25_mhz_from_its_crystal():
+    """The dividers the writes set (encoded as the part takes them: N1_HS and N2_HS less 4 in
+    bits 7:5, the long dividers less 1), from the 114.285 MHz crystal, in free run: 156.25 MHz
+    within 20 ppm (the receivers' clock recovery takes hundreds)."""
+    registers = {}
+    for address, data in transactions():
+        if address == 0x68:
+            registers.update({data[0] + k: byte for k, byte in enumerate(data[1:])})
+
+    def long(first, bits=20):
+        return ((registers[first] << 16 | registers[first + 1] << 8 | registers[first + 2]) & ((1 << bits) - 1)) + 1
+
+    assert registers[0] & 0x40  # free run: the crystal on the CKIN2 path
+    n1_hs, nc1_ls = (registers[25] >> 5) + 4, long(31)
+    n2_hs, n2_ls, n32 = (registers[40] >> 5) + 4, long(40), long(46, 19)
+    assert (n1_hs, nc1_ls, n2_hs, n2_ls, n32) == (9, 4, 10, 150000, 30476)
+    assert 114.285e6 * n2_hs * n2_ls / (n32 * n1_hs * nc1_ls) == pytest.approx(156.25e6, rel=20e-6)
