@@ -55,12 +55,6 @@ class ChainRun:
         return self.cycles / self.cpu_seconds if self.cpu_seconds else 0.0
 
 
-def _store(params, rows, layer_slice, ram, contents):
-    """A weight memory of ``ChainTop.param_rams`` (``rows`` None: ``layer_slice``'s biases) into ``params``."""
-    store_contents(params, layer_slice if rows is None else rows, ram, np.asarray(contents, np.int64),
-                   bias=rows is None)
-
-
 def memory_row(words):
     """Signed 16-bit words as one memory row (an unsigned int, word 0 in the low bits)."""
     return sum((w & 0xFFFF) << (numerics.WORD_BITS * k) for k, w in enumerate(words))
@@ -154,9 +148,9 @@ def _run_pysim(top, feed, final, trace_updates):
             cycle += 1
         state["cycles"] = cycle
         state["ended"] = time.monotonic(), time.process_time()
-        for name, rows, layer_slice, ram in top.param_rams():
+        for name, s, bias, ram in top.param_rams():
             contents = [[int(v) for v in ctx.get(ram.mem.data[r])] for r in range(ram.rows)]
-            _store(final, rows, layer_slice, ram, contents)
+            store_contents(final, s, ram, contents, bias=bias)
         if top.lanes is not None:
             state["links"] = top.lanes.counters(ctx)
 
@@ -175,21 +169,20 @@ _VERILATOR_CHUNK = 200_000
 def write_weights(model, rams, params):
     """The initial weights ``params`` into every copy of every ParamRam of ``rams``
     (``ChainTop.param_rams``) of a compiled ``model``."""
-    for name, rows, layer_slice, ram in rams:
+    for name, s, bias, ram in rams:
         width = numerics.WORD_BITS * ram.banks * ram.words
-        initial = [memory_row(words) for words in memory_contents(params, layer_slice if rows is None else rows,
-                                                                  ram, bias=rows is None)]
+        initial = [memory_row(words) for words in memory_contents(params, s, ram, bias=bias)]
         for path in ram.memory_paths:  # every copy of the weights (VersionedParamRam)
             model.write_memory(f"{name}.{path}", initial, width)
 
 
 def read_weights(model, rams, final):
     """The words of every ParamRam of ``rams`` in a compiled ``model`` into ``final`` (golden layout)."""
-    for name, rows, layer_slice, ram in rams:
+    for name, s, bias, ram in rams:
         lanes = ram.banks * ram.words
         contents = [_lanes(v, lanes) for v in model.read_memory(f"{name}.{ram.memory_paths[0]}", ram.rows,
                                                                 numerics.WORD_BITS * lanes)]
-        _store(final, rows, layer_slice, ram, contents)
+        store_contents(final, s, ram, contents, bias=bias)
 
 
 def read_counters(model, top):

@@ -114,23 +114,23 @@ class ChainTop(wiring.Component):
         return m
 
     def param_rams(self):
-        """Every weight memory as (hierarchical name below the top, slice rows it holds or
-        None for biases, LayerSlice it belongs to, ParamRam or the DramRows of FC weights in
-        DRAM), in the submodule names of ``Node.elaborate``, ``SliceUnit.elaborate`` and
-        ``ChainTop.elaborate``."""
+        """Every weight memory as (hierarchical name below the top, the LayerSlice whose rows it
+        holds, whether it holds that slice's biases instead, ParamRam or the DramRows of FC weights
+        in DRAM), in the submodule names of ``Node.elaborate``, ``SliceUnit.elaborate`` and
+        ``ChainTop.elaborate``: what ``param_ram.memory_contents`` and ``store_contents`` take."""
         for n, node in enumerate(self.nodes):
             for k, unit in enumerate(node.units):
                 prefix = f"node{n}.slice{k}_{unit.slice.layer}"
                 if unit.lpram is not None:
-                    yield f"{prefix}.lpram", unit.remote.local, unit.slice, unit.lpram
+                    yield f"{prefix}.lpram", unit.remote.local, False, unit.lpram
                 if unit.owns_bias:
-                    yield f"{prefix}.bias_ram", None, unit.slice, unit.bias_ram
+                    yield f"{prefix}.bias_ram", unit.slice, True, unit.bias_ram
             for host in node.hosted:
-                yield f"node{n}.host_{host.rows.layer}_for{host.block.owner}.bpram", host.rows, None, host.bpram
+                yield f"node{n}.host_{host.rows.layer}_for{host.block.owner}.bpram", host.rows, False, host.bpram
             for k, unit in enumerate(node.units):
                 if unit.dram_weights is not None:
                     name = f"slice{k}_fc_weights"
-                    yield (f"node{n}_drams.dram_{name}", unit.slice, unit.slice,
+                    yield (f"node{n}_drams.dram_{name}", unit.slice, False,
                            DramRows(self.drams[n][name], unit.dram_weights.layout))
 
 
