@@ -247,7 +247,6 @@ class Trainer(wiring.Component):
         if link_clock not in ("node", "phy"):
             raise ValueError(f"link_clock must be 'node' or 'phy', not {link_clock!r}")
         self.mapping, self.divisor, self.lane_width, self.family = mapping, divisor, lane_width, family
-        self.link_clock = link_clock
         held = range(len(mapping.nodes)) if nodes is None else nodes
         # what the design is made of, for a simulation's build cache; weights built in are not named
         self.recipe = None if params is not None else json.dumps({

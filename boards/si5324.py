@@ -71,8 +71,7 @@ class SI5324Setup(wiring.Component):
     """Programs the SI5324 once after reset, ``start_delay`` cycles after it (the SI5324 is ready
     for I2C some milliseconds after power-up), at ``quarter_period`` cycles per quarter of an
     I2C bit; ``done`` rises ``settle`` cycles after the last write (the SI5324's calibration and
-    lock). ``scl``/``sda``: the open-drain levels (1: release the line); ``release``: drive the
-    active-low resets of the SI5324 and the I2C switch high."""
+    lock). ``scl``/``sda``: the open-drain levels (1: release the line)."""
 
     def __init__(self, *, quarter_period, start_delay, settle):
         for name, value in (("quarter_period", quarter_period), ("start_delay", start_delay),
@@ -81,7 +80,7 @@ class SI5324Setup(wiring.Component):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
         self.quarter_period, self.start_delay, self.settle = quarter_period, start_delay, settle
         self.levels = waveform(transactions())
-        super().__init__({"scl": Out(1, init=1), "sda": Out(1, init=1), "release": Out(1), "done": Out(1)})
+        super().__init__({"scl": Out(1, init=1), "sda": Out(1, init=1), "done": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -90,7 +89,7 @@ class SI5324Setup(wiring.Component):
         read = table.read_port(domain="comb")
         wait = Signal(range(max(self.start_delay, self.quarter_period, self.settle) + 1), init=self.start_delay)
         step = Signal(range(len(self.levels) + 1))
-        m.d.comb += [read.addr.eq(step), self.release.eq(1)]
+        m.d.comb += read.addr.eq(step)
         with m.FSM():
             with m.State("Delay"):
                 m.d.sync += wait.eq(wait - 1)

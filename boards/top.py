@@ -178,9 +178,9 @@ class BoardTop(Elaboratable):
         for line in ("scl", "sda"):  # open drain: driven low or released to the board's pull-up
             m.submodules[f"i2c_{line}"] = buffer = io.Buffer("io", getattr(i2c, line))
             m.d.comb += [buffer.o.eq(0), buffer.oe.eq(~getattr(setup, line))]
-        for name in ("i2c_switch_reset", "si5324_reset"):
+        for name in ("i2c_switch_reset", "si5324_reset"):  # never held in reset
             m.submodules[name] = buffer = io.Buffer("o", platform.request(name, 0, dir="-"))
-            m.d.comb += buffer.o.eq(~setup.release)
+            m.d.comb += buffer.o.eq(0)
         held_control = Signal()
         m.d.comb += held_control.eq(reset | ~setup.done)
         self._domain_on_node_clock(m, "gth_control", held_control)

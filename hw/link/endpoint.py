@@ -60,7 +60,8 @@ class ElasticBuffer(wiring.Component):
 class CounterSynchronizer(wiring.Component):
     """``i``, a counter in ``i_domain`` that steps by at most one a cycle (and wraps), as ``o`` in
     ``o_domain``: crossed in Gray code, in which a step changes one bit, so every value read is
-    one the counter held (a binary count read mid-carry could be any value)."""
+    one the counter held (a binary count read mid-carry could be any value). Amaranth's Gray
+    code helpers are private to ``lib.fifo``, which crosses its pointers the same way."""
 
     def __init__(self, width, *, i_domain, o_domain):
         self.i_domain, self.o_domain = i_domain, o_domain
