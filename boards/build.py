@@ -26,7 +26,7 @@ from hw.build import heartbeat, load_mapping
 from hw.link.gth_serdes import GTH_CHANNEL_MODULE, LINE_RATE as GTH_LINE_RATE
 from hw.synth import (CriticalPath, SynthResult, ToolStopped, cached_outputs, late_endpoints, run_tool,
                       synthesize_rtlil, without_source_locations, yosys_rtlil)
-from mapping.cli import (LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_jobs_option, add_loss_option, int_list,
+from mapping.cli import (LOSS_HELP, UPDATE_HELP, DefaultsShown, Parser, add_jobs_option, add_loss_option, add_update_option, int_list,
                          output_folder, positive_int, positive_number)
 from mapping.devices import get_device
 from mapping.errors import SpecError, run_cli
@@ -60,7 +60,7 @@ def parse_args(argv):
     parser.add_argument("--cluster", help=f"cluster spec (default: {DEFAULT_NODES} of the board's device)")
     parser.add_argument("--mapping", help="a mapping JSON of python -m mapping --for-hardware")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
-    parser.add_argument("--overlapped-update", action="store_true", default=None, help=OVERLAPPED_HELP)
+    add_update_option(parser, default=None, help=f"{UPDATE_HELP} (without --mapping: auto)")
     parser.add_argument("--clock", type=positive_number,
                         help="node clock in MHz (default: the device's in mapping/devices.py)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
@@ -90,7 +90,7 @@ def board_mapping(args, board):
     return load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
                                         cluster=cluster, mapping=args.mapping, bram_fraction=None,
                                         batch=None, lr=None, loss=args.loss, grad_bits=None,
-                                        overlapped_update=args.overlapped_update,
+                                        update=args.update,
                                         # the boards build no DRAM controller yet (a mapping
                                         # file that keeps activations in DRAM is refused by
                                         # boards.host_interface.Trainer)

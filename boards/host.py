@@ -20,7 +20,7 @@ import numpy as np
 from hw.base.checks import never_elaborated
 from hw.node import Node
 from mapping import golden
-from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, positive_int
+from mapping.cli import LOSS_HELP, DefaultsShown, Parser, add_loss_option, add_update_option, positive_int
 from mapping.errors import SpecError, run_cli
 
 from .boards import get_board
@@ -39,8 +39,8 @@ def parse_args(argv):
     parser.add_argument("--network", help="network (without --mapping)")
     parser.add_argument("--cluster", help="cluster (without --mapping)")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
-    parser.add_argument("--overlapped-update", action="store_true", default=None,
-                        help="the bitstream was built with --overlapped-update (without --mapping)")
+    add_update_option(parser, default=None, help="the --update the bitstream was built with (without --mapping: "
+                                                  "auto)")
     parser.add_argument("--data", help=".npz file with inputs and labels")
     parser.add_argument("--samples", type=positive_int, default=12, help="random samples (without --data)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random samples and initial weights")
@@ -53,7 +53,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     board = get_board(args.board)
     mapping = board_mapping(SimpleNamespace(network=args.network, cluster=args.cluster, mapping=args.mapping,
-                                            loss=args.loss, overlapped_update=args.overlapped_update), board)
+                                            loss=args.loss, update=args.update), board)
     from mapping.zoo import get
     network = get(mapping.network)
     inputs, labels, params = golden.random_data(network, args.samples, args.seed)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from mapping.cli import (ACT_STORAGE_HELP, DEFAULT_GRAD_BITS_HELP, LOSS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_act_storage_option, add_loss_option, formats_of, fraction, output_folder,
+from mapping.cli import (ACT_STORAGE_HELP, DEFAULT_GRAD_BITS_HELP, LOSS_HELP, UPDATE_HELP, DefaultsShown, Parser, add_act_storage_option, add_loss_option, add_update_option, formats_of, fraction, output_folder,
                          positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
@@ -45,7 +45,7 @@ def parse_args(argv):
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
     parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, help=DEFAULT_GRAD_BITS_HELP)
     add_act_storage_option(parser, default=None, help=f"{ACT_STORAGE_HELP} (without --mapping: auto)")
-    parser.add_argument("--overlapped-update", action="store_true", default=None, help=OVERLAPPED_HELP)
+    add_update_option(parser, default=None, help=f"{UPDATE_HELP} (without --mapping: auto)")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     return parser.parse_args(argv)
@@ -58,7 +58,7 @@ def load_mapping(args):
 
     options = {key: value for key, value in (("bram_fraction", args.bram_fraction), ("batch", args.batch),
                                              ("lr", args.lr), ("loss", args.loss), ("grad_bits", args.grad_bits),
-                                             ("overlapped_update", args.overlapped_update),
+                                             ("update", args.update),
                                              ("act_storage", args.act_storage)) if value is not None}
     if args.mapping:
         where = f"mapping file {args.mapping}"
@@ -83,7 +83,7 @@ def load_mapping(args):
     loss, grad_bits = options.pop("loss", None), options.pop("grad_bits", None)
     mapper = map_with_default_gradient_sums if grad_bits is None else map_network
     return mapper(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
-                  formats=formats_of(loss, grad_bits), **options, **GENERATOR_OPTIONS)
+                  formats=formats_of(loss, grad_bits), **{**GENERATOR_OPTIONS, **options})
 
 
 def _same(given, recorded):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .devices import DEVICES
 from .errors import SpecError
-from .mapper import ACT_STORAGE_POLICIES
+from .mapper import ACT_STORAGE_POLICIES, OVERLAPPED_MIN_GAIN, UPDATE_POLICIES
 from .numerics import ACC_BITS, GRAD_BITS, LOSSES, Formats
 
 
@@ -95,9 +95,18 @@ def fraction(text):
     return value
 
 
-OVERLAPPED_HELP = ("update the weights without stopping the engines: three copies of each slice's weights "
-                   "and two gradient sums, every layer one sample staler and EB one sample behind "
-                   "(docs/weight_versions.md)")
+UPDATE_HELP = ("how the weight update runs: stop (the engines wait for each update's walk), overlapped (beside "
+               "the engines: three copies of each slice's weights and two gradient sums, every layer one sample "
+               "staler and EB one sample behind; docs/weight_versions.md), or auto: overlapped where the "
+               f"generated chain then runs at least {round((OVERLAPPED_MIN_GAIN - 1) * 100)}%% faster, its walks counted, "
+               "else stop (a model-only mapping counts no walks: stop)")
+
+
+def add_update_option(parser, default="auto", help=UPDATE_HELP):
+    """``--update``: map_network's ``update``."""
+    parser.add_argument("--update", choices=UPDATE_POLICIES, default=default, help=help)
+
+
 LOSS_HELP = "the last node's loss: mse on the raw scores, or ce (softmax cross-entropy)"
 
 

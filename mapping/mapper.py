@@ -7,7 +7,8 @@ the samples in flight of every slice from the timing model (mapping/perf.py) and
 repeat until the Act-RAM the partitioner reserved covers them; fill the
 NodeConfigs, check that each node's DRAM holds what the mapping keeps there
 (:func:`dram_bytes_held`), and the performance summary. Where the Act-RAMs and SFU
-masks live, on chip or in the node's DRAM, is :func:`map_network`'s ``act_storage``.
+masks live, on chip or in the node's DRAM, is :func:`map_storage`'s ``act_storage``; whether the
+weight update stops the engines, :func:`map_network`'s ``update``.
 
 Estimated resources of a node (``NodeConfig.estimate``): ``dsp`` = its
 multipliers (one per 16 x 16 product); ``bram_blocks`` = 18 Kb blocks of every
@@ -75,14 +76,49 @@ def check_accumulators(plans, batch, grad_bits=ACC_BITS):
 # Options for a mapping hw/ can generate: fully connected weights on chip, or in DRAM where
 # they do not fit at mini-batch 1 (hw/memory/dram_weights.py), weights balanced only in the
 # form it builds (mapping/balance.py).
-GENERATOR_OPTIONS = {"fc_weights": "auto", "buildable_balance": True}
+GENERATOR_OPTIONS = {"fc_weights": "auto", "buildable_balance": True, "update": "auto"}
 
 
 # Where map_network keeps the slices' Act-RAMs and SFU masks (LayerSlice.act_storage).
 ACT_STORAGE_POLICIES = (*ACT_STORAGES, "auto")
+# How map_network's weight update runs: stopping the engines, overlapped with them
+# (LayerSlice.overlapped_update), or whichever of the two runs the generated chain faster.
+UPDATE_POLICIES = ("stop", "overlapped", "auto")
+# The overlapped update keeps three copies of the weights and trains a sample staler: "auto"
+# takes it only where the chain, the update's walks counted, runs at least this much faster.
+OVERLAPPED_MIN_GAIN = 1.01
 
 
-def map_network(network, cluster, *, act_storage="auto", fc_weights="dram", **options):
+def map_network(network, cluster, *, update="stop", **options):
+    """Map the training of ``network`` onto ``cluster`` with the weight update ``update`` says
+    (one of UPDATE_POLICIES): "stop" stops the engines for each update's walk, "overlapped"
+    runs it beside them (docs/weight_versions.md), "auto" maps both and keeps the overlapped
+    one where the chain then runs at least OVERLAPPED_MIN_GAIN times as many samples per
+    second, the walks counted (``samples_per_s_with_updates``), else the stopping one. Only
+    the generator's mappings (``buildable_balance``) count the walks, so elsewhere "auto" is
+    "stop". Further arguments: :func:`map_storage`'s."""
+    return _with_update(map_storage, network, cluster, update, options)
+
+
+def _with_update(mapper, network, cluster, update, options):
+    """``mapper(network, cluster, overlapped_update=..., **options)`` as ``update`` says
+    (:func:`map_network`)."""
+    if not isinstance(update, str):
+        raise TypeError(f"update must be one of {', '.join(UPDATE_POLICIES)}, not {update!r}")
+    if update not in UPDATE_POLICIES:
+        raise SpecError(f"update must be one of {', '.join(UPDATE_POLICIES)}, not {update!r}")
+    if update != "auto" or not options.get("buildable_balance"):
+        return mapper(network, cluster, overlapped_update=update == "overlapped", **options)
+    stopping = mapper(network, cluster, overlapped_update=False, **options)
+    try:
+        overlapped = mapper(network, cluster, overlapped_update=True, **options)
+    except SpecError:
+        return stopping  # three copies of the weights do not fit, or the generator does not build it
+    rate = "samples_per_s_with_updates"
+    return overlapped if overlapped.summary[rate] >= OVERLAPPED_MIN_GAIN * stopping.summary[rate] else stopping
+
+
+def map_storage(network, cluster, *, act_storage="auto", fc_weights="dram", **options):
     """Map the training of ``network`` onto ``cluster`` (see module docstring), the Act-RAMs
     and SFU masks of the slices kept where ``act_storage`` says (LayerSlice.act_storage):
 
@@ -272,20 +308,25 @@ def grad_bits_warning(grad_bits, batch):
             f"{narrow_grad_bits(batch)} bits or more")
 
 
-def map_with_default_gradient_sums(network, cluster, *, formats=None, batch=BATCH, **options):
+def map_with_default_gradient_sums(network, cluster, *, update="stop", **options):
     """:func:`map_network` with the gradient sums' default width: exact (ACC_BITS) where the
     cluster has the memory and the links for them, else :func:`narrow_grad_bits`: where exact
     sums are refused, or leave the chain link bound and narrow ones map at a higher rate. The
     Mapping's formats record the width chosen; ``formats.grad_bits`` is taken as the exact
-    default (other fields are kept)."""
+    default (other fields are kept). With ``update`` "auto" the two updates are compared each
+    at its own default width."""
+    return _with_update(_map_with_default_gradient_sums, network, cluster, update, options)
+
+
+def _map_with_default_gradient_sums(network, cluster, *, formats=None, batch=BATCH, **options):
     formats = formats or Formats()
     options["batch"] = batch
     narrow = replace(formats, grad_bits=narrow_grad_bits(batch), grad_frac=None, bias_grad_frac=None)
     try:
-        exact = map_network(network, cluster, formats=formats, **options)
+        exact = map_storage(network, cluster, formats=formats, **options)
     except SpecError as refusal:
         try:
-            return map_network(network, cluster, formats=narrow, **options)
+            return map_storage(network, cluster, formats=narrow, **options)
         except SpecError as narrow_refusal:
             if str(narrow_refusal) == str(refusal):
                 raise
@@ -293,7 +334,7 @@ def map_with_default_gradient_sums(network, cluster, *, formats=None, batch=BATC
                             f"{ACC_BITS}-bit ones were refused too)") from None
     if exact.summary["limited_by"] != "link bandwidth":
         return exact
-    faster = map_network(network, cluster, formats=narrow, **options)
+    faster = map_storage(network, cluster, formats=narrow, **options)
     return faster if faster.summary["samples_per_s"] > exact.summary["samples_per_s"] else exact
 
 

@@ -3,11 +3,11 @@
 ``python -m mapping.train --network lenet-digits --data digits --epochs 5 --out DIR``
 
 Each weighted layer's ``fp_stale`` comes from mapping the network onto ``--cluster``
-exactly as ``hw.build`` does, so ``--update pipelined`` (the default) is the weight
-version schedule the chain runs (docs/weight_versions.md), ``--update aligned`` is
-plain mini-batch SGD and ``--update overlapped`` the schedule an update that does not stop
-the engines would run (EB on the previous sample's version, FP one sample staler; the
-hardware does not build it). Data: scikit-learn's bundled 8x8 digits (``digits``) or an .npz
+exactly as ``hw.build`` does, so ``--update auto`` (the default) is the weight version
+schedule the chain ``hw.build`` generates runs (docs/weight_versions.md): ``pipelined`` where
+its update stops the engines, ``overlapped`` where it does not (EB on the previous sample's
+version, FP one sample staler), as ``hw.build --update auto`` chooses; either can be asked
+for, and ``--update aligned`` is plain mini-batch SGD. Data: scikit-learn's bundled 8x8 digits (``digits``) or an .npz
 as mapping/data.py reads it (``x``, ``y`` and optionally ``x_test``, ``y_test``); without a
 test split of its own, a stratified 20% is held out. The sample count and so the rounding
 noise and the stale weight versions continue across epochs (``golden.train(resume=...)``).
@@ -47,7 +47,8 @@ DEFAULT_CLUSTER = "ecp5-85:2+ecp5-45:2"  # hw.build's default chain
 # measured of 0.02-0.03 (docs/numerics.md); sim.train uses them too.
 DEFAULT_BATCH, DEFAULT_LR = 1, 0.02
 # --update: (each layer's fp_stale, eb_stale) from the mapping's fp_stale
-UPDATES = {"pipelined": lambda mapped: (mapped, 0),
+UPDATES = {"auto": None,  # the rule of the update hw.build's mapping chooses: one of the two below
+           "pipelined": lambda mapped: (mapped, 0),
            "aligned": lambda mapped: ({}, 0),
            "overlapped": lambda mapped: (mapped, 1)}  # mapped with overlapped_update: one sample staler
 CHUNK = 240  # samples between progress lines
@@ -148,9 +149,10 @@ def parse_args(argv):
     p.add_argument("--epochs", type=positive_int, default=5, help="passes over the training split")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster the staleness is mapped on")
     p.add_argument("--mode", choices=golden.MODES, default="fixed", help="the hardware's fixed point, or float")
-    p.add_argument("--update", choices=UPDATES, default="pipelined",
-                   help="the chain's stale weight versions, plain mini-batch SGD, or the versions of an "
-                        "update that does not stop the engines (not built in hardware)")
+    p.add_argument("--update", choices=UPDATES, default="auto",
+                   help="the stale weight versions of the chain hw.build generates (auto: its update stops the "
+                        "engines or not, as hw.build --update auto chooses), those of the update that stops "
+                        "them (pipelined) or of the one that does not (overlapped), or plain mini-batch SGD")
     add_loss_option(p, help=f"{LOSS_HELP}; docs/numerics.md")
     p.add_argument("--grad-bits", type=int_list(GRAD_BITS), default=[ACC_BITS],
                    help=f"{GRAD_BITS_HELP}; several, comma-separated, make a sweep")
@@ -213,7 +215,7 @@ def _final_accuracies(args, folder):
 def accuracy_table(args, runs, results):
     """Markdown: final test accuracy per width (rows) and seed (columns), with the gap to
     float aligned SGD in points where it ran (and its mean and worst over the seeds)."""
-    name = f"{args.mode} {args.update}"
+    owns = {id(result): _own_run(result) for result in results if isinstance(result, dict)}
     reference = {seed: result.get("float aligned") for (bits, seed), result in zip(runs, results)
                  if isinstance(result, dict) and result.get("float aligned") is not None}
     header = ["sums: width"] + [f"seed {seed}" for seed in args.seed] + (["mean gap", "worst gap"] if reference else [])
@@ -225,10 +227,10 @@ def accuracy_table(args, runs, results):
         cells, gaps = [], []
         for seed in args.seed:
             result = results[runs.index((bits, seed))]
-            if isinstance(result, str) or name not in result:
+            if isinstance(result, str) or owns[id(result)] is None:
                 cells.append("failed (log.txt)")
                 continue
-            acc = result[name]
+            acc = result[owns[id(result)]]
             if seed in reference:
                 gaps.append(100 * (reference[seed] - acc))
                 cells.append(f"{acc:.3f} ({gaps[-1]:.1f})")
@@ -241,7 +243,14 @@ def accuracy_table(args, runs, results):
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
     lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in [header] + rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join([f"{name} against float aligned SGD: final test accuracy (gap in points)"] + lines)
+    names = "/".join(sorted({name for name in owns.values() if name is not None})) or f"{args.mode} {args.update}"
+    return "\n".join([f"{names} against float aligned SGD: final test accuracy (gap in points)"] + lines)
+
+
+def _own_run(result):
+    """The name of a result's own run ({run name: accuracy}): not its float aligned reference,
+    unless that is the run itself (--mode float --update aligned); None if it has none."""
+    return next((name for name in result if name != "float aligned"), next(iter(result), None))
 
 
 def _train_and_plot(args, out):
@@ -254,12 +263,17 @@ def _train_and_plot(args, out):
     if grouped:
         print(f"note: {', '.join(grouped)} grouped, which the hardware generator does not build yet: "
               f"staleness from the mapping model (python -m mapping)")
+    policy = {"auto": "auto", "overlapped": "overlapped"}.get(args.update, "stop")
     mapping = map_network(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
-                          formats=formats, overlapped_update=args.update == "overlapped", act_storage=args.act_storage,
-                          **({} if grouped else GENERATOR_OPTIONS))
-    stale, eb_stale = UPDATES[args.update](mapping.fp_stale())
+                          formats=formats, act_storage=args.act_storage,
+                          **{**({} if grouped else GENERATOR_OPTIONS), "update": policy})
+    rule = args.update
+    if rule == "auto":
+        rule = "overlapped" if mapping.eb_stale() else "pipelined"
+    stale, eb_stale = UPDATES[rule](mapping.fp_stale())
     print(f"{args.network} on {args.cluster}: fp_stale per layer "
           f"{', '.join(f'{k}={v}' for k, v in mapping.fp_stale().items())}; update {args.update}"
+          + (f" ({rule})" if rule != args.update else "")
           + (" (FP one sample staler, EB on the previous sample's version)" if eb_stale else ""))
     data = load(args.data, network.input_shape, network.num_classes, seed=args.seed, limit=args.limit)
     real = golden.init_params(network, np.random.default_rng(args.seed), scale=args.init_scale)
@@ -269,8 +283,8 @@ def _train_and_plot(args, out):
     if check.margin < 1:
         print("warning: lr * curvature is beyond the stale-gradient stability bound (docs/numerics.md)")
     params = golden.to_fixed(real, formats) if args.mode == "fixed" else real
-    runs = [Run(f"{args.mode} {args.update}", args.mode, stale, eb_stale, params)]
-    if not args.no_reference and (args.mode, args.update) != ("float", "aligned"):
+    runs = [Run(f"{args.mode} {rule}", args.mode, stale, eb_stale, params)]
+    if not args.no_reference and (args.mode, rule) != ("float", "aligned"):
         runs.append(Run("float aligned", "float", {}, 0, real))
     print(f"{len(data.train_x)} training, {len(data.test_x)} test samples; batch {args.batch}, lr {args.lr:g}, "
           f"loss {args.loss}, {formats.grad_bits}-bit gradient sums"

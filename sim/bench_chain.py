@@ -16,9 +16,9 @@ import pytest
 
 from mapping import zoo
 from mapping.cluster import parse_cluster
-from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.mapper import map_network
 from mapping.golden import random_data
-from sim.chain import BALANCED_BRAM, CHAIN, assert_bit_exact, mean_cycles_per_sample, report, train_chain
+from sim.chain import BALANCED_BRAM, CHAIN, STOPPING_UPDATE_OPTIONS, assert_bit_exact, mean_cycles_per_sample, report, train_chain
 
 
 SAMPLES, LR = 40, 0.05
@@ -34,7 +34,7 @@ SAMPLES, LR = 40, 0.05
 def test_chain_cycles_per_sample(cluster, bram_fraction):
     network = zoo.tiny()
     mapping = map_network(network, parse_cluster(cluster), batch=SAMPLES, lr=LR, bram_fraction=bram_fraction,
-                          **GENERATOR_OPTIONS)
+                          **STOPPING_UPDATE_OPTIONS)
     inputs, labels, params = random_data(network, SAMPLES, 4)
     run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000)
     assert_bit_exact(run.params, run.golden, params)
@@ -57,7 +57,7 @@ def test_chain_cycles_per_sample_with_weight_updates(batch, overlapped):
     stops the engines or the one that does not (``overlapped_update``)."""
     network = zoo.tiny()
     mapping = map_network(network, parse_cluster(CHAIN), batch=batch, lr=LR, bram_fraction=0.9,
-                          overlapped_update=overlapped, **GENERATOR_OPTIONS)
+                          **{**STOPPING_UPDATE_OPTIONS, "update": "overlapped" if overlapped else "stop"})
     inputs, labels, params = random_data(network, UPDATE_SAMPLES, 4)
     run = train_chain(network, mapping, inputs, labels, params, deadline=2_000_000, backend="verilator",
                       profile="quick")

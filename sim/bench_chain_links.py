@@ -27,8 +27,8 @@ from hw.synth import synthesize
 from mapping import link_model, zoo
 from mapping.cluster import parse_cluster
 from mapping.golden import random_data
-from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, assert_bit_exact, cycles_per_sample, train_chain
+from mapping.mapper import map_network
+from sim.chain import CHAIN, STOPPING_UPDATE_OPTIONS, assert_bit_exact, cycles_per_sample, train_chain
 from sim.chain_links import LinkedChain
 from sim.serdes_synth import place_on_ecp5_85, synthesize_with_serdes
 
@@ -38,7 +38,7 @@ SAMPLES, LR = 12, 0.05
 
 
 def _mapping():
-    return map_network(zoo.tiny(), parse_cluster(CHAIN), batch=SAMPLES, lr=LR, **GENERATOR_OPTIONS)
+    return map_network(zoo.tiny(), parse_cluster(CHAIN), batch=SAMPLES, lr=LR, **STOPPING_UPDATE_OPTIONS)
 
 
 def _rates(mapping, links):

@@ -15,8 +15,8 @@ import pytest
 from mapping import data, golden, numerics, zoo
 from mapping.cluster import parse_cluster
 from mapping.golden import random_data
-from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, first_difference, train_chain
+from mapping.mapper import map_network
+from sim.chain import CHAIN, STOPPING_UPDATE_OPTIONS, first_difference, train_chain
 
 # Samples per run: enough for a second of Verilator, a quarter of a minute of pysim; in
 # mini-batches of BATCH, so the figures include the weight updates.
@@ -30,7 +30,7 @@ BATCH = 8
 def test_simulated_cycles_per_second(cluster, backend):
     network = zoo.tiny()
     samples = SAMPLES[backend]
-    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=0.05, **GENERATOR_OPTIONS)
+    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=0.05, **STOPPING_UPDATE_OPTIONS)
     inputs, labels, params = random_data(network, samples, 5)
     run = train_chain(network, mapping, inputs, labels, params, backend=backend, deadline=400 * samples)
     assert first_difference(run) is None
@@ -42,7 +42,7 @@ def test_simulated_cycles_per_second(cluster, backend):
 @pytest.mark.bench
 def test_sim_train_samples_per_second_on_lenet_digits():
     network = zoo.lenet_digits()
-    mapping = map_network(network, parse_cluster("ecp5-85:3"), batch=BATCH, lr=0.01, **GENERATOR_OPTIONS)
+    mapping = map_network(network, parse_cluster("ecp5-85:3"), batch=BATCH, lr=0.01, **STOPPING_UPDATE_OPTIONS)
     dataset = data.load(data.DIGITS, network.input_shape, network.num_classes)
     samples = 496
     params = golden.init_params(network, np.random.default_rng(0), numerics.Formats())

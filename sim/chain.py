@@ -15,6 +15,7 @@ import numpy as np
 
 from hw.memory.param_ram import memory_contents, store_contents
 from mapping import golden, numerics
+from mapping.mapper import GENERATOR_OPTIONS
 from sim.chain_links import decode_counters
 from sim.chain_top import ChainTop
 from sim.testbench import simulate
@@ -30,6 +31,10 @@ CI_BITSTREAM = {"cluster": "lfe5um5g-45f:2", "max_multipliers": 24}
 # node 2 (nodes 1 and 2 relay node 0's streams, node 2 node 1's) and the chain still runs at
 # the unbalanced chain's 80 cycles per sample.
 BALANCED_BRAM = 0.065
+# The generator's mapping options with the weight update that stops the engines, for tests
+# whose chain must not change with --update auto's choice (the overlapped update has tests of
+# its own; the CI bitstream's chain and the command-line tools take auto's).
+STOPPING_UPDATE_OPTIONS = {**GENERATOR_OPTIONS, "update": "stop"}
 
 
 @dataclass

@@ -21,7 +21,7 @@ from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
 from mapping.nodeconfig import Pool, WeightBlock
 from mapping.numerics import LOSSES, Formats
-from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, assert_bit_exact, cycles_per_sample,
+from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, STOPPING_UPDATE_OPTIONS, assert_bit_exact, cycles_per_sample,
                        mean_cycles_per_sample, report, train_chain)
 from sim.train import main as train_main
 
@@ -33,7 +33,7 @@ def _train(cluster, seed, stall=0.0, derive=None, samples=SAMPLES, trace_updates
     """Map tiny onto ``cluster`` (then ``derive(mapping)``, if given), train ``samples``
     (on Amaranth's simulator to trace the updates, else on Verilator), compare bit for bit."""
     network = zoo.tiny()
-    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, **GENERATOR_OPTIONS, **options)
+    mapping = map_network(network, parse_cluster(cluster), batch=BATCH, lr=LR, **{**STOPPING_UPDATE_OPTIONS, **options})
     if derive is not None:
         mapping = derive(mapping)
     inputs, labels, params = random_data(network, samples, seed)
@@ -59,7 +59,7 @@ def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
     network = zoo.micro()
     mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=BATCH, lr=LR,
                           formats=Formats(loss=loss), max_multipliers=CI_BITSTREAM["max_multipliers"],
-                          **GENERATOR_OPTIONS)
+                          **STOPPING_UPDATE_OPTIONS)
     assert mapping.nodes[-1].formats.loss == loss
     inputs, labels, params = random_data(network, SAMPLES, 2)  # seed 2: no ReLU of the 2 channels dies
     run = train_chain(network, mapping, inputs, labels, params)
@@ -80,7 +80,7 @@ def test_sim_train_trains_alexnet_digits_bit_exact_with_the_paper_scale_features
     assert train_main(argv) == 0
     assert "bit-exact: yes" in capsys.readouterr().out.splitlines()
     mapping = map_network(zoo.alexnet_digits(), parse_cluster(CI_BITSTREAM["cluster"]), batch=1, act_storage="dram",
-                          formats=Formats(grad_bits=16), **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
+                          formats=Formats(grad_bits=16), **{**STOPPING_UPDATE_OPTIONS, "fc_weights": "dram"})
     assert [[(s.layer, s.pool, s.act_storage, s.weights_offchip) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", Pool(3, 2), "dram", False), ("fc", None, "dram", True)], [("fc", None, "dram", True)]]
     assert [list(never_elaborated(Node(config)).dram_queues) for config in mapping.nodes] == [
@@ -100,7 +100,7 @@ def test_sim_train_trains_a_grouped_convolution_bit_exact(capsys):
             "--build", "quick"]
     assert train_main(argv) == 0
     assert "bit-exact: yes" in capsys.readouterr().out.splitlines()
-    mapping = map_network(zoo.tiny_grouped(), parse_cluster("ecp5-85:4"), **GENERATOR_OPTIONS)
+    mapping = map_network(zoo.tiny_grouped(), parse_cluster("ecp5-85:4"), **STOPPING_UPDATE_OPTIONS)
     assert [[(s.layer, s.in_range, s.out_range) for s in node.slices if s.layer == "conv2"]
             for node in mapping.nodes] == [[], [("conv2", (0, 1), (0, 4))],
                                            [("conv2", (1, 2), (0, 4)), ("conv2", (2, 3), (4, 8))],
@@ -118,7 +118,7 @@ def test_two_fc_layers_with_weights_in_dram_train_bit_exact_folded_with_stalls()
         zoo.conv("conv1", 2, 3, pad=1), Layer("relu", "relu1"), Layer("flatten", "flatten"),
         Layer("linear", "fc1", out_channels=6), Layer("linear", "fc2", out_channels=4)])
     mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=1, lr=LR, max_multipliers=40,
-                          **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
+                          **{**STOPPING_UPDATE_OPTIONS, "fc_weights": "dram"})
     assert [[(s.layer, s.in_range, s.weights_offchip, -(-s.in_channels // s.fp.tiles), s.fp_stale) for s in node.slices]
             for node in mapping.nodes] == [[("conv1", (0, 1), False, 1, 3), ("fc1", (0, 16), True, 6, 2)],
                                            [("fc1", (16, 72), True, 7, 2), ("fc2", (0, 6), True, 6, 1)]]
@@ -182,7 +182,7 @@ def test_rows_two_links_away_train_bit_exact_with_the_update_that_does_not_stop_
     # their streams and rounded gradients) and row 9 on node 2, every link stalling 30% of the
     # cycles: the rounders in front of the LGB and the split to the hosts' BGBs stall with them.
     # Two mini-batches: both sums filled and walked (sim/test_grad_buffer.py reuses them).
-    mapping, _ = _train(CHAIN, seed=10, stall=0.3, overlapped_update=True, bram_fraction=0.05,
+    mapping, _ = _train(CHAIN, seed=10, stall=0.3, update="overlapped", bram_fraction=0.05,
                         formats=Formats(grad_bits=16))
     assert _hosted(mapping) == [(3, 1, "fc", (1, 9)), (3, 2, "fc", (9, 10))]
     assert _relayed(mapping) == [[], [], [(3, 1)], []]
@@ -220,7 +220,7 @@ def test_fc_rows_hosted_on_the_upstream_node_train_bit_exact():
 @pytest.mark.usefixtures("unelaborated")
 def test_a_chain_without_the_host_of_a_nodes_rows_is_refused():
     mapping = map_network(zoo.tiny(), parse_cluster("ecp5-85:3"), batch=BATCH, lr=LR, bram_fraction=0.06,
-                          **GENERATOR_OPTIONS)
+                          **STOPPING_UPDATE_OPTIONS)
     with pytest.raises(ValueError) as error:
         connect_chain(Module(), [Node(mapping.nodes[2])])
     assert str(error.value) == ("node 2: weight-balancing streams ['rows7_n2_h1'] cross its up link, "
@@ -288,7 +288,7 @@ def test_balanced_chain_trains_bit_exact_at_its_bottleneck_rate_in_steady_state(
     # FIFO in front of the pooling SFU's errors; its prediction was 160.)
     network, samples = zoo.tiny(), 12
     mapping = map_network(network, parse_cluster(CHAIN), batch=samples, lr=LR, bram_fraction=BALANCED_BRAM,
-                          **GENERATOR_OPTIONS)
+                          **STOPPING_UPDATE_OPTIONS)
     assert _hosted(mapping) == [(3, 0, "fc", (2, 6)), (3, 1, "fc", (6, 8)), (3, 2, "fc", (8, 10))]
     assert _relayed(mapping) == [[], [(3, 0)], [(3, 1), (3, 0)], []]
     inputs, labels, params = random_data(network, samples, 9)
@@ -314,7 +314,7 @@ def test_ocp_layer_split_over_two_nodes_reduces_its_errors_across_the_link():
         Layer("relu", "relu2"), Layer("maxpool", "pool2", kernel=2, stride=2, padding=0),
         Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
     inputs, labels, params = random_data(network, 2, 21)
-    mapping = map_network(network, parse_cluster("ecp5-85:2"), batch=2, lr=LR, **GENERATOR_OPTIONS)
+    mapping = map_network(network, parse_cluster("ecp5-85:2"), batch=2, lr=LR, **STOPPING_UPDATE_OPTIONS)
     assert [[(s.layer, s.mode, s.out_range) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", "ocp", (0, 2)), ("conv2", "ocp", (0, 9))], [("conv2", "ocp", (9, 16)), ("fc", "icp", (0, 10))]]
     run = train_chain(network, mapping, inputs, labels, params, stall=0.2, **VERILATOR)

@@ -8,8 +8,8 @@ from hw.link.chain import LinkedNode
 from mapping import zoo
 from mapping.cluster import parse_cluster
 from mapping.golden import random_data
-from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, CI_BITSTREAM, assert_bit_exact, report, train_chain
+from mapping.mapper import map_network
+from sim.chain import CHAIN, CI_BITSTREAM, STOPPING_UPDATE_OPTIONS, assert_bit_exact, report, train_chain
 from sim.chain_links import LinkedChain
 
 BATCH, LR = 3, 0.05
@@ -20,7 +20,7 @@ def _train_over_links(links, seed):
     """micro on the CI bitstream's two nodes over ``links``: the smallest chain with a link."""
     network = zoo.micro()
     mapping = map_network(network, parse_cluster(CI_BITSTREAM["cluster"]), batch=BATCH, lr=LR,
-                          max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
+                          max_multipliers=CI_BITSTREAM["max_multipliers"], **STOPPING_UPDATE_OPTIONS)
     inputs, labels, params = random_data(network, SAMPLES, seed)
     run = train_chain(network, mapping, inputs, labels, params, links=links)
     print(f"\nmicro over links {links}: {run.cycles} cycles for {SAMPLES} samples\n{report(mapping, run)}")
@@ -48,7 +48,7 @@ def test_chain_over_lossy_links_with_nodes_on_different_clocks_trains_bit_exact(
 def test_link_channels_of_the_default_chain():
     """Every stream between two neighbours is a channel of their link, both directions in one
     config, the same at both ends (channels in name order); a LinkedNode has a PHY port per neighbour (node 0's up port stays the host's)."""
-    mapping = map_network(zoo.tiny(), parse_cluster(CHAIN), batch=BATCH, lr=LR, **GENERATOR_OPTIONS)
+    mapping = map_network(zoo.tiny(), parse_cluster(CHAIN), batch=BATCH, lr=LR, **STOPPING_UPDATE_OPTIONS)
     linked = [LinkedNode(cfg) for cfg in mapping.nodes]
     configs = [node.links["down"] for node in linked[:-1]]
     assert [config.channels for config in configs] == [

@@ -21,8 +21,8 @@ import pytest
 from mapping import zoo
 from mapping.errors import SpecError
 from mapping.cluster import parse_cluster
-from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import first_difference, train_chain
+from mapping.mapper import map_network
+from sim.chain import STOPPING_UPDATE_OPTIONS, first_difference, train_chain
 from sim.distributed import Distributed, Late, build_parts, same_run, split, train_distributed
 from sim import train
 from sim.train import parse_args, setup
@@ -96,7 +96,7 @@ def test_windows_longer_than_the_latency_and_more_parts_than_nodes_are_refused(c
 
 
 def test_parts_of_about_equal_cost():
-    mapping = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:5"), batch=8, lr=0.05, **GENERATOR_OPTIONS)
+    mapping = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:5"), batch=8, lr=0.05, **STOPPING_UPDATE_OPTIONS)
     costs = [sum(s.multipliers for s in cfg.slices) for cfg in mapping.nodes]
     assert split(mapping, 1) == [range(0, 5)]
     parts = split(mapping, 2)

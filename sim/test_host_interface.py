@@ -20,8 +20,8 @@ from hw.link.layer import COUNTER_NAMES
 from hw.link.sim_phy import LaneErrors, SimulatedLane
 from mapping import golden, zoo
 from mapping.cluster import parse_cluster
-from mapping.mapper import GENERATOR_OPTIONS, map_network
-from sim.chain import CHAIN, CI_BITSTREAM, assert_bit_exact
+from mapping.mapper import map_network
+from sim.chain import CHAIN, CI_BITSTREAM, STOPPING_UPDATE_OPTIONS, assert_bit_exact
 from sim.testbench import simulate
 from sim.verilated_board import VerilatedBoards
 
@@ -30,7 +30,7 @@ DIVISOR = 2
 
 
 def _mapping(network=zoo.tiny, cluster=CHAIN, batch=BATCH, **options):
-    return map_network(network(), parse_cluster(cluster), batch=batch, lr=LR, **GENERATOR_OPTIONS, **options)
+    return map_network(network(), parse_cluster(cluster), batch=batch, lr=LR, **{**STOPPING_UPDATE_OPTIONS, **options})
 
 
 def _trainer(network=zoo.tiny, cluster=CHAIN):

@@ -13,7 +13,8 @@ from hw.node.top import Node
 from mapping import memories, zoo
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
-from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.mapper import map_network
+from sim.chain import STOPPING_UPDATE_OPTIONS
 from mapping.nodeconfig import Engine, Pool, Training
 from mapping.resources import ram_style
 from sim.helpers import layer_slice, micro_overlap
@@ -42,7 +43,7 @@ MAPPINGS = [("tiny", "ecp5-85:2+ecp5-45:2", 0.9), ("tiny", "vc709:1", 0.9), ("le
 @pytest.mark.parametrize("network, cluster, bram_fraction", MAPPINGS)
 def test_inventory_lists_every_memory_the_generator_builds(network, cluster, bram_fraction):
     mapping = map_network(zoo.NETWORKS[network](), parse_cluster(cluster), batch=2, bram_fraction=bram_fraction,
-                          **GENERATOR_OPTIONS)
+                          **STOPPING_UPDATE_OPTIONS)
     assert any(n.hosted for n in mapping.nodes) == (bram_fraction < 0.9)
     assert_inventory(mapping)
 
@@ -50,7 +51,7 @@ def test_inventory_lists_every_memory_the_generator_builds(network, cluster, bra
 def test_inventory_of_a_node_with_fc_weights_in_dram():
     """No LPRAM and no LGB: the rows' two staging FIFOs (hw/memory/dram_weights.py)."""
     mapping = map_network(zoo.micro(), parse_cluster("lfe5um5g-45f:2"), batch=1, max_multipliers=24,
-                          **{**GENERATOR_OPTIONS, "fc_weights": "dram"})
+                          **{**STOPPING_UPDATE_OPTIONS, "fc_weights": "dram"})
     assert_inventory(mapping)
     fc = mapping.nodes[1].slices[0]
     assert [(m.name, m.width, m.depth) for m in memories.slice_memories(fc) if "dram" in m.name or "lpram" in m.name] == [
@@ -70,7 +71,7 @@ def test_inventory_of_a_node_with_an_overlapping_max_pool(act_storage):
     """Its SFU's two band and two replay rows and the pooled row of errors in front; with the
     samples in flight in DRAM, the two staging FIFOs of the Act-RAM and of the mask FIFO."""
     mapping = map_network(micro_overlap(), parse_cluster("lfe5um5g-45f:2"), batch=2, act_storage=act_storage,
-                          **GENERATOR_OPTIONS)
+                          **STOPPING_UPDATE_OPTIONS)
     assert [s.pool for s in mapping.nodes[0].slices] == [Pool(3, 2)]
     assert_inventory(mapping)
     staged = [m.name for m in memories.node_memories(mapping.nodes[0]) if m.depth == memories.DRAM_STAGING_BEATS]

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
 from mapping.golden import random_data
-from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.mapper import map_network
 from mapping.network import Layer, infer
-from sim.chain import first_difference, train_chain
+from sim.chain import STOPPING_UPDATE_OPTIONS, first_difference, train_chain
 
 DEVICES = ("ecp5-85", "ecp5-45", "ecp5-25")
 
@@ -58,7 +58,7 @@ def check_trains_or_is_refused(spec, cluster):
     input_shape, layers = spec
     try:
         network = infer("random", input_shape, layers)
-        mapping = map_network(network, parse_cluster(cluster), batch=2, lr=0.05, **GENERATOR_OPTIONS)
+        mapping = map_network(network, parse_cluster(cluster), batch=2, lr=0.05, **STOPPING_UPDATE_OPTIONS)
         inputs, labels, params = random_data(network, 2, 0)
         run = train_chain(network, mapping, inputs, labels, params, deadline=100_000)
     except SpecError as error:

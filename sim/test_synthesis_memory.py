@@ -26,7 +26,8 @@ from hw.memory.param_ram import ParamRam
 from hw.synth import SynthResult, synthesize
 from mapping.memories import cost as memories_cost, hosted_memories
 from mapping.cluster import parse_cluster
-from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.mapper import map_network
+from sim.chain import STOPPING_UPDATE_OPTIONS
 from mapping.nodeconfig import Training
 from mapping.numerics import Formats
 from mapping.resources import LUTRAM_MAX_DEPTH, bram_blocks, register_bits
@@ -126,7 +127,7 @@ def hosted_fc_block():
     channels 2..9 for node 2, whose FP engine has P = 1 CE of b = 4 tiles over S = 32 inputs:
     G = 8 groups x v = 8 passes, 64 addresses of P*b = 4 words."""
     mapping = map_network(tiny(), parse_cluster("ecp5-85:3"), batch=3, lr=0.05, bram_fraction=0.06,
-                          **GENERATOR_OPTIONS)
+                          **STOPPING_UPDATE_OPTIONS)
     config = mapping.nodes[1]
     (block,) = hosted_blocks(config)
     assert (block.owner, block.layer, block.out_range) == (2, "fc", (2, 10))
@@ -246,7 +247,7 @@ def test_relayed_streams_in_lut_ram(tmp_path):
     # tiny on three ECP5-85s with 6.5% of the block RAM: node 0 hosts node 2's fc rows 2..7,
     # node 1 relays their three streams through FIFOs of RELAY_DEPTH = 3 beats.
     mapping = map_network(tiny(), parse_cluster("ecp5-85:3"), batch=3, lr=0.05, bram_fraction=0.065,
-                          **GENERATOR_OPTIONS)
+                          **STOPPING_UPDATE_OPTIONS)
     (block,) = relayed_blocks(mapping.nodes[1])
     assert (block.owner, block.host, block.out_range) == (2, 0, (2, 8))
     relay = Relay(block, family="ecp5")

@@ -12,15 +12,15 @@ import pytest
 from mapping import data, golden, numerics, zoo
 from mapping.cluster import parse_cluster
 from mapping.golden import random_data
-from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.mapper import map_network
 from mapping.network import Layer, infer
-from sim.chain import assert_bit_exact, cycles_per_sample, report, train_chain
+from sim.chain import STOPPING_UPDATE_OPTIONS, assert_bit_exact, cycles_per_sample, report, train_chain
 
 pytestmark = pytest.mark.slow  # each compiles a chain (half a minute or more)
 
 
 def _chain(network, cluster, inputs, labels, params, *, batch, stall=0.0, lr=0.05):
-    mapping = map_network(network, parse_cluster(cluster), batch=batch, lr=lr, **GENERATOR_OPTIONS)
+    mapping = map_network(network, parse_cluster(cluster), batch=batch, lr=lr, **STOPPING_UPDATE_OPTIONS)
     run = train_chain(network, mapping, inputs, labels, params, stall=stall, backend="verilator", profile="quick")
     print(f"\n{network.name} on {cluster}{' with stalls' if stall else ''}: {run.cycles} cycles for "
           f"{len(inputs)} samples\n{report(mapping, run)}")

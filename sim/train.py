@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mapping import data, golden, link_model, zoo
-from mapping.cli import (DEFAULT_GRAD_BITS_HELP, OVERLAPPED_HELP, DefaultsShown, Parser, add_act_storage_option,
+from mapping.cli import (DEFAULT_GRAD_BITS_HELP, DefaultsShown, Parser, add_act_storage_option,
                          add_fc_weights_option, fc_weights_problem,
-                         add_grad_bits_option, add_loss_option, formats_of, positive_int,
+                         add_grad_bits_option, add_loss_option, add_update_option, formats_of, positive_int,
                          positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
@@ -64,7 +64,7 @@ def parse_args(argv):
     add_loss_option(parser)
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
     add_act_storage_option(parser)
-    parser.add_argument("--overlapped-update", action="store_true", help=OVERLAPPED_HELP)
+    add_update_option(parser)
     add_fc_weights_option(parser)
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
     links = parser.add_argument_group("links", "neighbours joined by link cores instead of wires")
@@ -205,8 +205,8 @@ def setup(args):
     if warning and mpi_rank() == 0:
         print(f"warning: {warning}")
     mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
-                     formats=formats_of(args.loss, args.grad_bits), overlapped_update=args.overlapped_update,
-                     act_storage=args.act_storage, **{**GENERATOR_OPTIONS, "fc_weights": args.fc_weights})
+                     formats=formats_of(args.loss, args.grad_bits), act_storage=args.act_storage,
+                     **{**GENERATOR_OPTIONS, "fc_weights": args.fc_weights, "update": args.update})
     problem = fc_weights_problem(mapping, args.fc_weights)
     if problem:
         raise SpecError(problem)

@@ -48,8 +48,8 @@ def tiny(spec, bram_fraction, **options):
 
 
 def test_generator_options_balance_fc_rows_onto_the_adjacent_node():
-    assert GENERATOR_OPTIONS == {"fc_weights": "auto", "buildable_balance": True}
-    m = tiny("ecp5-85:3", 0.06, **GENERATOR_OPTIONS)
+    assert GENERATOR_OPTIONS == {"fc_weights": "auto", "buildable_balance": True, "update": "auto"}
+    m = tiny("ecp5-85:3", 0.06, **{**GENERATOR_OPTIONS, "update": "stop"})
     assert blocks_of(m) == [(2, 1, "fc", (0, 32), (2, 10), 256)]
     assert_buildable(m)
     assert Mapping.from_json(m.to_json()) == m
@@ -135,7 +135,7 @@ def test_moves_leave_whole_engine_groups():
 
 
 def test_fc_rows_stream_twice_and_send_48_bit_gradients_back():
-    m = tiny("ecp5-85:3", 0.06, **GENERATOR_OPTIONS)
+    m = tiny("ecp5-85:3", 0.06, **{**GENERATOR_OPTIONS, "update": "stop"})
     (block,) = m.nodes[1].hosted
     # link 1 -> 2: conv2's bypassed inputs of channels 2:4 (4x4) and partial sums of its
     # 8x4x4 outputs, the label, and the FC rows once for FP and once for EB

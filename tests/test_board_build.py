@@ -17,8 +17,9 @@ from sim.chain import CI_BITSTREAM
 @pytest.mark.slow
 def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
     # The smallest real node (sim.chain.CI_BITSTREAM): conv1's two output channels (FP and PG,
-    # 9 multipliers each; a first layer has no EB), its weight update in one lane, 24 in all. The
-    # mapping as `python -m mapping --network micro --cluster lfe5um5g-45f:2 --max-multipliers 24
+    # 9 multipliers each; a first layer has no EB), its weight update in one lane, 24 in all,
+    # the update beside the engines (--update auto takes it here: three copies of the weights).
+    # The mapping as `python -m mapping --network micro --cluster lfe5um5g-45f:2 --max-multipliers 24
     # --for-hardware` writes it, built through `--mapping` at the 100 MHz of mapping/devices.py.
     # Node 0 of two, so its down link (link endpoint, DDR PHY on the Versa's header pins) is in.
     # nextpnr-ecp5 0.11, seed 1, router1 (the default for a node): 135.4 MHz, 185 s alone with an
@@ -26,7 +27,8 @@ def test_smallest_versa_node_builds_to_a_bitstream(tmp_path):
     # the suite's run from a fresh clone) failed there on the arc of the chain reset into its
     # global buffer, and boards.build placed the design again for router1: 303 s. Its routing is
     # what varies from change to change: 126.7 MHz at ed4736f, 109.7 MHz at f57a5dd, 105.7 MHz
-    # at f4206fa, 124.6 MHz at d47e622, 93.0 MHz at 9e399be (docs/boards.md, "Measured").
+    # at f4206fa, 124.6 MHz at d47e622, 93.0 MHz at 9e399be; with the overlapped update 132.6 MHz,
+    # 530 s in the suite (docs/boards.md, "Measured").
     mapping = map_network(zoo.micro(), parse_cluster(CI_BITSTREAM["cluster"]),
                           max_multipliers=CI_BITSTREAM["max_multipliers"], **GENERATOR_OPTIONS)
     (tmp_path / "mapping.json").write_text(mapping.to_json())

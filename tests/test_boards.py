@@ -72,8 +72,8 @@ def test_status_unpacks_every_field():
 
 def test_a_board_is_mapped_with_the_update_that_does_not_stop_the_engines_when_asked():
     board = get_board("versa-ecp5-5g")
-    stalled = board_mapping(parse_args(["--board", "versa-ecp5-5g", "--node", "0"]), board)
-    overlapped = board_mapping(parse_args(["--board", "versa-ecp5-5g", "--node", "0", "--overlapped-update"]), board)
+    stalled = board_mapping(parse_args(["--board", "versa-ecp5-5g", "--node", "0", "--update", "stop"]), board)
+    overlapped = board_mapping(parse_args(["--board", "versa-ecp5-5g", "--node", "0", "--update", "overlapped"]), board)
     assert (stalled.eb_stale(), overlapped.eb_stale()) == (0, 1)
     assert all(overlapped.fp_stale()[layer] > stale for layer, stale in stalled.fp_stale().items())
 
@@ -326,7 +326,7 @@ def test_a_node_of_a_longer_chain_has_its_link_on_the_planned_header_pins():
     received clock constrained at the node clock (nextpnr times the input registers on it)."""
     board = get_board("versa-ecp5-5g")
     mapping = board_mapping(SimpleNamespace(network="micro", cluster="lfe5um5g-45f:2", mapping=None, loss=None,
-                                            overlapped_update=None),
+                                            update=None),
                             board)
     top = BoardTop(board, mapping, range(1, 2), 100)
     assert list(top.links) == ["up"] and list(top.trainer.off_board) == ["up"]

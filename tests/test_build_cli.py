@@ -179,9 +179,9 @@ def test_a_mapping_is_checked_against_the_options_given_with_it(mapped, capsys):
     assert mapping_refusal(mapped, capsys, path, "--bram-fraction", "0.5", "--lr", "0.1", "--loss", "ce") == (
         f"error: --bram-fraction, --lr, --loss set how a network is mapped, but mapping file {path} is mapped "
         f"already (map it again with python -m mapping --for-hardware --bram-fraction, --lr, --loss ...)")
-    assert mapping_refusal(mapped, capsys, path, "--overlapped-update") == (
-        f"error: --overlapped-update set how a network is mapped, but mapping file {path} is mapped "
-        f"already (map it again with python -m mapping --for-hardware --overlapped-update ...)")
+    assert mapping_refusal(mapped, capsys, path, "--update", "overlapped") == (
+        f"error: --update set how a network is mapped, but mapping file {path} is mapped "
+        f"already (map it again with python -m mapping --for-hardware --update ...)")
     assert mapping_refusal(mapped, capsys, path, "--act-storage", "chip") == (
         f"error: --act-storage set how a network is mapped, but mapping file {path} is mapped "
         f"already (map it again with python -m mapping --for-hardware --act-storage ...)")

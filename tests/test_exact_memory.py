@@ -21,9 +21,9 @@ CLUSTERS = ("ecp5-85:2+ecp5-45:2", "ecp5-85:3", "ecp5-85:4", "ecp5-45:4", "ecp5-
             "ecp5-45:2+ecp5-25:3")
 
 
-def generator_mapping(network, cluster, bram_fraction, overlapped_update=False):
+def generator_mapping(network, cluster, bram_fraction, update="stop"):
     return map_network(zoo.NETWORKS[network](), parse_cluster(cluster), bram_fraction=bram_fraction,
-                       network_name=network, overlapped_update=overlapped_update, **GENERATOR_OPTIONS)
+                       network_name=network, **{**GENERATOR_OPTIONS, "update": update})
 
 
 # Of the BRAM_FRACTIONS, how many map (stopping the engines, not stopping them): an ECP5-25
@@ -44,14 +44,14 @@ MAPPED = {
 
 
 # With the update that does not stop the engines (three copies of the weights) too.
-@pytest.mark.parametrize("overlapped_update", [False, True], ids=["stalled", "overlapped"])
+@pytest.mark.parametrize("update", ["stop", "overlapped"], ids=["stalled", "overlapped"])
 @pytest.mark.parametrize("network", ["tiny", "lenet-digits"])
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_every_node_of_a_generator_mapping_fits_its_block_ram_as_built(network, cluster, overlapped_update):
+def test_every_node_of_a_generator_mapping_fits_its_block_ram_as_built(network, cluster, update):
     mapped = 0
     for bram_fraction in BRAM_FRACTIONS:
         try:
-            mapping = generator_mapping(network, cluster, bram_fraction, overlapped_update)
+            mapping = generator_mapping(network, cluster, bram_fraction, update)
         except SpecError:
             continue
         mapped += 1
@@ -59,7 +59,7 @@ def test_every_node_of_a_generator_mapping_fits_its_block_ram_as_built(network, 
         for node in mapping.nodes:
             built = memories.node_bram_blocks(node)
             assert built == node.estimate.bram_blocks <= usable[node.index], (bram_fraction, node.index)
-    assert mapped == MAPPED[network, cluster][overlapped_update]
+    assert mapped == MAPPED[network, cluster][update == "overlapped"]
 
 
 def test_lenet_on_four_ecp5_85s_at_a_fifth_of_their_block_ram():

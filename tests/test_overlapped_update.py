@@ -3,11 +3,15 @@ docs/weight_versions.md): one more sample of staleness everywhere, three copies 
 weights and two gradient sums in the memory plan, and a rate that counts only the part of
 a walk longer than a sample period."""
 
+import re
+
 import pytest
 
 from mapping import memories, zoo
 from mapping.cluster import parse_cluster
+from mapping.errors import SpecError
 from mapping.mapper import GENERATOR_OPTIONS, map_network
+from mapping.numerics import Formats
 from mapping.__main__ import main as mapping_main
 
 CHAIN = "ecp5-85:2+ecp5-45:2"
@@ -15,7 +19,7 @@ CHAIN = "ecp5-85:2+ecp5-45:2"
 
 def _map(overlapped, batch=4, cluster=CHAIN, **options):
     return map_network(zoo.tiny(), parse_cluster(cluster), batch=batch, network_name="tiny",
-                       overlapped_update=overlapped, **GENERATOR_OPTIONS, **options)
+                       **{**GENERATOR_OPTIONS, **options, "update": "overlapped" if overlapped else "stop"})
 
 
 @pytest.mark.parametrize("batch, stalled, overlapped", [
@@ -70,7 +74,33 @@ def test_the_bias_walk_reads_its_own_copy():
 
 
 def test_mapping_cli_writes_the_option(tmp_path, capsys):
-    mapping_main(["--network", "tiny", "--cluster", CHAIN, "--for-hardware", "--overlapped-update",
+    mapping_main(["--network", "tiny", "--cluster", CHAIN, "--for-hardware", "--update", "overlapped",
                   "--out", str(tmp_path)])
     assert '"overlapped_update": true' in (tmp_path / "mapping.json").read_text()
     assert "with the weight update's walks (overlapped) at mini-batch 1)" in capsys.readouterr().out
+
+
+def test_auto_takes_the_overlapped_update_where_the_chain_runs_faster_with_it():
+    # tiny on four VC709s: the walks set the period (200 MHz / (80 + 94) stopping the engines,
+    # 200 MHz / 101 beside them); on the default chain the links set it either way (556,200
+    # samples/s at its default 16-bit sums), and the model alone counts no walks.
+    def rates(cluster, **options):
+        auto, stop = (map_network(zoo.tiny(), parse_cluster(cluster), **{**GENERATOR_OPTIONS, **options,
+                                                                        "update": update})
+                      for update in ("auto", "stop"))
+        return auto.eb_stale(), round(auto.summary["samples_per_s_with_updates"]), round(
+            stop.summary["samples_per_s_with_updates"])
+
+    assert rates("vc709:4") == (1, 1980198, 1142857)
+    assert rates(CHAIN, formats=Formats(grad_bits=16)) == (0, 556200, 556200)
+    model = map_network(zoo.tiny(), parse_cluster("vc709:4"), update="auto")
+    assert model.eb_stale() == 0 and "samples_per_s_with_updates" not in model.summary
+
+
+@pytest.mark.parametrize("update, error, message", [
+    ("sometimes", SpecError, "update must be one of stop, overlapped, auto, not 'sometimes'"),
+    (True, TypeError, "update must be one of stop, overlapped, auto, not True"),
+])
+def test_an_unknown_update_policy_is_refused_by_name(update, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        map_network(zoo.tiny(), parse_cluster(CHAIN), update=update)
