@@ -130,7 +130,7 @@ def test_host_command_trains_through_a_serial_port_to_a_simulated_board(tmp_path
     Verilator backend that holds micro's two nodes (pyserial's Serial replaced by a port of
     the same shape): it checks the board, loads, trains one sample (one update, mini-batch
     1), reads back and finds the weights bit-exact with the golden model; the board's LEDs
-    change as the session goes. (With --overlapped-update and two samples its check failed
+    change as the session goes. (With --update overlapped and two samples its check failed
     against a golden model whose EB was not one sample behind; tests/test_boards.py maps a
     board with the option.)"""
     mapping = _mapping(zoo.micro, "lfe5um5g-45f:2", batch=1)
