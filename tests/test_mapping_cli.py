@@ -60,8 +60,8 @@ def test_cli_sweep_reports_the_sizes_it_refused(tmp_path, capsys):
 
 
 def test_hardware_mappings_count_the_weight_update_walks(tmp_path, capsys):
-    # Stopping the engines for each update's walk, node 3's fc walks 94 cycles per sample at
-    # mini-batch 1, so the chain runs at 200 MHz / (80 + 94) below its compute (and link)
+    # Stopping the engines for each update's walk, node 3's fc walks 95 cycles per sample at
+    # mini-batch 1, so the chain runs at 200 MHz / (80 + 95) below its compute (and link)
     # bound; the update that does not stop them walks beside them, 95 + 6 cycles a sample
     # (docs/node_dataflow.md), and --update auto (the default) takes it: 200 MHz / 101. A
     # mapping of the paper's model does not print the figure.

@@ -81,7 +81,7 @@ def test_mapping_cli_writes_the_option(tmp_path, capsys):
 
 
 def test_auto_takes_the_overlapped_update_where_the_chain_runs_faster_with_it():
-    # tiny on four VC709s: the walks set the period (200 MHz / (80 + 94) stopping the engines,
+    # tiny on four VC709s: the walks set the period (200 MHz / (80 + 95) stopping the engines,
     # 200 MHz / 101 beside them); on the default chain the links set it either way (556,200
     # samples/s at its default 16-bit sums), and the model alone counts no walks.
     def rates(cluster, **options):
