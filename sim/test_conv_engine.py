@@ -1,18 +1,13 @@
 """FPEngine against tensor_ops.conv_forward, bit for bit, with random stalls on both streams."""
 
-
 import numpy as np
 import pytest
 
 from hw.engines.fp_engine import FPEngine
 from mapping.nodeconfig import Engine
-from sim.helpers import eb_slice, mults, run_engine
-from sim.testbench import EngineWithWeights, simulate
-
-
-
-
-
+from mapping.numerics import WORD_MAX, WORD_MIN
+from sim.helpers import eb_slice, expected_beats, lpram_rows, mults, run_engine
+from sim.testbench import EngineWithWeights, as_ints, get, put, simulate
 
 CORNERS = {
     # name: (channels S, kernel, ces P, out_channels, size, stride, padding, tiles b)
@@ -114,3 +109,35 @@ def test_refuses_zero_ces_and_tiles_outside_the_channels():
         with pytest.raises(ValueError, match=f"conv engine: tiles = {tiles} is not between 1 and "
                                              f"the slice's 3 input channels"):
             FPEngine(channels=3, kernel=3, ces=2, out_channels=4, tiles=tiles)
+
+
+@pytest.mark.parametrize("channels, ces, out_channels, tiles, stall", [
+    (10, 2, 5, 4, 0.3),  # three passes, the last one half padding; OC not a multiple of P
+    (6, 3, 3, 6, 0.0),   # one pass, one group
+])
+def test_pass_windows_sum_a_fully_connected_layer_from_the_stores_windows(channels, ces, out_channels, tiles, stall):
+    """``pass_windows`` (hw/memory/fc_store.FcWindowStore's beats): each step takes pass i's
+    words, passes 0 .. v-1 once per group; the partial sums are the layer's W @ x."""
+    rng = np.random.default_rng(channels)
+    samples = 3
+    xs = rng.integers(WORD_MIN, WORD_MAX + 1, (samples, channels))
+    weights = rng.integers(WORD_MIN, WORD_MAX + 1, (out_channels, channels, 1, 1))
+    xs[0], weights[0] = WORD_MIN, WORD_MIN
+    engine = FPEngine(channels=channels, kernel=1, ces=ces, out_channels=out_channels, tiles=tiles, pass_windows=True)
+    dut = EngineWithWeights(engine, lpram_rows(weights, ces, tiles, rng).tolist())
+    padded = np.zeros((samples, engine.passes * tiles), np.int64)
+    padded[:, :channels] = xs
+    windows = [list(map(int, padded[s, i * tiles:(i + 1) * tiles]))
+               for s in range(samples) for _ in range(engine.groups) for i in range(engine.passes)]
+    want = np.concatenate([expected_beats((weights[:, :, 0, 0] @ x).reshape(-1, 1, 1), ces)
+                           for x in xs])
+    got = {}
+
+    async def producer(ctx):
+        await put(ctx, dut.windows, windows, rng, stall)
+
+    async def consumer(ctx):
+        got["beats"] = await get(ctx, dut.psums, len(want), rng, stall, decode=lambda p: as_ints(p.values))
+
+    simulate(dut, producer, consumer, deadline=int(len(windows) / (1 - stall) ** 2 * 3) + engine.latency + 40)
+    np.testing.assert_array_equal(np.array(got["beats"]), want)

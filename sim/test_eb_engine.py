@@ -56,15 +56,20 @@ class Run:
 
 
 def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, padding=0, tiles=None, rng,
-               stall=0.0, samples=1, group_major=False):
+               stall=0.0, samples=1, group_major=False, pass_errors=False):
     weights, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                                    size=size, stride=stride, padding=padding, samples=samples)
     engine = EBEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces, tiles=tiles,
-                      group_major=group_major)
+                      group_major=group_major, pass_errors=pass_errors)
     dut = EngineWithWeights(engine, lpram_rows(weights, ces, engine.tiles, rng).tolist(), ("windows", "errors"))
     windows = [w for e in errs for w in error_windows(e, kernel, stride, padding, (size, size))]
     want = expected(errs, weights, (in_channels, size, size), stride, padding)
     assert len(windows) == len(want)
+    if pass_errors:  # each window's sums as v beats of b, the last pass's lanes past S dropped
+        v, b = engine.passes, engine.tiles
+        padded = np.zeros((len(want), v * b), np.int64)
+        padded[:, :in_channels] = want
+        want = padded.reshape(-1, b)
     state = {"now": 0, "transfers": [], "issues": 0, "addrs": []}
 
     async def producer(ctx):
@@ -83,9 +88,14 @@ def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, paddin
             if valid and ready:
                 state["transfers"].append(state["now"])
 
-    deadline = int(len(want) * engine.rows / (1 - stall) ** 2 * 3) + engine.latency + 20
+    deadline = int(len(windows) * engine.rows / (1 - stall) ** 2 * 3) + engine.latency + 20
     simulate(dut, producer, consumer, processes=[clock], deadline=deadline)
-    return Run(np.array(state["beats"], dtype=np.int64).reshape(want.shape), want, state["transfers"],
+    got = np.array(state["beats"], dtype=np.int64).reshape(want.shape)
+    if pass_errors:  # lanes past S in the last pass are the accumulators' garbage: not errors
+        live = np.tile(np.arange(engine.passes * engine.tiles).reshape(-1, engine.tiles) < in_channels,
+                       (len(windows), 1))
+        got, want = np.where(live, got, 0), np.where(live, want, 0)
+    return Run(got, want, state["transfers"],
                state["issues"], state["addrs"], engine)
 
 
@@ -126,6 +136,17 @@ def test_group_major_matches_conv_backward_with_stalls(name):
                      samples=2, group_major=True)
     np.testing.assert_array_equal(run.got, run.want)
     assert run.addrs == list(range(run.engine.rows))
+
+
+@pytest.mark.parametrize("group_major", [False, True])
+@pytest.mark.parametrize("name", ["fold-1x1-s5-b2-padded-pass", "fold-1x1-s4-b2-exact-passes", "fold-one-ce-one-group"])
+def test_pass_errors_give_each_pass_as_it_completes(name, group_major):
+    """A fully connected layer's EB (hw/memory/fc_store.py): each pass's b sums a beat, in pass order."""
+    s, o, kernel, ces, size, stride, padding, tiles = CORNERS[name]
+    run = run_engine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, size=size, stride=stride,
+                     padding=padding, tiles=tiles, rng=np.random.default_rng(len(name)), stall=0.3,
+                     samples=2, group_major=group_major, pass_errors=True)
+    np.testing.assert_array_equal(run.got, run.want)
 
 
 @pytest.mark.parametrize("in_channels, kernel, tiles, passes, latency", [

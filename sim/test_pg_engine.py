@@ -79,8 +79,9 @@ class Run:
     transfers: list   # clock edges (counted from 1) at which a grads beat was taken
 
 
-def run_engine(engine, windows, pixels, rng, stall=0.0):
-    beats = len(windows) * engine.rows
+def run_engine(engine, windows, pixels, rng, stall=0.0, beats=None):
+    """``beats``: the grads beats to take, by default a sample's rows per window."""
+    beats = len(windows) * engine.rows if beats is None else beats
     state = {"now": 0, "transfers": [], "bias": []}
 
     def decode(payload):
@@ -151,6 +152,28 @@ def test_products_sum_to_conv_weight_grad_with_stalls(name):
         db = sum(tensor_ops.bias_grad(e) for e in errs)
         np.testing.assert_array_equal(by_row(run.bias_grads, engine.groups),
                                       lpram_rows(db.reshape(o, 1, 1, 1), ces, 1))
+
+
+@pytest.mark.parametrize("in_channels, out_channels, ces, tiles, stall", [(10, 5, 2, 4, 0.3), (6, 3, 3, 6, 0.0)])
+def test_pass_windows_make_a_fully_connected_layers_gradient_terms(in_channels, out_channels, ces, tiles, stall):
+    """``pass_windows`` (hw/memory/fc_store.FcWindowStore's beats): a window beat per step, the
+    errors once per sample; the beats are those of the whole input as one window."""
+    rng = np.random.default_rng(in_channels)
+    xs, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=1, size=1, stride=1,
+                              padding=0, samples=3)
+    engine = PGEngine(in_channels=in_channels, out_channels=out_channels, kernel=1, ces=ces, tiles=tiles, bias=True,
+                      pass_windows=True)
+    padded = np.zeros((len(xs), engine.passes * tiles), np.int64)
+    padded[:, :in_channels] = np.array(xs).reshape(len(xs), -1)
+    windows = [list(map(int, padded[s, i * tiles:(i + 1) * tiles]))
+               for s in range(len(xs)) for _ in range(engine.groups) for i in range(engine.passes)]
+    run = run_engine(engine, windows, pixel_inputs(xs, errs, 1, 1, 0)[1], rng, stall=stall,
+                     beats=len(xs) * engine.rows)
+    want, want_bias = expected_beats(xs, errs, 1, 1, 0, ces, tiles)
+    assert [row for row, _ in run.grads] == [row for row, _ in want]
+    for (_, got), (_, values) in zip(run.grads, want):
+        np.testing.assert_array_equal(got, values)
+    assert [row for row, _ in run.bias_grads] == [row for row, _ in want_bias]
 
 
 @pytest.mark.parametrize("in_channels, kernel, tiles, passes", [(2, 3, None, 1), (5, 3, 2, 3), (4, 1, 2, 2)])

@@ -22,6 +22,12 @@ and EB together (hw/memory/dram_weights.py). The sums of all v passes then wait 
 v*b lanes, each step adding into the pass it reaches (group 0 loading); after group G-1
 the ring holds every pass's sums and the last step's completes the beat.
 
+``pass_errors`` emits each pass's b sums as a beat of its own, in pass order, as the pass
+completes (after its last group), instead of one beat of all S: for a fully connected layer,
+whose S input channels are a whole flattened map (``hw.memory.fc_store.FcErrorStore`` turns
+the passes back into pixels). Nothing is held across passes then, and the output buffer is
+credited as FP's (a beat per G steps, or per step in the last group when group-major).
+
 Channels past O in the last group read as zero errors (``hw.engines.common.select_words``),
 so the garbage in the weight rows' lanes past O never contributes.
 
@@ -75,12 +81,13 @@ class EBEngine(WeightWalk, wiring.Component):
     ``latency``: cycles from issuing a window's last step to its errors, with no stall.
     """
 
-    def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, group_major=False, family=None):
+    def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, group_major=False, pass_errors=False,
+                 family=None):
         positive(self, "error engine", in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                  ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.family = kernel, ces, family
-        self.group_major = group_major
+        self.group_major, self.pass_errors = group_major, pass_errors
         self._walk("error engine", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                    banks=ces, tiles=tiles)
         self.taps = ces * kernel * kernel  # products per CE and step
@@ -89,7 +96,7 @@ class EBEngine(WeightWalk, wiring.Component):
         super().__init__({
             "windows": In(stream.Signature(window_layout(out_channels, kernel))),
             "weights": Out(WeightPortSignature(self.rows, ces, self.tiles * kernel * kernel)),
-            "errors": Out(stream.Signature(psum_layout(in_channels))),
+            "errors": Out(stream.Signature(psum_layout(self.tiles if pass_errors else in_channels))),
         })
 
     @classmethod
@@ -118,7 +125,7 @@ class EBEngine(WeightWalk, wiring.Component):
         pipe = Pipeline()
         k, kk, b = self.kernel, self.kernel * self.kernel, self.tiles
 
-        credit = CreditedOutput(self.latency + 1, self.family, stall=self.passes > 1)
+        credit = CreditedOutput(self.latency + 1, self.family, stall=self.passes > 1 and not self.pass_errors)
         issue = Issue(m, self.groups, self.passes, self.windows.valid, credit.room, group_major=self.group_major)
         m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
                      self.windows.ready.eq(issue.accept)]
@@ -150,9 +157,12 @@ class EBEngine(WeightWalk, wiring.Component):
             held, accs, done = self._ring(pipe, sums, first, last, pass_, valid)
         else:
             held, accs, done = self._held(pipe, sums, first, last, pass_, valid)
-        live = self.in_channels - (self.passes - 1) * b  # lanes of the last pass within S
-        credit.attach(m, produced=issue.issue & issue.last_group & issue.last_pass,
-                      valid=done, payload=Cat(*held, *accs[:live]), out=self.errors)
+        if self.pass_errors:
+            produced, payload = issue.issue & issue.last_group, Cat(*accs)
+        else:
+            live = self.in_channels - (self.passes - 1) * b  # lanes of the last pass within S
+            produced, payload = issue.issue & issue.last_group & issue.last_pass, Cat(*held, *accs[:live])
+        credit.attach(m, produced=produced, valid=done, payload=payload, out=self.errors)
         pipe.attach(m, credit.enable)
         return m
 
@@ -161,6 +171,8 @@ class EBEngine(WeightWalk, wiring.Component):
         0 .. v-2 wait in held lanes. Returns (held lanes, the last pass's sums, output valid)."""
         accs = pipe.accumulate(sums, first, valid, signed(ACC_BITS))
         done, done_pass = pipe.stage(valid & last, reset=True), pipe.stage(pass_)
+        if self.pass_errors:
+            return [], accs, done
         held = []
         for i in range(self.passes - 1):
             lanes = [Signal(signed(ACC_BITS), name=f"held_{i}_{c}", reset_less=True) for c in range(self.tiles)]
@@ -183,6 +195,8 @@ class EBEngine(WeightWalk, wiring.Component):
             for i in range(v - 1):
                 pipe.module.d.sync += [lane.eq(nxt) for lane, nxt in zip(ring[i], ring[i + 1])]
             pipe.module.d.sync += [lane.eq(new) for lane, new in zip(ring[v - 1], added)]
+        if self.pass_errors:  # each step of the last group completes the pass it adds into
+            return [], ring[v - 1], pipe.stage(valid & last, reset=True)
         done = pipe.stage(valid & last & (pass_ == v - 1), reset=True)
         # One cycle on, the ring's last v entries are passes 0 .. v-1 in order.
         return [lane for entry in ring[:v - 1] for lane in entry], ring[v - 1], done

@@ -39,6 +39,11 @@ in the cycle it is computed. Sums are exact: the adder tree grows one bit per le
 the mapping guarantees the full sum fits ACC_BITS. The pipeline, adder tree,
 accumulators and step counter are ``hw.engines.common``'s, shared with the EB and PG
 engines.
+
+``pass_windows``: the windows arrive a pass at a time, one beat of b*K*K words per step in
+the walk's order (a fully connected layer's input, turned by ``hw.memory.fc_store.
+FcWindowStore``, which replays a sample's passes for each group), so there is no pass select:
+a window of all S channels would be the whole flattened input.
 """
 
 from amaranth.hdl import Cat, Module, Mux, signed
@@ -65,19 +70,20 @@ class FPEngine(WeightWalk, wiring.Component):
     b*K*K words), ``psums`` (partial-sum stream out).
     ``tiles``: b, None for one per input channel; ``passes``: v.
     ``latency``: cycles from issuing a group's last pass to its partial sums, with no stall.
+    ``pass_windows``: one window beat of b*K*K words per step (module docstring).
     """
 
-    def __init__(self, *, channels, kernel, ces, out_channels, tiles=None, family=None):
+    def __init__(self, *, channels, kernel, ces, out_channels, tiles=None, pass_windows=False, family=None):
         positive(self, "conv engine", channels=channels, kernel=kernel, ces=ces, out_channels=out_channels)
         self.channels, self.kernel, self.ces = channels, kernel, ces
-        self.out_channels, self.family = out_channels, family
+        self.out_channels, self.family, self.pass_windows = out_channels, family, pass_windows
         self._walk("conv engine", out_channels=out_channels, in_channels=channels, kernel=kernel,
                    banks=ces, tiles=tiles)
         self.taps = self.words
         self.levels = tree_levels(self.taps)
         self.latency = fp_latency(self.taps, self.passes)
         super().__init__({
-            "windows": In(stream.Signature(window_layout(channels, kernel))),
+            "windows": In(stream.Signature(window_layout(self.tiles if pass_windows else channels, kernel))),
             "weights": Out(WeightPortSignature(self.rows, ces, self.tiles * kernel * kernel)),
             "psums": Out(stream.Signature(psum_layout(ces))),
         })
@@ -106,10 +112,11 @@ class FPEngine(WeightWalk, wiring.Component):
         # Issue: one weight row (group of P output channels, pass of b input channels) per cycle.
         issue = Issue(m, self.groups, self.passes, self.windows.valid, credit.room, group_major=True)
         m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
-                     self.windows.ready.eq(issue.accept)]
+                     self.windows.ready.eq(credit.room if self.pass_windows else issue.accept)]
 
-        window = window_layout(self.tiles, self.kernel)(
-            pipe.stage(select_words(self.windows.payload, issue.pass_, self.passes, self.taps)))
+        words = (self.windows.payload.as_value() if self.pass_windows
+                 else select_words(self.windows.payload, issue.pass_, self.passes, self.taps))
+        window = window_layout(self.tiles, self.kernel)(pipe.stage(words))
         valid = pipe.stage(issue.issue, reset=True)
         first, last_pass, last_group = (pipe.stage(flag) for flag in (issue.first_pass, issue.last_pass, issue.last_group))
         weights = flat_elements(self.weights.data.as_value(), self.weights.data.shape())

@@ -46,6 +46,9 @@ are the only logic in front of those registers.
 Inputs: ``windows`` and ``errors`` are consumed in lockstep, one of each per output pixel,
 both taken when the pixel's last step issues; one pixel per G*v cycles and every
 multiplier busy every cycle when both inputs flow and the outputs are ready.
+``pass_windows``: the windows arrive a pass at a time, one beat of b*K*K words per step
+(hw.engines.fp_engine's option of the same name, from the same kind of store); the errors
+are still taken once per pixel, with the pixel's last step.
 Flow control: one enable, ``advance``, holds every register; it rises when every output
 has taken the beat on display (an output that takes it early waits, flagged as
 taken, for the others), so a beat is never lost or duplicated on either output.
@@ -77,16 +80,18 @@ class PGEngine(WeightWalk, wiring.Component):
     ``latency``: cycles from issuing a step to its beat, with no stall.
     """
 
-    def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, bias=False, family=None):
+    def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, bias=False, pass_windows=False,
+                 family=None):
         positive(self, "gradient engine", in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                  ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.bias, self.family = kernel, ces, bias, family
+        self.pass_windows = pass_windows
         self._walk("gradient engine", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                    banks=ces, tiles=tiles)
         self.latency = LATENCY
         members = {
-            "windows": In(stream.Signature(window_layout(in_channels, kernel))),
+            "windows": In(stream.Signature(window_layout(self.tiles if pass_windows else in_channels, kernel))),
             "errors": In(stream.Signature(pixel_layout(out_channels))),
             "grads": Out(stream.Signature(grads_layout(self.rows, ces, self.words))),
         }
@@ -130,14 +135,16 @@ class PGEngine(WeightWalk, wiring.Component):
 
         both = self.windows.valid & self.errors.valid
         issue = Issue(m, self.groups, self.passes, both, advance, group_major=True)
-        m.d.comb += [self.windows.ready.eq(issue.accept & self.errors.valid),
+        m.d.comb += [self.windows.ready.eq((advance if self.pass_windows else issue.accept) & self.errors.valid),
                      self.errors.ready.eq(issue.accept & self.windows.valid)]
 
         # The two selects named once: every multiplier slices them, and a slice of an unnamed
         # expression builds the expression again (a VGG-16 PG engine's 864 multipliers each
         # built the whole window select).
         window, errors = Signal(window_layout(self.tiles, self.kernel)), Signal(pixel_layout(self.ces))
-        m.d.comb += [window.eq(select_words(self.windows.payload, issue.pass_, self.passes, self.words)),
+        selected = (self.windows.payload.as_value() if self.pass_windows
+                    else select_words(self.windows.payload, issue.pass_, self.passes, self.words))
+        m.d.comb += [window.eq(selected),
                      errors.eq(select_words(self.errors.payload, issue.group, self.groups, self.ces))]
         words = flat_elements(window.as_value(), window.shape())
         products = [multiply(m, f"mult_{p}_{j}", errors[p], words[j], self.family, advance)

@@ -1,0 +1,97 @@
+"""The fully connected layer's corner turns (hw/memory/fc_store.py) against the flatten order."""
+
+import numpy as np
+import pytest
+
+from hw.memory.fc_store import FcErrorStore, FcWindowStore
+from sim.testbench import as_ints, get, put, simulate
+
+
+def windows_of(maps, tiles, replays):
+    """The engine's windows of each (C, H, W) sample: pass i's channels i*tiles.. of every pixel
+    in the flattened order (zero past C), passes 0 .. v-1 ``replays`` times."""
+    samples, c = maps.shape[:2]
+    passes = -(-c // tiles)
+    padded = np.zeros((samples, passes * tiles) + maps.shape[2:], np.int64)
+    padded[:, :c] = maps
+    flat = padded.reshape(samples, passes, -1)  # (c, y, x) row-major within a pass
+    return [list(map(int, flat[s, i])) for s in range(samples) for _ in range(replays) for i in range(passes)]
+
+
+def pixels_of(maps):
+    samples, c, h, w = maps.shape
+    return [list(map(int, maps[s, :, y, x])) for s in range(samples) for y in range(h) for x in range(w)]
+
+
+@pytest.mark.parametrize("channels, height, width, tiles, replays, stall", [
+    (5, 2, 3, 2, 3, 0.3),   # the last pass padded; random stalls both sides
+    (4, 1, 1, 4, 1, 0.0),   # one pixel, one pass: a plain FIFO of two samples
+    (6, 2, 2, 3, 2, 0.0),   # full rate both sides
+])
+def test_window_store_gives_each_pass_of_every_pixel_in_flatten_order(channels, height, width, tiles, replays, stall):
+    rng = np.random.default_rng(channels + tiles)
+    samples = 4
+    maps = rng.integers(-2**15, 2**15, (samples, channels, height, width))
+    dut = FcWindowStore(channels=channels, pixels=height * width, tiles=tiles, replays=replays)
+    expected = windows_of(maps, tiles, replays)
+    out = []
+
+    async def source(ctx):
+        await put(ctx, dut.i, pixels_of(maps), rng, stall)
+
+    async def sink(ctx):
+        out.extend(await get(ctx, dut.o, len(expected), np.random.default_rng(1), stall, as_ints))
+
+    simulate(dut, source, sink, deadline=20 * len(expected) + 100)
+    assert out == expected
+
+
+@pytest.mark.parametrize("channels, height, width, tiles, stall", [(5, 2, 3, 2, 0.3), (6, 2, 2, 3, 0.0)])
+def test_error_store_turns_passes_back_into_pixels(channels, height, width, tiles, stall):
+    rng = np.random.default_rng(channels)
+    samples = 4
+    maps = rng.integers(-2**15, 2**15, (samples, channels, height, width))
+    dut = FcErrorStore(channels=channels, pixels=height * width, tiles=tiles)
+    expected = pixels_of(maps)
+    out = []
+
+    async def source(ctx):
+        await put(ctx, dut.i, windows_of(maps, tiles, 1), rng, stall)
+
+    async def sink(ctx):
+        out.extend(await get(ctx, dut.o, len(expected), np.random.default_rng(2), stall, as_ints))
+
+    simulate(dut, source, sink, deadline=20 * len(expected) + 100)
+    assert out == expected
+
+
+def test_window_store_takes_a_pixel_per_cycle_and_gives_a_window_per_cycle():
+    """Unstalled, a sample of P pixels and v passes G times costs max(P, G*v) cycles: the two
+    slots let the next sample's pixels in while this one's windows leave."""
+    channels, pixels, tiles, replays, samples = 4, 3, 2, 2, 6
+    dut = FcWindowStore(channels=channels, pixels=pixels, tiles=tiles, replays=replays)
+    maps = np.arange(samples * channels * pixels).reshape(samples, channels, 1, pixels)
+    edges = {"now": 0, "windows": []}
+
+    async def source(ctx):
+        await put(ctx, dut.i, pixels_of(maps))
+
+    async def sink(ctx):
+        await get(ctx, dut.o, samples * replays * 2)
+
+    async def clock(ctx):
+        async for _, _, valid, ready in ctx.tick().sample(dut.o.valid, dut.o.ready):
+            edges["now"] += 1
+            if valid and ready:
+                edges["windows"].append(edges["now"])
+
+    simulate(dut, source, sink, processes=[clock], deadline=200)
+    gaps = np.diff(edges["windows"])
+    assert set(gaps[4:]) == {1}, gaps
+
+
+def test_the_stores_refuse_more_tiles_than_channels():
+    with pytest.raises(ValueError, match=r"^fc window store: tiles = 5 exceeds the 4 channels$"):
+        FcWindowStore(channels=4, pixels=2, tiles=5, replays=1)
+    with pytest.raises(ValueError, match=r"^fc error store: pixels = 0 must be at least 1$"):
+        FcErrorStore(channels=4, pixels=0, tiles=2)
