@@ -8,13 +8,13 @@ from sim.testbench import as_ints, get, put, simulate
 
 
 def windows_of(maps, tiles, replays):
-    """The engine's windows of each (C, H, W) sample: pass i's channels i*tiles.. of every pixel
-    in the flattened order (zero past C), passes 0 .. v-1 ``replays`` times."""
-    samples, c = maps.shape[:2]
-    passes = -(-c // tiles)
-    padded = np.zeros((samples, passes * tiles) + maps.shape[2:], np.int64)
-    padded[:, :c] = maps
-    flat = padded.reshape(samples, passes, -1)  # (c, y, x) row-major within a pass
+    """The engine's windows of each (C, H, W) sample: pass i's flattened inputs i*tiles ..
+    (zero past C*H*W), passes 0 .. v-1 ``replays`` times."""
+    samples, inputs = maps.shape[0], maps[0].size
+    passes = -(-inputs // tiles)
+    padded = np.zeros((samples, passes * tiles), np.int64)
+    padded[:, :inputs] = maps.reshape(samples, -1)  # (c, y, x) row-major
+    flat = padded.reshape(samples, passes, tiles)
     return [list(map(int, flat[s, i])) for s in range(samples) for _ in range(replays) for i in range(passes)]
 
 
@@ -24,9 +24,11 @@ def pixels_of(maps):
 
 
 @pytest.mark.parametrize("channels, height, width, tiles, replays, stall", [
-    (5, 2, 3, 2, 3, 0.3),   # the last pass padded; random stalls both sides
+    (5, 2, 3, 12, 3, 0.3),  # two channels a pass, the last pass padded; random stalls both sides
+    (3, 2, 3, 4, 2, 0.3),   # passes across channel boundaries
+    (2, 3, 3, 3, 1, 0.0),   # a pass a third of a channel
     (4, 1, 1, 4, 1, 0.0),   # one pixel, one pass: a plain FIFO of two samples
-    (6, 2, 2, 3, 2, 0.0),   # full rate both sides
+    (6, 2, 2, 24, 2, 0.0),  # one pass, full rate both sides
 ])
 def test_window_store_gives_each_pass_of_every_pixel_in_flatten_order(channels, height, width, tiles, replays, stall):
     rng = np.random.default_rng(channels + tiles)
@@ -46,7 +48,8 @@ def test_window_store_gives_each_pass_of_every_pixel_in_flatten_order(channels, 
     assert out == expected
 
 
-@pytest.mark.parametrize("channels, height, width, tiles, stall", [(5, 2, 3, 2, 0.3), (6, 2, 2, 3, 0.0)])
+@pytest.mark.parametrize("channels, height, width, tiles, stall", [(5, 2, 3, 12, 0.3), (3, 2, 3, 4, 0.3),
+                                                                   (6, 2, 2, 3, 0.0)])
 def test_error_store_turns_passes_back_into_pixels(channels, height, width, tiles, stall):
     rng = np.random.default_rng(channels)
     samples = 4
@@ -68,7 +71,7 @@ def test_error_store_turns_passes_back_into_pixels(channels, height, width, tile
 def test_window_store_takes_a_pixel_per_cycle_and_gives_a_window_per_cycle():
     """Unstalled, a sample of P pixels and v passes G times costs max(P, G*v) cycles: the two
     slots let the next sample's pixels in while this one's windows leave."""
-    channels, pixels, tiles, replays, samples = 4, 3, 2, 2, 6
+    channels, pixels, tiles, replays, samples = 4, 3, 6, 2, 6
     dut = FcWindowStore(channels=channels, pixels=pixels, tiles=tiles, replays=replays)
     maps = np.arange(samples * channels * pixels).reshape(samples, channels, 1, pixels)
     edges = {"now": 0, "windows": []}
@@ -91,7 +94,8 @@ def test_window_store_takes_a_pixel_per_cycle_and_gives_a_window_per_cycle():
 
 
 def test_the_stores_refuse_more_tiles_than_channels():
-    with pytest.raises(ValueError, match=r"^fc window store: tiles = 5 exceeds the 4 channels$"):
-        FcWindowStore(channels=4, pixels=2, tiles=5, replays=1)
+    with pytest.raises(ValueError, match=r"^fc window store: tiles = 9 exceeds the 8 inputs of 4 channels of 2 "
+                                         r"pixels$"):
+        FcWindowStore(channels=4, pixels=2, tiles=9, replays=1)
     with pytest.raises(ValueError, match=r"^fc error store: pixels = 0 must be at least 1$"):
         FcErrorStore(channels=4, pixels=0, tiles=2)
