@@ -145,7 +145,7 @@ def fixed_buffers(plan, units, shape, samples, family, *, first, last, latency_c
     icp = plan.mode == "icp"
     # A slice pairs with its group's channels on the full side (all of them ungrouped); the
     # SFU of an ICP layer's last slice finishes every output channel.
-    s_in = units if icp else plan.group_full
+    s_in = units * plan.unit_inputs if icp else plan.group_full
     o_out = plan.group_full if icp else units
     o_sfu = oc if icp else units
     passes = shape.u * shape.v

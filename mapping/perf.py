@@ -252,7 +252,7 @@ def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS):
                 continue
             link = sl.node - 1
             if plan.mode == "icp":
-                pixels(fwd, link, c_in - sl.lo, h, w)
+                pixels(fwd, link, c_in - sl.in_range[0], h, w)
                 lanes = prev.shape.P
                 # the partial sums some slice has added to so far (of every output channel
                 # but in a grouped layer, where later groups' start on their first slice),
@@ -261,7 +261,7 @@ def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS):
                 fwd[link].append((-(-reached // lanes) * oh * ow, lanes * ACC_BITS))
                 pixels(bwd, link, reached, oh, ow)
                 if plan.needs_eb:
-                    pixels(bwd, link, c_in - sl.lo, h, w)
+                    pixels(bwd, link, c_in - sl.in_range[0], h, w)
             else:
                 pixels(fwd, link, c_in, h, w)
                 pixels(fwd, link, sl.lo, ph, pw)

@@ -76,9 +76,8 @@ def test_hybrid_beats_every_pure_strategy_on_lenet_digits():
     assert hybrid.utilisation == pytest.approx([0.851, 0.851, 0.089, 0.095], abs=0.001)
     assert hybrid.samples_per_s == pytest.approx(614_735.9, rel=1e-4)
     assert hybrid.samples_per_s / max(rates.values()) == pytest.approx(1.017, abs=0.001)
-    # compute bound: the link cores' bursts leave the ECP5s' 4 Gb/s lanes room (with single-word
-    # frames link bound, at 278,722)
-    assert rates["fpdeep"] == pytest.approx(390_625.0, rel=1e-6)
+    # compute bound: the link cores' bursts leave the ECP5s' 4 Gb/s lanes room
+    assert rates["fpdeep"] == pytest.approx(434_027.8, rel=1e-6)
 
 
 def test_no_plan_for_a_network_nothing_maps():

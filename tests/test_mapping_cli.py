@@ -39,7 +39,7 @@ def test_vgg16_maps_on_15_vc709_with_its_activations_in_dram(tmp_path, capsys):
     nodes = [line.split() for line in lines[2:17]]
     assert [row[6] for row in nodes] == ["DRAM"] * 15
     dram_gbs = [float(row[7]) for row in nodes]
-    assert max(dram_gbs[:12]) == 1.37 and dram_gbs[13:] == [29.85, 29.85]  # of 29.86
+    assert max(dram_gbs[:12]) == 1.37 and dram_gbs[13:] == [29.74, 29.74]  # of 29.86
     assert all(float(row[8]) < 100 for row in nodes)  # MB of the 8 GB
 
 
@@ -152,8 +152,8 @@ def test_grouped_alexnet_maps_and_is_refused_for_hardware_in_one_line(tmp_path, 
     as one stream word."""
     main(["--network", "alexnet", "--cluster", "vc709:15@150", "--out", str(tmp_path / "model")])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("alexnet on vc709:15@150: 1399.6 samples/s (compute bound), 386 GOPS per device, ")
-    assert "conv2 ICP[15:48], conv2 ICP[48:78]" in lines[3]  # node 1: a slice of each group
+    assert lines[0].startswith("alexnet on vc709:15@150: 1391.0 samples/s (compute bound), 384 GOPS per device, ")
+    assert "conv2 ICP[9:48], conv2 ICP[48:72]" in lines[3]  # node 1: a slice of each group
     mapping = Mapping.from_json((tmp_path / "model" / "mapping.json").read_text())
     assert all(n.estimate.bram_blocks <= b for n, b in zip(mapping.nodes, mapping.summary["usable_blocks"]))
     args = ["--network", "alexnet", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path / "hw")]

@@ -148,21 +148,22 @@ def test_heterogeneous_chain_covers_every_channel_once():
 
 
 @pytest.mark.parametrize("spec, slices", [("ecp5-85:2+vc709:1", [1, 1, 3]),
-                                          ("ecp5-45:8", [1] * 8), ("ecp5-45:40", [1] * 40)])
+                                          ("ecp5-45:8", [1] * 8), ("ecp5-45:16", [1] * 16)])
 def test_every_node_gets_a_slice(spec, slices):
     # The proportional cuts used to leave node 0 of the first chain and node 3 of the
-    # second empty; 40 nodes give each of tiny's 40 channel units a node.
+    # second empty; 16 nodes give each of tiny's 16 channel units a node (conv1's 4 output
+    # channels, conv2's 4 input channels, the 8 channels of the 2x2 map fc flattens).
     m = map_network(zoo.tiny(), parse_cluster(spec), **GENERATOR_OPTIONS)
     assert [len(n.slices) for n in m.nodes] == slices
 
 
 def test_more_nodes_than_channel_units_is_refused():
     with pytest.raises(SpecError) as error:
-        map_network(zoo.tiny(), parse_cluster("ecp5-45:41"))
+        map_network(zoo.tiny(), parse_cluster("ecp5-45:17"))
     assert str(error.value) == (
-        "network 'tiny' on cluster 'ecp5-45:41': node 40 (lfe5um5g-45f) would get no layer slice: "
-        "the network has only 40 channel units to spread (input channels of ICP layers, output "
-        "channels of OCP layers), fewer than the 41 nodes; use a shorter chain")
+        "network 'tiny' on cluster 'ecp5-45:17': node 16 (lfe5um5g-45f) would get no layer slice: "
+        "the network has only 16 channel units to spread (input channels of ICP layers, output "
+        "channels of OCP layers), fewer than the 17 nodes; use a shorter chain")
 
 
 def test_max_multipliers_caps_every_node():
@@ -242,12 +243,12 @@ def overfull(part, judge):
     # scale mappings plan with) and at 1.25 x 128 cycles, a period the mapper retries when
     # balancing fails. Node 3 holds fc whole (a layer's first slice has no partial-sum
     # input), so the backward fill lets it start at fc's first unit (8); node 2 must take one
-    # unit, and fc's units 1..31 then cost node 3 7 blocks of its 6. The cuts were
-    # [0, 5, 8, 9, 40].
-    ("ecp5-85:2+ecp5-45:2", 0.06, {}, 160, {"offchip_fc": False}, [0, 5, 8, 24, 40]),
+    # unit (a channel of the 2x2 map fc flattens), and fc's channels 1..7 then cost node 3 more
+    # blocks than its 6. The cuts were [0, 5, 8, 9, 16].
+    ("ecp5-85:2+ecp5-45:2", 0.06, {}, 160, {"offchip_fc": False}, [0, 5, 8, 12, 16]),
     # Node 2 holds conv2 whole from unit 4; from unit 5 (node 1's target) conv2's last three
-    # input channels cost it 9 blocks of its 8. The cuts were [0, 4, 5, 8, 40].
-    ("ecp5-45:4", 0.08, {"conv1": 8, "conv2": 6}, 256, {"offchip_fc": False}, [0, 4, 6, 8, 40]),
+    # input channels cost it 9 blocks of its 8. The cuts were [0, 4, 5, 8, 16].
+    ("ecp5-45:4", 0.08, {"conv1": 8, "conv2": 6}, 256, {"offchip_fc": False}, [0, 4, 6, 8, 16]),
 ])
 def test_cuts_fit_every_node_where_slice_costs_are_not_monotone(spec, bram_fraction, stale, period, options,
                                                                   cuts):
@@ -258,8 +259,8 @@ def test_cuts_fit_every_node_where_slice_costs_are_not_monotone(spec, bram_fract
 
 def test_cuts_that_overfill_a_node_are_never_handed_on():
     part, judge = fine_phase(zoo.tiny(), "ecp5-85:2+ecp5-45:2", 0.06, at_least=160, offchip_fc=False)
-    with pytest.raises(RuntimeError, match=r"cuts \[0, 5, 8, 9, 40\] at period 160 overfill nodes \[3\]"):
-        judge._check_holds(160, part.choices, [0, 5, 8, 9, 40])
+    with pytest.raises(RuntimeError, match=r"cuts \[0, 5, 8, 9, 16\] at period 160 overfill nodes \[3\]"):
+        judge._check_holds(160, part.choices, [0, 5, 8, 9, 16])
 
 
 def test_without_a_search_the_cuts_are_the_greedy_fills(monkeypatch):
@@ -308,8 +309,9 @@ def test_sized_period_is_whole_cycles(tiny4):
 
 def test_fc_weights_in_dram_cost_a_read_per_sample_and_a_write_per_mini_batch():
     fc6 = next(p for p in plan_layers(zoo.alexnet_ungrouped()) if p.name == "fc6")
-    assert dram_bytes(fc6, 9216, batch=1) == 9216 * 4096 * 4
-    assert dram_bytes(fc6, 100, batch=8) == 100 * 4096 * (2 + 2 / 8)
+    # units: the 256 channels of the 6x6 map fc6 flattens, 36 inputs each
+    assert dram_bytes(fc6, 256, batch=1) == 9216 * 4096 * 4
+    assert dram_bytes(fc6, 100, batch=8) == 100 * 36 * 4096 * (2 + 2 / 8)
 
 
 def test_fc_slices_in_dram_keep_the_mini_batch_vectors():

@@ -130,7 +130,7 @@ class Slice(ChannelRanges):
 
     @property
     def in_range(self):
-        return (self.lo, self.hi) if self.plan.mode == "icp" else self.plan.partner_range(self.lo)
+        return self.plan.input_range(self.lo, self.hi) if self.plan.mode == "icp" else self.plan.partner_range(self.lo)
 
     @property
     def out_range(self):
@@ -157,6 +157,7 @@ def engine_shape(plan, choice, units, vmax):
     """Engine shape of ``units`` units with at most ``vmax`` per tile (None if vmax < 1)."""
     if vmax < 1:
         return None
+    units *= plan.unit_inputs  # a tile folds over inputs, whatever the cuts
     tiles = -(-units // min(units, vmax))
     per = -(-units // tiles)
     if plan.mode == "icp":
@@ -246,14 +247,15 @@ class SliceCosts:
         choices = []
         for p in self.plans:
             cycles = period // (FC_SPEEDUP if p.kind == "fc" and self.dram else 1)
-            q = min(cycles // p.pass_pixels, p.group_full * p.units)  # more passes than MACs are moot
+            inputs = p.units * p.unit_inputs
+            q = min(cycles // p.pass_pixels, p.group_full * inputs)  # more passes than MACs are moot
             if cycles < p.raster or q < 1:
                 return None
             w = np.arange(1, min(p.group_full, q) + 1)
             if not self.fold_inputs and p.mode == "ocp":
                 w = w[:1]  # every input channel gets its own tile
             p_full = -(-p.group_full // w)
-            vmax = np.minimum(q // w, p.units)
+            vmax = np.minimum(q // w, inputs)
             if not self.fold_inputs and p.mode == "icp":
                 vmax = np.minimum(vmax, 1)
             cost = p_full / vmax
@@ -318,7 +320,7 @@ class SliceCosts:
         vmax = self.vmax(plan, choice, node, period)
         if vmax < 1:
             return None
-        key = (plan.index, choice, units, min(vmax, units), self.families[node], self.offchip(plan, node),
+        key = (plan.index, choice, units, min(vmax, units * plan.unit_inputs), self.families[node], self.offchip(plan, node),
                self.act_storage(node), first, last, self._buffer_start(plan, lo))
         if key not in self._costs:
             sl = self.slice(plan, node, lo, units, engine_shape(plan, choice, units, vmax), first, last)

@@ -65,8 +65,21 @@ class LayerPlan:
         return 3 if self.needs_eb else 2
 
     @cached_property
+    def unit_inputs(self):
+        """Inputs per unit: 1, but H*W for an ICP fully connected layer after a flatten, whose
+        units are the channels of the (C, H, W) map it flattens: a slice takes whole channels,
+        so its input is a pixel stream of them (hw/memory/fc_store.py)."""
+        if self.kind == "fc" and self.mode == "icp" and self.flatten_from is not None:
+            return self.flatten_from[1] * self.flatten_from[2]
+        return 1
+
+    @cached_property
     def units(self):
-        return self.in_shape[0] if self.mode == "icp" else self.out_shape[0]
+        return self.in_shape[0] // self.unit_inputs if self.mode == "icp" else self.out_shape[0]
+
+    def input_range(self, lo, hi):
+        """The inputs of ICP units [lo, hi): ``unit_inputs`` each."""
+        return lo * self.unit_inputs, hi * self.unit_inputs
 
     @cached_property
     def full(self):
@@ -131,7 +144,7 @@ class LayerPlan:
 
     @cached_property
     def weights_per_unit(self):
-        return self.group_full * self.kernel * self.kernel
+        return self.group_full * self.kernel * self.kernel * self.unit_inputs
 
 
 def plan_layers(network):

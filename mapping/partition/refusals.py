@@ -35,7 +35,7 @@ class Refusals(GreedyFills):
         budget, family = self.nodes[node], self.families[node]
         for plan in self.plans:
             stale, (_, h, w) = self.samples_held[plan.name], plan.in_shape
-            act = (1 if plan.mode == "icp" else plan.group_full) * h * w * stale  # an OCP slice: its group's inputs
+            act = (plan.unit_inputs if plan.mode == "icp" else plan.group_full) * h * w * stale  # OCP: its group's inputs
             masks = stale * balance.mask_bits(plan, plan.out_shape[0] if plan.mode == "icp" else 1)
             floor = sum(math.ceil(bits / BRAM_BLOCK_BITS) for bits, depth in
                         ((act * WORD_BITS, stale * h * w), (masks, masks // WORD_BITS))

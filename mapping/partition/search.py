@@ -29,7 +29,7 @@ class PeriodSearch(Refusals):
         """A period (cycles) beyond which nothing gets easier: every engine is down to one
         tile per node and every FC slice has DRAM time for all its units, and every slice
         with its activations in DRAM for a whole layer's (more than any one node's share)."""
-        cycles = max(p.pass_pixels * p.group_full * p.units * (FC_SPEEDUP if p.kind == "fc" else 1)
+        cycles = max(p.pass_pixels * p.group_full * p.units * p.unit_inputs * (FC_SPEEDUP if p.kind == "fc" else 1)
                      for p in self.plans)
         dram = [b.dram_bytes_per_s for b in self.nodes if b.dram_bytes_per_s]
         traffic = [dram_bytes(p, p.units, self.batch) for p in self.plans if p.kind == "fc"]
