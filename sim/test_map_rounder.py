@@ -34,10 +34,12 @@ def run_map_rounder(rounder, sums, rng=None, stall=0.0):
     return np.array(state["out"], dtype=np.int64), state["taken"]
 
 
-def golden(sums, channels, pixels, base):
-    """requantize of each sample's (C, pixels) map, indices (base + c) * pixels + p."""
+def golden(sums, channels, pixels, base, consecutive_beats=False):
+    """requantize of each sample's (C, pixels) map, indices (base + c) * pixels + p, or with
+    ``consecutive_beats`` base + p * channels + c."""
     words = np.empty_like(sums)
-    index = ((base + np.arange(channels))[None, :] * pixels + np.arange(pixels)[:, None]).astype(np.uint64)
+    c, p = np.arange(channels)[None, :], np.arange(pixels)[:, None]
+    index = (base + p * channels + c if consecutive_beats else (base + c) * pixels + p).astype(np.uint64)
     for sample in range(len(sums) // pixels):
         rows = slice(sample * pixels, (sample + 1) * pixels)
         words[rows] = numerics.requantize(sums[rows], SHIFT, SEED, TENSOR, sample, index)
@@ -53,6 +55,18 @@ def test_matches_requantize_with_stalls(channels, lanes, base):
                          tensor=TENSOR, channel_base=base)
     got, _ = run_map_rounder(rounder, sums, rng, stall=0.3)
     np.testing.assert_array_equal(got, golden(sums, channels, pixels, base))
+
+
+@pytest.mark.parametrize("channels, lanes", [(5, 2), (4, 4)])
+def test_consecutive_beats_round_a_flattened_vector(channels, lanes):
+    """A fully connected layer's input errors, a pass of ``channels`` flattened inputs a beat."""
+    rng = np.random.default_rng(channels)
+    beats, samples, base = 3, 3, 7
+    sums = accumulators(rng, beats * samples * channels, SHIFT, numerics.ACC_BITS).reshape(-1, channels)
+    rounder = MapRounder(channels=channels, lanes=lanes, pixels=beats, shift=SHIFT, seed=SEED, tensor=TENSOR,
+                         channel_base=base, consecutive_beats=True)
+    got, _ = run_map_rounder(rounder, sums, rng, stall=0.3)
+    np.testing.assert_array_equal(got, golden(sums, channels, beats, base, consecutive_beats=True))
 
 
 def test_takes_each_pixel_with_its_first_chunk_one_per_chunks_cycles():

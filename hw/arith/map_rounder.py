@@ -16,8 +16,11 @@ default chain's fc EB: 111 instead of 80 cycles per sample in steady state).
 
 The noise index of channel c at pixel p of a sample is ``(channel_base + c) * pixels +
 p`` (the (C, H, W) row-major position, ``requantize`` over the layer's input tensor).
-The products by ``pixels`` are elaboration-time constants plus a chunk offset stepped by
-an adder, so no multiplier is inferred.
+With ``consecutive_beats`` the beats are instead a flattened vector cut into ``pixels``
+beats of ``channels`` (the EB engine's ``pass_errors`` of a fully connected layer, one
+beat per pass): lane c of beat p is ``channel_base + p * channels + c``.
+The products are elaboration-time constants plus offsets stepped by adders, so no
+multiplier is inferred.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
@@ -36,11 +39,13 @@ class MapRounder(wiring.Component):
     sample; ``o``: ``pixel_layout(channels)``, the words ``requantize`` gives over tensor
     ``tensor`` with ``shift`` and ``seed``. ``lanes``: channels rounded per cycle."""
 
-    def __init__(self, *, channels, lanes, pixels, shift, seed, tensor, channel_base=0):
+    def __init__(self, *, channels, lanes, pixels, shift, seed, tensor, channel_base=0, consecutive_beats=False):
         positive(self, "map rounder", channels=channels, lanes=lanes, pixels=pixels)
         if lanes > channels:
             refuse(self, f"map rounder: lanes = {lanes} exceeds the {channels} channels")
         self.channels, self.lanes, self.pixels, self.channel_base = channels, lanes, pixels, channel_base
+        # (index step per channel, per pixel)
+        self.strides = (1, channels) if consecutive_beats else (pixels, 1)
         self.chunks = -(-channels // lanes)
         self.rounder = StochasticRounder(lanes=lanes, shift=shift, seed=seed, tensor=tensor)
         self.latency = self.rounder.latency + self.chunks - 1
@@ -59,14 +64,17 @@ class MapRounder(wiring.Component):
         zero = Const(0, signed(ACC_BITS))
         kept = [Signal(signed(ACC_BITS), name=f"kept_{c}") if c < self.channels else zero
                 for c in range(lanes, chunks * lanes)]
+        channel_stride, pixel_stride = self.strides
         chunk, pixel, sample = Signal(range(chunks)), Signal(range(pixels)), Signal(SAMPLE_BITS)
-        chunk_offset = Signal(range(chunks * lanes * pixels))  # chunk * lanes * pixels
+        chunk_offset = Signal(range(chunks * lanes * channel_stride))  # chunk * lanes * channel_stride
+        # pixel * pixel_stride: the pixel count itself at stride 1
+        pixel_offset = pixel if pixel_stride == 1 else Signal(range(pixels * pixel_stride))
         for lane in range(lanes):
             live = values[lane] if lane < self.channels else zero
             by_chunk = Array([live] + [kept[(j - 1) * lanes + lane] for j in range(1, chunks)])
-            base = (self.channel_base + lane) * pixels
+            base = (self.channel_base + lane) * channel_stride
             m.d.comb += [rounder.i.payload.acc[lane].eq(by_chunk[chunk]),
-                         rounder.i.payload.index[lane].eq((base + chunk_offset + pixel)[:INDEX_BITS])]
+                         rounder.i.payload.index[lane].eq((base + chunk_offset + pixel_offset)[:INDEX_BITS])]
         first_chunk, last_chunk = chunk == 0, chunk == chunks - 1
         m.d.comb += [rounder.i.payload.sample.eq(sample),
                      rounder.i.valid.eq(Mux(first_chunk, self.i.valid, 1)),
@@ -78,10 +86,14 @@ class MapRounder(wiring.Component):
                 m.d.sync += [chunk.eq(0), chunk_offset.eq(0)]
                 with m.If(pixel == pixels - 1):
                     m.d.sync += [pixel.eq(0), sample.eq(sample + 1)]
+                    if pixel_stride != 1:
+                        m.d.sync += pixel_offset.eq(0)
                 with m.Else():
                     m.d.sync += pixel.eq(pixel + 1)
+                    if pixel_stride != 1:
+                        m.d.sync += pixel_offset.eq(pixel_offset + pixel_stride)
             with m.Else():
-                m.d.sync += [chunk.eq(chunk + 1), chunk_offset.eq(chunk_offset + lanes * pixels)]
+                m.d.sync += [chunk.eq(chunk + 1), chunk_offset.eq(chunk_offset + lanes * channel_stride)]
 
         # Output side: chunks 0 .. n-2 wait in registers; the pixel leaves with the last one,
         # so a ready consumer takes one pixel per ``chunks`` cycles with no bubble.
