@@ -260,7 +260,7 @@ def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, f
             hosted_ranges * resources.update_multipliers(False)
         lut, ff = logic_estimate(len(mine), sum(sl.plan.needs_eb for sl in mine), mult, mem.lut,
                                  family_of(node))
-        ff += mem.ff + sum(resources.skid_ff(sl.in_range[1] - sl.in_range[0],
+        ff += mem.ff + sum(resources.skid_ff((sl.in_range[1] - sl.in_range[0]) // sl.plan.unit_inputs,
                                              sl.plan.mode == "icp" and sl.plan.needs_eb and not sl.last)
                            for sl in mine)
         links = resources.link_cores(node, len(node_budgets))
@@ -364,7 +364,7 @@ def _check_generator_layers(plans, describe):
     for plan in plans:
         problem = (memories.groups_problem(plan.groups, plan.mode)
                    or memories.pool_problem(plan.pool, *plan.out_shape[1:])
-                   or memories.pixel_word_problem(plan.in_shape[0], plan.out_shape[0]))
+                   or memories.pixel_word_problem(plan.in_shape[0] // plan.unit_inputs, plan.out_shape[0]))
         if problem:
             raise SpecError(f"{describe()}: layer '{plan.name}': {problem}")
 

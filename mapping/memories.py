@@ -320,7 +320,8 @@ def dram_queues(s):
     if s.act_storage != "dram":
         return []
     _, h, w = s.in_shape
-    queues = [("act_ram", s.in_channels * WORD_BITS, s.act_ram_words // s.in_channels, h * w)]
+    channels, pixels = s.map_channels(s.in_channels), h * w * s.map_pixels  # the map's, after a flatten
+    queues = [("act_ram", channels * WORD_BITS, s.act_ram_words // channels, pixels)]
     if s.mode == "ocp" or s.last:
         mask_bits = sfu_mask_bits(s.pool.kernel if s.pool is not None else 1, s.relu)[1]
         _, ph, pw = sfu_shape(s)
@@ -361,9 +362,20 @@ def _engine_buffers(s):
     """The FP and EB engines' output buffers (CreditedOutput); a folded EB stalls instead."""
     kk = s.kernel * s.kernel
     mems = [Memory("fp.output_buffer", s.fp.ces * ACC_BITS, fp_latency(s.fp.tiles * kk, passes(s)) + 1)]
-    if s.needs_eb and passes(s) == 1:
+    if s.needs_eb and s.map_pixels > 1:  # a beat of b sums per pass (EBEngine pass_errors)
+        mems.append(Memory("eb.output_buffer", s.fp.tiles * ACC_BITS, eb_latency(s.fp.ces * kk) + 1))
+    elif s.needs_eb and passes(s) == 1:
         mems.append(Memory("eb.output_buffer", s.in_channels * ACC_BITS, eb_latency(s.fp.ces * kk) + 1))
     return mems
+
+
+# Samples an FC corner turn keeps (hw/memory/fc_store.py): one written while one is read.
+FC_STORE_SLOTS = 2
+
+
+def _fc_store(name, s):
+    """The memories of a fully connected layer's corner turn: one per pass, a slot per sample."""
+    return [Memory(f"{name}.pass_{i}", s.fp.tiles * WORD_BITS, FC_STORE_SLOTS) for i in range(passes(s))]
 
 
 def slice_memories(s, grad_bits=ACC_BITS):
@@ -373,11 +385,18 @@ def slice_memories(s, grad_bits=ACC_BITS):
     c_in, _, width = s.in_shape
     ow = s.out_shape[2]
     words = own_in * kernel * kernel
-    arriving = c_in - s.in_range[0] if s.mode == "icp" else c_in
+    # After a flatten, the slice takes its map's pixels: its channels, those from its first on.
+    arriving = s.map_channels(c_in - s.in_range[0] if s.mode == "icp" else c_in)
     mems = _fifo("act_slack", arriving * WORD_BITS, activation_slack(s)) + _engine_buffers(s)
-    mems += _queue("act_ram", own_in * WORD_BITS, s.act_ram_words // own_in, s.act_storage)
+    own_pixel = s.map_channels(own_in)
+    mems += _queue("act_ram", own_pixel * WORD_BITS, s.act_ram_words // own_pixel, s.act_storage)
     for role in ("fp", "pg"):
-        mems += _fifo(f"{role}_windows", words * WORD_BITS, window_slack(s, role))
+        if s.map_pixels > 1:
+            mems += _fc_store(f"{role}_store", s)
+        else:
+            mems += _fifo(f"{role}_windows", words * WORD_BITS, window_slack(s, role))
+    if s.needs_eb and s.map_pixels > 1:
+        mems += _fc_store("eb_store", s)
     if s.needs_eb:
         mems += _fifo("eb_windows", own_out * kernel * kernel * WORD_BITS, window_slack(s, "eb"))
     if kernel > 1:

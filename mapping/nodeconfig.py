@@ -155,6 +155,18 @@ class LayerSlice(ChannelRanges):
     groups: int = 1        # grouped convolution: its channels in G groups (module docstring)
 
     @property
+    def map_pixels(self):
+        """Pixels of the map a fully connected layer after a flatten takes its input as (H x W of
+        ``flatten_from``), 1 for every other slice: its inputs arrive, and its input errors leave,
+        as pixel streams of :attr:`map_channels` words (hw/memory/fc_store.py)."""
+        return self.flatten_from[1] * self.flatten_from[2] if self.flatten_from is not None else 1
+
+    def map_channels(self, inputs):
+        """The channels of the map that ``inputs`` flattened inputs hold (inputs itself without a
+        flatten): a slice's own (:attr:`in_channels`), those arriving from its predecessor."""
+        return inputs // self.map_pixels
+
+    @property
     def owns_biases(self):
         """The slice that finishes output channels keeps their biases (SFU, bias LGB)."""
         return self.bias and (self.mode == "ocp" or self.last)
@@ -597,14 +609,18 @@ def check_slice(s, where, cut=False):
     for key in ("act_ram_words", "line_buffer_words", "pab_words", "lgb_words", "fp_stale", "cycles_per_sample"):
         if getattr(s, key) < 0:
             raise SpecError(f"{where}.{key}: {getattr(s, key)} must not be negative")
-    if s.act_ram_words % s.in_channels or s.act_ram_words < s.in_channels:  # whole input pixels
-        raise SpecError(f"{where}.act_ram_words: {s.act_ram_words} is not a positive multiple of the "
-                        f"slice's {s.in_channels} input channels")
     if s.act_storage not in ACT_STORAGES:
         raise SpecError(f"{where}.act_storage: {s.act_storage!r} is not one of {', '.join(ACT_STORAGES)}")
     if s.flatten_from is not None and math.prod(s.flatten_from) != c:
         raise SpecError(f"{where}.flatten_from: {list(s.flatten_from)} flattens to {math.prod(s.flatten_from)} "
                         f"values, but in_shape has {c} input channels")
+    if s.flatten_from is not None and (s.mode != "icp" or any(end % s.map_pixels for end in s.in_range)):
+        raise SpecError(f"{where}: a fully connected layer after a flatten is an ICP layer cut between channels "
+                        f"of the {'x'.join(map(str, s.flatten_from))} map (in_range ends multiples of "
+                        f"{s.map_pixels}), not {s.mode.upper()} {list(s.in_range)}")
+    if s.act_ram_words % s.in_channels or s.act_ram_words < s.in_channels:  # whole input pixels
+        raise SpecError(f"{where}.act_ram_words: {s.act_ram_words} is not a positive multiple of the "
+                        f"slice's {s.in_channels} input channels")
     if s.pool is not None and (s.pool.kernel < 1 or s.pool.stride < 1 or s.pool.padding < 0):
         raise SpecError(f"{where}.pool: kernel {s.pool.kernel} and stride {s.pool.stride} must be at least 1, "
                         f"padding {s.pool.padding} at least 0")

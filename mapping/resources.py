@@ -59,13 +59,18 @@ URAM_IN_BLOCKS = URAM_BLOCK_BITS // BRAM_BLOCK_BITS
 # multipliers; each node within 18%). Their logic is mostly per slice: the LGB's
 # adders and update path, the stochastic rounders, the line buffers; a slice with
 # an EB engine (every weighted layer but the first) adds its error line buffer,
-# engine and rounder. The Xilinx figures are not fitted to synthesis.
+# engine and rounder. The flip-flops were fitted again once fully connected layers took
+# their map's pixels (hw/memory/fc_store.py: no register of the whole flattened input
+# any more; the default chain's fc node went from 16,042 estimated to 11,087 built) on
+# the default chain's four nodes, tiny's three on ecp5-85:3 and lenet-digits' node 0 on
+# ecp5-85:4: each within 17%; an EB slice's own flip-flops then fit as none beyond its
+# multipliers'. The Xilinx figures are not fitted to synthesis.
 LUT_PER_MULTIPLIER = {"ecp5": 64, "xc7": 6, "zynqmp": 6, "virtexuplus": 6}
-FF_PER_MULTIPLIER = {"ecp5": 33, "xc7": 40, "zynqmp": 40, "virtexuplus": 40}
+FF_PER_MULTIPLIER = {"ecp5": 101, "xc7": 40, "zynqmp": 40, "virtexuplus": 40}
 LUT_PER_SLICE = {"ecp5": 7000, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
-FF_PER_SLICE = {"ecp5": 7500, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+FF_PER_SLICE = {"ecp5": 7100, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
 LUT_PER_EB_SLICE = {"ecp5": 3400, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
-FF_PER_EB_SLICE = {"ecp5": 5400, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+FF_PER_EB_SLICE = {"ecp5": 0, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
 NODE_BASE_LUT = {"ecp5": 0, "xc7": 8000, "zynqmp": 8000, "virtexuplus": 8000}
 NODE_BASE_FF = {"ecp5": 0, "xc7": 12000, "zynqmp": 12000, "virtexuplus": 12000}
 
@@ -168,9 +173,10 @@ def update_multipliers(owns_biases, lanes=1):
 # Yosys on a GradientBuffer of 2 banks x 9 words at 1, 4 and 9 lanes: 726-739 LUT and
 # 796-804 FF per lane on ECP5, 490-513 LUT and 830 FF on xc7; then 64 FF more per lane for
 # the registers of each lane's selected sum and old weight in front of its multipliers
-# (measured on ECP5, shift 8: 690 -> 754 FF per lane from 1 to 9 lanes).
+# (measured on ECP5, shift 8: 690 -> 754 FF per lane from 1 to 9 lanes), less the three
+# multipliers' FF_PER_MULTIPLIER.
 UPDATE_LANE_LUT = {"ecp5": 540, "xc7": 480, "zynqmp": 480, "virtexuplus": 480}
-UPDATE_LANE_FF = {"ecp5": 764, "xc7": 774, "zynqmp": 774, "virtexuplus": 774}
+UPDATE_LANE_FF = {"ecp5": 560, "xc7": 774, "zynqmp": 774, "virtexuplus": 774}
 
 
 def update_lane_logic(lanes, family):
@@ -231,7 +237,8 @@ def dsp_per_product(a_bits, b_bits, family):
 
 def skid_ff(in_channels, eb_join):
     """Flip-flops of a slice's skid buffers (hw/node/slice_unit.py; two beats each): between its
-    Act-RAM and its PG line buffer (pixels of its ``in_channels`` words) and, ``eb_join`` (an ICP
+    Act-RAM and its PG line buffer (pixels of its ``in_channels`` words, the channels of the map
+    a fully connected layer flattens) and, ``eb_join`` (an ICP
     slice with EB, not its layer's last), between its rounded EB errors (as many words) and
     their join with the next node's. Grows with the channels, unlike the per-slice constants
     (an fc slice's 32 channels: 1,024 each)."""

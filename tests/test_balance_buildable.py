@@ -64,12 +64,13 @@ def test_fc_rows_move_on_to_the_next_host_when_one_is_full():
     assert blocks_of(m) == [(3, 1, "fc", (0, 32), (1, 9), 256), (3, 2, "fc", (0, 32), (9, 10), 32)]
     assert [[(b.owner, b.host) for b in n.relays] for n in m.nodes] == [[], [], [(3, 1)], []]
     assert_buildable(m)
-    # Block RAM the generator builds (exact inventory): node 3 would need 5 of its 4 usable
-    # blocks with every row local; balanced it needs none, its hosts 8 of 8 and 4 of 4.
-    assert [n.estimate.bram_blocks for n in m.nodes] == [3, 8, 4, 0]
+    # Block RAM the generator builds (exact inventory): node 3 would need 9 of its 4 usable
+    # blocks with every row local; balanced it needs 4 (its Act-RAM: 20 pixels of the 8
+    # channels fc flattens, deeper than distributed RAM), its hosts 8 of 8 and 4 of 4.
+    assert [n.estimate.bram_blocks for n in m.nodes] == [3, 8, 4, 4]
     assert m.summary["usable_blocks"] == [8, 8, 4, 4]
     local = replace(m.nodes[3], slices=tuple(replace(s, remote_weights=()) for s in m.nodes[3].slices))
-    assert memories.node_bram_blocks(local) == 5
+    assert memories.node_bram_blocks(local) == 9
     assert Mapping.from_json(m.to_json()) == m
 
 
@@ -196,7 +197,9 @@ def test_partition_counts_conv_weights_in_full_for_the_generator():
     assert [[(s.layer, s.in_range) for s in n.slices] for n in m.nodes] == [
         [("conv1", (0, 1)), ("conv2", (0, 3))], [("conv2", (3, 6)), ("fc1", (0, 64)), ("fc2", (0, 32))]]
     assert blocks_of(m) == [(1, 0, "fc1", (0, 64), (2, 32), 1920)]
-    assert [n.estimate.bram_blocks for n in m.nodes] == [23, 14]
+    # node 1's fc1 Act-RAM keeps the pixels of the 2x2 map fc1 flattens, 16 channels wide and
+    # deeper than distributed RAM: 8 of its 22 blocks
+    assert [n.estimate.bram_blocks for n in m.nodes] == [23, 22]
     assert m.summary["usable_blocks"] == [24, 24]
 
 

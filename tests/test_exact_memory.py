@@ -32,12 +32,13 @@ def generator_mapping(network, cluster, bram_fraction, update="stop"):
 # RAM, so fewer fractions map. Tiny maps at the smallest fraction once its fc may stream from
 # the Versa's DRAM (GENERATOR_OPTIONS: fc_weights "auto", mini-batch 1): on ecp5-45:4 it does;
 # on ecp5-45:2+ecp5-25:3 the partition then found keeps fc on the ECP5-25s, on chip.
-# Cut at whole channels of the map it flattens (four inputs each), tiny's fc maps with the
-# overlapped update at one fraction more on ecp5-85:3, ecp5-85:4 and ecp5-45:4 and one fewer
-# on ecp5-45:2+ecp5-25:3 than cut at any input.
+# Taking the pixels of the 2x2 map it flattens, tiny's fc keeps them in a narrow, deep
+# Act-RAM (block RAM where the whole flattened input was one shallow, wide word in distributed
+# RAM): with the overlapped update one fraction fewer maps on ecp5-85:1 and on
+# ecp5-45:2+ecp5-25:3.
 MAPPED = {
-    ("tiny", "ecp5-85:2+ecp5-45:2"): (9, 8), ("tiny", "ecp5-85:3"): (9, 9), ("tiny", "ecp5-85:4"): (9, 9),
-    ("tiny", "ecp5-45:4"): (9, 7), ("tiny", "ecp5-25:6"): (0, 0), ("tiny", "ecp5-85:1"): (9, 8),
+    ("tiny", "ecp5-85:2+ecp5-45:2"): (9, 8), ("tiny", "ecp5-85:3"): (9, 8), ("tiny", "ecp5-85:4"): (9, 8),
+    ("tiny", "ecp5-45:4"): (9, 6), ("tiny", "ecp5-25:6"): (0, 0), ("tiny", "ecp5-85:1"): (9, 7),
     ("tiny", "ecp5-45:2+ecp5-25:3"): (9, 5),
     ("lenet-digits", "ecp5-85:2+ecp5-45:2"): (7, 5), ("lenet-digits", "ecp5-85:3"): (7, 5),
     ("lenet-digits", "ecp5-85:4"): (8, 5), ("lenet-digits", "ecp5-45:4"): (2, 0),

@@ -135,21 +135,22 @@ def test_bad_network_files_and_output_folders_are_refused_in_one_line(tmp_path, 
         assert not (tmp_path / "new").exists()
 
 
-def test_alexnet_for_hardware_is_refused_for_its_wide_fc_input_not_its_overlapping_pools(tmp_path, capsys):
-    """AlexNet's 3x3 stride-2 max-pools are built (hw/node/sfu.OverlappingPoolSFU) and its fully
-    connected weights stream from DRAM (hw/memory/dram_weights.py); what the generator still
-    lacks for it is fc6's input in chunks, refused before any partitioning."""
+def test_alexnet_for_hardware_is_refused_for_its_wide_fc_output_not_its_overlapping_pools(tmp_path, capsys):
+    """AlexNet's 3x3 stride-2 max-pools are built (hw/node/sfu.OverlappingPoolSFU), its fully
+    connected weights stream from DRAM (hw/memory/dram_weights.py) and fc6 takes its input as
+    the 6x6 map's pixels (hw/memory/fc_store.py); what the generator still lacks for it is
+    fc6's 4,096 outputs in chunks, refused before any partitioning."""
     args = ["--network", "alexnet-ungrouped", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path)]
     assert refusal(main, args, capsys) == (
-        "error: network 'alexnet-ungrouped' on cluster 'vc709:15@150': layer 'fc6': its input of 9,216 channels "
-        "would travel as one stream word of 147,456 bits, beyond the 65,535 bits of an Amaranth value (the "
+        "error: network 'alexnet-ungrouped' on cluster 'vc709:15@150': layer 'fc6': its output of 4,096 channels "
+        "would travel as one stream word of 65,536 bits, beyond the 65,535 bits of an Amaranth value (the "
         "generator does not stream wide layers in chunks yet)")
 
 
 def test_grouped_alexnet_maps_and_is_refused_for_hardware_in_one_line(tmp_path, capsys):
     """The paper's two-tower AlexNet maps on 15 VC709s (docs/paper_comparison.md); the generator
-    builds its grouped layers, but --for-hardware refuses the network in one line: fc6's input
-    as one stream word."""
+    builds its grouped layers, but --for-hardware refuses the network in one line: fc6's
+    outputs as one stream word."""
     main(["--network", "alexnet", "--cluster", "vc709:15@150", "--out", str(tmp_path / "model")])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("alexnet on vc709:15@150: 1391.0 samples/s (compute bound), 384 GOPS per device, ")
@@ -158,9 +159,9 @@ def test_grouped_alexnet_maps_and_is_refused_for_hardware_in_one_line(tmp_path, 
     assert all(n.estimate.bram_blocks <= b for n, b in zip(mapping.nodes, mapping.summary["usable_blocks"]))
     args = ["--network", "alexnet", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path / "hw")]
     assert refusal(main, args, capsys) == (
-        "error: network 'alexnet' on cluster 'vc709:15@150': layer 'fc6': its input of 9,216 channels would travel "
-        "as one stream word of 147,456 bits, beyond the 65,535 bits of an Amaranth value (the generator does not "
-        "stream wide layers in chunks yet)")
+        "error: network 'alexnet' on cluster 'vc709:15@150': layer 'fc6': its output of 4,096 channels would "
+        "travel as one stream word of 65,536 bits, beyond the 65,535 bits of an Amaranth value (the generator does "
+        "not stream wide layers in chunks yet)")
     assert not (tmp_path / "hw").exists()
 
 

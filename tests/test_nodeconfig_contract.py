@@ -85,6 +85,9 @@ CASES = {
     "channels missing": (lambda d: slice_of(d, 1).update(in_range=[2, 3]),
                          "nodes[1].slices[0].in_range: [2, 3], but the slices of layer 'conv2' before it in the "
                          "chain end at channel 1"),
+    "fc cut inside a channel": (lambda d: slice_of(d, 3).update(in_range=[0, 30]),
+                                "nodes[3].slices[0]: a fully connected layer after a flatten is an ICP layer cut "
+                                "between channels of the 8x2x2 map (in_range ends multiples of 4), not ICP [0, 30]"),
     "act-ram of part pixels": (lambda d: slice_of(d, 1).update(act_ram_words=slice_of(d, 1)["act_ram_words"] + 1),
                                "nodes[1].slices[0].act_ram_words: 129 is not a positive multiple of the slice's 2 "
                                "input channels"),

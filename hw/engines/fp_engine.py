@@ -90,7 +90,8 @@ class FPEngine(WeightWalk, wiring.Component):
 
     @classmethod
     def from_slice(cls, layer_slice, family=None):
-        """The FP engine of a ``mapping.nodeconfig.LayerSlice`` (b = its tiles, at most one per input channel)."""
+        """The FP engine of a ``mapping.nodeconfig.LayerSlice`` (b = its tiles, at most one per input
+        channel), taking a pass's window per step after a flatten (``LayerSlice.map_pixels``)."""
         engine, s = layer_slice.fp, layer_slice
         if engine.kernel != s.kernel or engine.tiles > s.in_channels:
             raise ValueError(
@@ -98,7 +99,7 @@ class FPEngine(WeightWalk, wiring.Component):
                 f"{engine.kernel}x{engine.kernel}, but its slice needs at most {s.in_channels} tiles "
                 f"(one per input channel) of {s.kernel}x{s.kernel}")
         return cls(channels=s.in_channels, kernel=s.kernel, ces=engine.ces, out_channels=s.out_channels,
-                   tiles=engine.tiles, family=family)
+                   tiles=engine.tiles, pass_windows=s.map_pixels > 1, family=family)
 
     @property
     def multipliers(self):

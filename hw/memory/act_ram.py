@@ -32,9 +32,11 @@ class ActRam(Fifo):
 
     @classmethod
     def from_slice(cls, layer_slice, family=None):
-        """The Act-RAM of a ``mapping.nodeconfig.LayerSlice``: ``act_ram_words`` / S pixels, in
-        block RAM or (``act_storage`` "dram") a :class:`DramActRam`."""
-        channels, words = layer_slice.in_channels, layer_slice.act_ram_words
+        """The Act-RAM of a ``mapping.nodeconfig.LayerSlice``: ``act_ram_words`` / S pixels of its S
+        input channels (of the map a fully connected layer flattens), in block RAM or
+        (``act_storage`` "dram") a :class:`DramActRam`."""
+        channels = layer_slice.map_channels(layer_slice.in_channels)
+        words = layer_slice.act_ram_words
         if words % channels or words < channels:
             raise ValueError(f"act-ram of layer '{layer_slice.layer}': act_ram_words = {words} is not a "
                              f"positive multiple of the slice's {channels} input channels")

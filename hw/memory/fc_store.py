@@ -30,23 +30,25 @@ from mapping.numerics import WORD_BITS
 from ..base.checks import positive, refuse
 from ..base.counter import ModuloCounter
 from ..base.layouts import pixel_layout, window_layout
+from ..base.ram import ram_attrs
 
 
 class _PassMemories(wiring.Component):
     """What both stores share: one memory per pass of ``slots`` rows of ``tiles`` flattened
     inputs, the slots' full flags, and where each channel of each pixel lies."""
 
-    def __init__(self, block, *, channels, pixels, tiles, slots, members):
+    def __init__(self, block, *, channels, pixels, tiles, slots, family, members):
         positive(self, block, channels=channels, pixels=pixels, tiles=tiles, slots=slots)
         if tiles > channels * pixels:
             refuse(self, f"{block}: tiles = {tiles} exceeds the {channels * pixels} inputs of {channels} "
                          f"channels of {pixels} pixels")
-        self.channels, self.pixels, self.tiles, self.slots = channels, pixels, tiles, slots
+        self.channels, self.pixels, self.tiles, self.slots, self.family = channels, pixels, tiles, slots, family
         self.passes = -(-channels * pixels // tiles)
         super().__init__(members)
 
     def _memories(self, m):
-        mems = [memory.Memory(shape=window_layout(self.tiles, 1), depth=self.slots, init=[])
+        mems = [memory.Memory(shape=window_layout(self.tiles, 1), depth=self.slots, init=[],
+                              attrs=ram_attrs(self.slots, self.family))
                 for _ in range(self.passes)]
         for i, mem in enumerate(mems):
             m.submodules[f"pass_{i}"] = mem
@@ -74,10 +76,11 @@ class FcWindowStore(_PassMemories):
     ``window_layout(tiles, 1)``, one beat per engine step: passes 0 .. v-1 of a sample,
     ``replays`` times over (module docstring)."""
 
-    def __init__(self, *, channels, pixels, tiles, replays, slots=2):
+    def __init__(self, *, channels, pixels, tiles, replays, slots=2, family=None):
         positive(self, "fc window store", replays=replays)
         self.replays = replays
-        super().__init__("fc window store", channels=channels, pixels=pixels, tiles=tiles, slots=slots, members={
+        super().__init__("fc window store", channels=channels, pixels=pixels, tiles=tiles, slots=slots,
+                         family=family, members={
             "i": In(stream.Signature(pixel_layout(channels))),
             "o": Out(stream.Signature(window_layout(tiles, 1))),
         })
@@ -119,8 +122,9 @@ class FcErrorStore(_PassMemories):
     v a sample; ``o``: ``pixel_layout(channels)``, ``pixels`` beats a sample in raster order
     (module docstring)."""
 
-    def __init__(self, *, channels, pixels, tiles, slots=2):
-        super().__init__("fc error store", channels=channels, pixels=pixels, tiles=tiles, slots=slots, members={
+    def __init__(self, *, channels, pixels, tiles, slots=2, family=None):
+        super().__init__("fc error store", channels=channels, pixels=pixels, tiles=tiles, slots=slots,
+                         family=family, members={
             "i": In(stream.Signature(pixel_layout(tiles))),
             "o": Out(stream.Signature(pixel_layout(channels))),
         })

@@ -33,6 +33,7 @@ from ..engines.fp_engine import FPEngine
 from ..engines.pg_engine import BiasTerms, PGEngine
 from ..memory.act_ram import ActRam
 from ..memory.dram_weights import DramWeights
+from ..memory.fc_store import FcErrorStore, FcWindowStore
 from ..memory.fifo import Fifo
 from ..memory.grad_buffer import GradientBuffer
 from ..memory.grad_rounding import GradientRounder
@@ -41,7 +42,6 @@ from ..memory.pab import PartialActivationBuffer
 from ..memory.param_ram import ParamRam, VersionedParamRam, WeightLayout, slice_weights
 from ..memory.update_gate import COUNT_BITS, BothDone, OverlappedGate, SampleGate, UpdateGate
 from ..streams.channels import ChannelConcat, ChannelFork, channel_slice
-from ..streams.flatten import Flatten, Unflatten
 from .ports import ChainLink
 from .sfu import SFU, BiasRows
 
@@ -50,15 +50,13 @@ def slice_ports(s):
     """The chain-facing channels of slice ``s``: ({channel: layout} from the predecessor,
     {channel: layout} to the successor), channel names as in hw/node/ports.py."""
     c_in, h, w = s.in_shape
-    if s.flatten_from is not None and s.first:
-        stream_in = pixel_layout(s.flatten_from[0])  # unflattened pixels arrive
-    else:
-        stream_in = None
     post = s.out_shape[0]  # pooling keeps the channel count
     up, down = {}, {}
     if s.mode == "icp":
-        lo, hi = s.in_range
-        up["act"] = stream_in or pixel_layout(c_in - lo)
+        # The map's pixels, where the layer flattens one: the channels from the slice's first on.
+        lo, hi = (s.map_channels(end) for end in s.in_range)
+        c_in = s.map_channels(c_in)
+        up["act"] = pixel_layout(c_in - lo)
         if not s.last:
             down["act"] = pixel_layout(c_in - hi)
             down["psum"] = psum_layout(s.fp.ces)
@@ -72,10 +70,10 @@ def slice_ports(s):
             up["psum"] = psum_layout(s.fp.ces)
             up["zerr"] = pixel_layout(s.upstream_sums_channels)
         if s.needs_eb:
-            up["err"] = _err_out_layout(s, pixel_layout(c_in - lo))
+            up["err"] = pixel_layout(c_in - lo)
     else:
         lo, hi = s.out_range
-        up["act"] = stream_in or pixel_layout(c_in)
+        up["act"] = pixel_layout(c_in)
         if not s.first:
             up["ocp"] = pixel_layout(lo)
             up["err"] = pixel_layout(lo)
@@ -90,7 +88,7 @@ def slice_ports(s):
             down["err"] = pixel_layout(s.out_shape[0])
         if s.needs_eb:
             if s.first:
-                up["err"] = _err_out_layout(s, pixel_layout(c_in))
+                up["err"] = pixel_layout(c_in)
             else:
                 up["epsum"] = psum_layout(c_in)
     return up, down
@@ -107,12 +105,6 @@ class RemoteRows:
         self.starts = tuple((b.out_range[0] - lo) // s.fp.ces * passes for b in self.blocks)
         first_remote = self.blocks[0].out_range[0] if self.blocks else s.out_range[1]
         self.local = replace(s, out_range=(lo, first_remote), remote_weights=()) if first_remote > lo else None
-
-
-def _err_out_layout(s, flat_layout):
-    if s.flatten_from is not None and s.first:
-        return pixel_layout(s.flatten_from[0])
-    return flat_layout
 
 
 def check_buildable(s, training):
@@ -248,13 +240,9 @@ class SliceUnit(wiring.Component):
         s, f, lpram = self.slice, self.formats, self.lpram
         c_in, _, _ = s.in_shape
         _, oh, ow = s.out_shape
-        own_in, ces = s.in_channels, s.fp.ces
+        own_in, ces = s.map_channels(s.in_channels), s.fp.ces
         act_in = flipped(self.up.act)
-        if s.flatten_from is not None and s.first:
-            flat = m.submodules.flatten = Flatten(*s.flatten_from)
-            connect(m, act_in, flat.i)
-            act_in = flat.o
-        arriving = c_in - (s.in_range[0] if s.mode == "icp" else 0)
+        arriving = s.map_channels(c_in - (s.in_range[0] if s.mode == "icp" else 0))
         # The producer (a pooling SFU, or the previous node) delivers in bursts while the
         # line buffer takes a pixel per window: two input rows of slack keep both busy. Its
         # pops are counted from a register: the consumers' joint ready comes from the FP
@@ -274,13 +262,12 @@ class SliceUnit(wiring.Component):
         connect(m, split.o0, act_ram.i)
         if s.act_storage == "dram":
             connect(m, act_ram.dram, flipped(self.dram.act_ram))
-        fp_lb = m.submodules.fp_lb = LineBuffer.from_slice(s, "fp", family=self.family)
-        connect(m, split.o1, fp_lb.i)
+        windows, beats = self._windows(m, "fp", split.o1)
         if bypass:
             connect(m, split.o2, flipped(self.down.act))
 
-        fp_gate = m.submodules.fp_gate = SampleGate(fp_lb.o.payload.shape(), oh * ow)
-        connect(m, self._window_slack(m, "fp", fp_lb.o), fp_gate.i)
+        fp_gate = m.submodules.fp_gate = SampleGate(windows.payload.shape(), beats)
+        connect(m, windows, fp_gate.i)
         fp = m.submodules.fp = FPEngine.from_slice(s, family=self.family)
         connect(m, self._weights(m, "fp", fp, fp_gate.o, None if lpram is None else lpram.a), fp.windows)
         m.d.comb += [fp_gate.allow.eq(gate.fp_allow), gate.fp_start.eq(fp_gate.start)]
@@ -359,15 +346,14 @@ class SliceUnit(wiring.Component):
         the bias beats, the engine's or BiasTerms', into the bias LGB."""
         s = self.slice
         _, oh, ow = s.out_shape
-        pg_lb = m.submodules.pg_lb = LineBuffer.from_slice(s, "pg", family=self.family)
         # The line buffer's ready stops at a register, not at the Act-RAM's occupancy count and
         # read enable, which are by its block RAM, often far from the PG engine's multipliers
         # (the path between them was an ECP5-85 node's worst at 125 MHz, 5.3 ns of routing).
         acts = m.submodules.act_skid = SkidBuffer(act_ram.o.payload.shape())
         connect(m, act_ram.o, acts.i)
-        connect(m, acts.o, pg_lb.i)
-        pg_gate = m.submodules.pg_gate = SampleGate(pg_lb.o.payload.shape(), oh * ow)
-        connect(m, self._window_slack(m, "pg", pg_lb.o), pg_gate.i)
+        windows, beats = self._windows(m, "pg", acts.o)
+        pg_gate = m.submodules.pg_gate = SampleGate(windows.payload.shape(), beats)
+        connect(m, windows, pg_gate.i)
         pg = m.submodules.pg = PGEngine.from_slice(s, family=self.family)
         connect(m, pg_gate.o, pg.windows)
         bias_grads = pg.bias_grads if pg.bias else None
@@ -419,14 +405,16 @@ class SliceUnit(wiring.Component):
         # EB is done with the weights only when the sample's last error sum leaves the
         # engine: a stalled engine holds its operands in LPRAM port B's read register,
         # which the update's row reads would overwrite.
-        eb_end = m.submodules.eb_end = SampleGate(eb.errors.payload.shape(), h * w)
+        # A fully connected layer's EB gives a beat per pass (pass_errors), every G steps.
+        beats, steps = (eb.passes, eb.groups) if eb.pass_errors else (1, eb.groups * eb.passes)
+        eb_end = m.submodules.eb_end = SampleGate(eb.errors.payload.shape(), h * w * beats)
         connect(m, eb.errors, eb_end.i)
         m.d.comb += [eb_gate.allow.eq(gate.eb_allow), gate.eb_start.eq(eb_gate.start),
                      eb_end.allow.eq(1), gate.eb_done.eq(eb_end.done)]
         if s.mode == "icp":
-            self._icp_input_errors(m, eb_end.o, eb.groups * eb.passes)
+            self._icp_input_errors(m, eb_end.o, steps)
         else:
-            self._ocp_input_errors(m, eb_end.o, eb.groups * eb.passes)
+            self._ocp_input_errors(m, eb_end.o, steps)
 
     def _weights(self, m, role, engine, windows, ram_port):
         """Connect ``engine``'s weight port to the LPRAM, or through a WeightSource to the LPRAM
@@ -476,9 +464,26 @@ class SliceUnit(wiring.Component):
             connect(m, remote, flipped(streams.grad))
         return split.i
 
+    def _windows(self, m, role, pixels):
+        """The ``role`` engine's windows of the input ``pixels``: a line buffer and a FIFO of
+        windows behind it, so that it takes in the first rows of the next sample while the engine
+        still works on the previous sample's last windows; for a fully connected layer after a
+        flatten, an FcWindowStore, a pass of its flattened input per step. Returns (the window
+        stream, its beats per sample)."""
+        s = self.slice
+        if s.map_pixels > 1:
+            layout = WeightLayout.from_slice(s)
+            store = m.submodules[f"{role}_store"] = FcWindowStore(
+                channels=s.map_channels(s.in_channels), pixels=s.map_pixels, tiles=layout.tiles,
+                replays=layout.groups, family=self.family)
+            connect(m, pixels, store.i)
+            return store.o, layout.rows
+        line_buffer = m.submodules[f"{role}_lb"] = LineBuffer.from_slice(s, role, family=self.family)
+        connect(m, pixels, line_buffer.i)
+        return self._window_slack(m, role, line_buffer.o), s.out_shape[1] * s.out_shape[2]
+
     def _window_slack(self, m, role, windows):
-        """Windows buffered after a line buffer, so that it takes in the first rows of the
-        next sample while the engine still works on the previous sample's last windows."""
+        """Windows buffered after a line buffer (:meth:`_windows`)."""
         slack = m.submodules[f"{role}_windows"] = Fifo(windows.payload.shape(),
                                                         window_slack(self.slice, role), family=self.family)
         connect(m, windows, slack.i)
@@ -495,23 +500,33 @@ class SliceUnit(wiring.Component):
         connect(m, sums, rounder.i)
         return rounder.o
 
-    def _err_out(self, m):
-        """The ``up.err`` port, behind an Unflatten on the first node of a flattening FC layer."""
-        s = self.slice
-        port = flipped(self.up.err)
-        if s.flatten_from is not None and s.first:
-            unflat = m.submodules.unflatten = Unflatten(*s.flatten_from)
-            connect(m, unflat.o, port)
-            return unflat.i
-        return port
+    def _round_pass_errors(self, m, sums, steps):
+        """The EB rounding point of a fully connected layer after a flatten: each pass's sums,
+        flattened inputs ``i*b ..`` of the slice, then turned back into the map's pixels
+        (FcErrorStore)."""
+        s, f = self.slice, self.formats
+        layout = WeightLayout.from_slice(s)
+        rounder = m.submodules.eb_round = MapRounder(
+            channels=layout.tiles, lanes=-(-layout.tiles // steps), pixels=layout.passes, shift=f.eb_shift,
+            seed=f.seed, tensor=numerics.tensor_id(s.position, numerics.EB_OUT), channel_base=s.in_range[0],
+            consecutive_beats=True)
+        store = m.submodules.eb_store = FcErrorStore(channels=s.map_channels(s.in_channels), pixels=s.map_pixels,
+                                                     tiles=layout.tiles, family=self.family)
+        connect(m, sums, rounder.i)
+        connect(m, rounder.o, store.i)
+        return store.o
 
     def _icp_input_errors(self, m, sums, steps):
         s = self.slice
-        own = self._round_errors(m, sums, s.in_channels, s.in_range[0], steps)
+        if s.map_pixels > 1:
+            own = self._round_pass_errors(m, sums, steps)
+        else:
+            own = self._round_errors(m, sums, s.in_channels, s.in_range[0], steps)
         if s.last:
-            connect(m, own, self._err_out(m))
+            connect(m, own, flipped(self.up.err))
             return
-        join = m.submodules.err_join = ChannelConcat([s.in_channels, s.in_shape[0] - s.in_range[1]])
+        join = m.submodules.err_join = ChannelConcat([s.map_channels(s.in_channels),
+                                                      s.map_channels(s.in_shape[0] - s.in_range[1])])
         # The EB errors reach the join through a skid buffer: the join's ready (the next node's
         # errors arriving over the link) stops at its register instead of running on through the
         # rounder into the EB engine's credit (an ECP5-85 node's worst path at 125 MHz, 2.0 ns
@@ -520,7 +535,7 @@ class SliceUnit(wiring.Component):
         connect(m, own, skid.i)
         connect(m, skid.o, join.i0)
         connect(m, flipped(self.down.err), join.i1)
-        connect(m, join.o, self._err_out(m))
+        connect(m, join.o, flipped(self.up.err))
 
     def _ocp_input_errors(self, m, sums, steps):
         s = self.slice
@@ -531,7 +546,7 @@ class SliceUnit(wiring.Component):
         if not s.last:
             connect(m, flipped(self.down.epsum), reduce.upstream)
         if s.first:
-            connect(m, self._round_errors(m, reduce.o, c_in, 0, steps), self._err_out(m))
+            connect(m, self._round_errors(m, reduce.o, c_in, 0, steps), flipped(self.up.err))
         else:
             connect(m, reduce.o, flipped(self.up.epsum))
 

@@ -1,1 +1,1 @@
-"""Stream glue: channel forks and concatenations of pixel streams, flatten and unflatten."""
+"""Stream glue: channel forks and concatenations of pixel streams."""

@@ -9,7 +9,8 @@ layer's output channels, flatten is a re-ordering. A weighted layer is cut into
 ICP/OCP rule: ICP, unless the layer has fewer than :data:`OCP_BELOW_IN_CHANNELS`
 input channels and more output than input channels (image inputs: grey or RGB,
 AlexNet's and VGG's conv1), where ICP could not spread the layer over more than
-one to three nodes; those layers use OCP.
+one to three nodes; those layers use OCP. A fully connected layer after a flatten is always
+ICP, its units the channels of the map it flattens (:attr:`LayerPlan.unit_inputs`).
 
 Grouped convolution (``groups`` G > 1, AlexNet's two towers): a unit pairs only with the
 channels of its own group on the other side (an ICP unit, an input channel, with its
@@ -69,7 +70,7 @@ class LayerPlan:
         """Inputs per unit: 1, but H*W for an ICP fully connected layer after a flatten, whose
         units are the channels of the (C, H, W) map it flattens: a slice takes whole channels,
         so its input is a pixel stream of them (hw/memory/fc_store.py)."""
-        if self.kind == "fc" and self.mode == "icp" and self.flatten_from is not None:
+        if self.flatten_from is not None:
             return self.flatten_from[1] * self.flatten_from[2]
         return 1
 
@@ -170,7 +171,9 @@ def plan_layers(network):
                 sfu_shape = after.out_shape
         kind = "conv" if info.type == "conv2d" else "fc"
         c_in, c_out = info.in_channels, info.out_channels
-        mode = "ocp" if c_in < OCP_BELOW_IN_CHANNELS and c_out > c_in else "icp"
+        # A layer after a flatten is ICP: it takes the map's pixels (hw/memory/fc_store.py).
+        small = c_in < OCP_BELOW_IN_CHANNELS and c_out > c_in
+        mode = "ocp" if small and not (kind == "fc" and flattened is not None) else "icp"
         layer = info.layer
         plans.append(LayerPlan(
             index=len(plans), position=info.position, name=info.name, kind=kind, mode=mode,

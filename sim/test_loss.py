@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from hw.node.loss import LossUnit
-from hw.streams.flatten import Flatten, Unflatten
 from mapping import golden, numerics
 from sim.testbench import as_ints, get, put, simulate
 
@@ -39,31 +38,3 @@ def test_loss_errors_match_the_golden_model_under_stalls(loss):
         assert out[s] == list(arith.loss_error(y, onehot, last, s).ravel()), s
     if loss == "ce":  # p - onehot is within [-1, 1]: no error saturates
         assert 0 < max(max(map(abs, e)) for e in out) <= 1 << formats.error_frac
-
-
-def test_flatten_and_unflatten_follow_row_major_chw_order():
-    rng = np.random.default_rng(6)
-    c, h, w, samples = 3, 2, 3, 3
-    maps = rng.integers(-2**15, 2**15, (samples, c, h, w))
-    pixels = [list(map(int, maps[s][:, y, x])) for s in range(samples) for y in range(h) for x in range(w)]
-    flat_dut, flat_out = Flatten(c, h, w), []
-
-    async def src(ctx):
-        await put(ctx, flat_dut.i, pixels, rng, 0.3)
-
-    async def snk(ctx):
-        flat_out.extend(await get(ctx, flat_dut.o, samples, rng, 0.5, as_ints))
-
-    simulate(flat_dut, src, snk, deadline=1000)
-    assert flat_out == [list(maps[s].reshape(-1)) for s in range(samples)]
-
-    unflat_dut, unflat_out = Unflatten(c, h, w), []
-
-    async def src2(ctx):
-        await put(ctx, unflat_dut.i, flat_out, rng, 0.3)
-
-    async def snk2(ctx):
-        unflat_out.extend(await get(ctx, unflat_dut.o, len(pixels), rng, 0.3, as_ints))
-
-    simulate(unflat_dut, src2, snk2, deadline=1000)
-    assert unflat_out == pixels
