@@ -371,10 +371,24 @@ def _engine_buffers(s):
 
 # Samples an FC corner turn keeps (hw/memory/fc_store.py): one written while one is read.
 FC_STORE_SLOTS = 2
+# Above this many flattened inputs a slice's corner turns keep their samples in one memory of
+# 2v rows, written or read a channel a cycle (hw/memory/fc_store.py, DeepFcWindowStore and
+# DeepFcErrorStore): a memory per pass is then distributed RAM two rows deep, a LUT per bit on
+# Xilinx (525 k LUTs on VGG-16's node 13). Only where that side keeps up with the engines,
+# whose G x v steps a sample are at least the S inputs' cycles when b <= G.
+DEEP_FC_STORE_INPUTS = 1024
 
 
-def _fc_store(name, s):
-    """The memories of a fully connected layer's corner turn: one per pass, a slot per sample."""
+def deep_fc_stores(s):
+    """Whether slice ``s`` (a fully connected layer after a flatten) builds the deep corner turns."""
+    return s.in_channels > DEEP_FC_STORE_INPUTS and s.fp.tiles <= math.ceil(s.out_channels / s.fp.ces)
+
+
+def _fc_store(name, s, *, word_writes):
+    """The memories of a fully connected layer's corner turn: a slot per sample, in one deep
+    memory (:func:`deep_fc_stores`; ``word_writes``: written a word at a time) or one per pass."""
+    if deep_fc_stores(s):
+        return [Memory(f"{name}.passes", s.fp.tiles * WORD_BITS, FC_STORE_SLOTS * passes(s), word_writes=word_writes)]
     return [Memory(f"{name}.pass_{i}", s.fp.tiles * WORD_BITS, FC_STORE_SLOTS) for i in range(passes(s))]
 
 
@@ -392,11 +406,11 @@ def slice_memories(s, grad_bits=ACC_BITS):
     mems += _queue("act_ram", own_pixel * WORD_BITS, s.act_ram_words // own_pixel, s.act_storage)
     for role in ("fp", "pg"):
         if s.map_pixels > 1:
-            mems += _fc_store(f"{role}_store", s)
+            mems += _fc_store(f"{role}_store", s, word_writes=True)
         else:
             mems += _fifo(f"{role}_windows", words * WORD_BITS, window_slack(s, role))
     if s.needs_eb and s.map_pixels > 1:
-        mems += _fc_store("eb_store", s)
+        mems += _fc_store("eb_store", s, word_writes=False)
     if s.needs_eb:
         mems += _fifo("eb_windows", own_out * kernel * kernel * WORD_BITS, window_slack(s, "eb"))
     if kernel > 1:

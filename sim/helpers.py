@@ -140,6 +140,14 @@ def as_rows(payload):
     return [as_ints(row) for row in payload]
 
 
+def wide_fc():
+    """A fully connected layer of 1,152 inputs (32 channels of a 6x6 map) and 32 outputs: on one
+    ECP5-85 its slice keeps more flattened inputs than ``memories.DEEP_FC_STORE_INPUTS``, so its
+    corner turns are the deep ones (hw/memory/fc_store.py)."""
+    return infer("wide-fc", (1, 6, 6), [zoo.conv("conv1", 32, 3, pad=1), Layer("relu", "relu1"),
+                                        Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=32)])
+
+
 def micro_overlap():
     """zoo.micro with AlexNet's max-pool: 3x3 windows at stride 2 over conv1's 7 x 7 output
     (hw/node/sfu.OverlappingPoolSFU)."""

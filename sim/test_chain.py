@@ -14,7 +14,7 @@ from amaranth.hdl import Module
 
 from hw.base.checks import never_elaborated
 from hw.node.top import Node, connect_chain
-from mapping import mapper, zoo
+from mapping import mapper, memories, zoo
 from mapping.cluster import parse_cluster
 from mapping.golden import random_data
 from mapping.mapper import GENERATOR_OPTIONS, map_network
@@ -23,6 +23,7 @@ from mapping.nodeconfig import Pool, WeightBlock
 from mapping.numerics import LOSSES, Formats
 from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, STOPPING_UPDATE_OPTIONS, assert_bit_exact, cycles_per_sample,
                        mean_cycles_per_sample, report, train_chain)
+from sim.helpers import wide_fc
 from sim.train import main as train_main
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
@@ -123,6 +124,19 @@ def test_two_fc_layers_with_weights_in_dram_train_bit_exact_folded_with_stalls()
             for node in mapping.nodes] == [[("conv1", (0, 1), False, 1, 3), ("fc1", (0, 36), True, 6, 2)],
                                            [("fc1", (36, 72), True, 6, 2), ("fc2", (0, 6), True, 6, 1)]]
     inputs, labels, params = random_data(network, 4, 2)
+    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, **VERILATOR)
+    assert_bit_exact(run.params, run.golden, params)
+
+
+def test_a_wide_fc_trains_bit_exact_through_its_deep_corner_turns():
+    """fc's 1,152 inputs (the 32 channels of a 6x6 map) pass the deep corner turns: a channel a
+    cycle into one memory of two samples' passes for FP and PG, EB's passes back into pixels a
+    channel a cycle (hw/memory/fc_store.py); random stalls on the feed, two mini-batches of two."""
+    network = wide_fc()
+    mapping = map_network(network, parse_cluster("ecp5-85:1"), batch=2, lr=LR, **STOPPING_UPDATE_OPTIONS)
+    assert [(s.layer, s.in_range, memories.deep_fc_stores(s)) for s in mapping.nodes[0].slices] == [
+        ("conv1", (0, 1), False), ("fc", (0, 1152), True)]
+    inputs, labels, params = random_data(network, 4, 5)
     run = train_chain(network, mapping, inputs, labels, params, stall=0.2, **VERILATOR)
     assert_bit_exact(run.params, run.golden, params)
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.memory.fc_store import FcErrorStore, FcWindowStore
+from hw.memory.fc_store import DeepFcErrorStore, DeepFcWindowStore, FcErrorStore, FcWindowStore
 from sim.testbench import as_ints, get, put, simulate
 
 
@@ -23,6 +23,7 @@ def pixels_of(maps):
     return [list(map(int, maps[s, :, y, x])) for s in range(samples) for y in range(h) for x in range(w)]
 
 
+@pytest.mark.parametrize("store", [FcWindowStore, DeepFcWindowStore])
 @pytest.mark.parametrize("channels, height, width, tiles, replays, stall", [
     (5, 2, 3, 12, 3, 0.3),  # two channels a pass, the last pass padded; random stalls both sides
     (3, 2, 3, 4, 2, 0.3),   # passes across channel boundaries
@@ -30,11 +31,12 @@ def pixels_of(maps):
     (4, 1, 1, 4, 1, 0.0),   # one pixel, one pass: a plain FIFO of two samples
     (6, 2, 2, 24, 2, 0.0),  # one pass, full rate both sides
 ])
-def test_window_store_gives_each_pass_of_every_pixel_in_flatten_order(channels, height, width, tiles, replays, stall):
+def test_window_store_gives_each_pass_of_every_pixel_in_flatten_order(channels, height, width, tiles, replays, stall,
+                                                                      store):
     rng = np.random.default_rng(channels + tiles)
     samples = 4
     maps = rng.integers(-2**15, 2**15, (samples, channels, height, width))
-    dut = FcWindowStore(channels=channels, pixels=height * width, tiles=tiles, replays=replays)
+    dut = store(channels=channels, pixels=height * width, tiles=tiles, replays=replays)
     expected = windows_of(maps, tiles, replays)
     out = []
 
@@ -48,13 +50,14 @@ def test_window_store_gives_each_pass_of_every_pixel_in_flatten_order(channels, 
     assert out == expected
 
 
+@pytest.mark.parametrize("store", [FcErrorStore, DeepFcErrorStore])
 @pytest.mark.parametrize("channels, height, width, tiles, stall", [(5, 2, 3, 12, 0.3), (3, 2, 3, 4, 0.3),
-                                                                   (6, 2, 2, 3, 0.0)])
-def test_error_store_turns_passes_back_into_pixels(channels, height, width, tiles, stall):
+                                                                   (6, 2, 2, 3, 0.0), (2, 3, 3, 3, 0.0)])
+def test_error_store_turns_passes_back_into_pixels(channels, height, width, tiles, stall, store):
     rng = np.random.default_rng(channels)
     samples = 4
     maps = rng.integers(-2**15, 2**15, (samples, channels, height, width))
-    dut = FcErrorStore(channels=channels, pixels=height * width, tiles=tiles)
+    dut = store(channels=channels, pixels=height * width, tiles=tiles)
     expected = pixels_of(maps)
     out = []
 

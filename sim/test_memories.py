@@ -17,7 +17,7 @@ from mapping.mapper import map_network
 from sim.chain import STOPPING_UPDATE_OPTIONS
 from mapping.nodeconfig import Engine, Pool, Training
 from mapping.resources import ram_style
-from sim.helpers import layer_slice, micro_overlap
+from sim.helpers import layer_slice, micro_overlap, wide_fc
 
 
 def built_memories(fragment):
@@ -64,6 +64,16 @@ def assert_inventory(mapping):
         listed = Counter((m.width, m.depth, ram_style(m.depth, config.family))
                          for m in memories.node_memories(config))
         assert built == listed, f"node {config.index}: built {built - listed}, listed {listed - built}"
+
+
+def test_inventory_of_a_wide_fc_node_with_its_deep_corner_turns():
+    """One memory of two samples' passes for each of FP's, PG's and EB's corner turns."""
+    mapping = map_network(wide_fc(), parse_cluster("ecp5-85:1"), batch=1, **STOPPING_UPDATE_OPTIONS)
+    fc = mapping.nodes[0].slices[1]
+    assert (fc.in_channels, fc.fp.tiles, memories.deep_fc_stores(fc)) == (1152, 6, True)
+    assert [(m.name, m.width, m.depth) for m in memories.slice_memories(fc) if "_store" in m.name] == [
+        ("fp_store.passes", 96, 384), ("pg_store.passes", 96, 384), ("eb_store.passes", 96, 384)]
+    assert_inventory(mapping)
 
 
 @pytest.mark.parametrize("act_storage", ["chip", "dram"])

@@ -21,7 +21,7 @@ Any b works: a pass may hold part of a channel's pixels, or several channels. Wo
 the C*H*W inputs in the last pass are never written and stay zero.
 """
 
-from amaranth.hdl import Array, Cat, Module, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,7 +30,7 @@ from mapping.numerics import WORD_BITS
 from ..base.checks import positive, refuse
 from ..base.counter import ModuloCounter
 from ..base.layouts import pixel_layout, window_layout
-from ..base.ram import ram_attrs
+from ..base.ram import NO_RW_CHECK, ram_attrs, read_register
 
 
 class _PassMemories(wiring.Component):
@@ -153,4 +153,132 @@ class FcErrorStore(_PassMemories):
         with m.If(advance):
             m.d.sync += [self.o.valid.eq(have),
                          self.o.payload.eq(Cat(*words))]
+        return m
+
+
+class _DeepPassMemory:
+    """Mixin of the deep stores, over the interface of the store they replace: the ``slots`` samples in one memory of ``slots`` x v rows
+    (block RAM at paper scale, where a memory per pass would be distributed RAM two rows deep:
+    a LUT per bit on Xilinx), written or read a channel a cycle. Channel c of pixel p is word
+    ``(c*pixels + p) mod b`` of the sample's row ``(c*pixels + p) div b``; both step by constants
+    from channel to channel (:meth:`_walk`)."""
+
+    def _memory(self, m):
+        depth = self.slots * self.passes
+        mem = m.submodules.passes = memory.Memory(shape=window_layout(self.tiles, 1), depth=depth, init=[],
+                                                  attrs=NO_RW_CHECK | ram_attrs(depth, self.family))
+        return mem
+
+    def _base(self, m, step):
+        """The first row of the slot ``step`` moves past: steps of v rows, wrapping after the slots."""
+        base = Signal(range(self.slots * self.passes))
+        with m.If(step):
+            m.d.sync += base.eq(Mux(base == (self.slots - 1) * self.passes, 0, base + self.passes))
+        return base
+
+    def _walk(self, m, start, next_channel, next_pixel, last_pixel):
+        """(row within the sample, word) of the current channel of the current pixel: channel 0 of
+        the pixel at ``start`` (a pulse), one channel on at each ``next_channel``; ``next_pixel``
+        moves to the next pixel (to pixel 0 after ``last_pixel``). Adders only: channel 0 of
+        pixel p is (p div b, p mod b), kept in registers; a channel on is ``pixels`` words on."""
+        step_rows, step_words = divmod(self.pixels, self.tiles)
+        pixel_row, pixel_word = Signal(range(self.passes)), Signal(range(self.tiles))
+        with m.If(next_pixel):
+            last_word = pixel_word == self.tiles - 1
+            m.d.sync += [pixel_word.eq(Mux(last_pixel | last_word, 0, pixel_word + 1)),
+                         pixel_row.eq(Mux(last_pixel, 0, pixel_row + last_word))]
+        row, word = Signal(range(self.passes)), Signal(range(self.tiles))
+        wrapped = word + step_words >= self.tiles
+        with m.If(start):
+            m.d.sync += [row.eq(pixel_row), word.eq(pixel_word)]
+        with m.Elif(next_channel):
+            m.d.sync += [word.eq(Mux(wrapped, word + step_words - self.tiles, word + step_words)),
+                         row.eq(row + step_rows + wrapped)]
+        return row, word
+
+
+class DeepFcWindowStore(_DeepPassMemory, FcWindowStore):
+    """:class:`FcWindowStore`'s ports and beats from one deep memory: a pixel is written a channel
+    a cycle (channels + 1 cycles a pixel), so it keeps up with an engine whose G x v steps a
+    sample are at least the C x H x W inputs' cycles (b <= G)."""
+
+    def elaborate(self, platform):
+        m = Module()
+        mem = self._memory(m)
+        take, step, writing = Signal(), Signal(), Signal()
+        channel = ModuloCounter(m, self.channels, writing)
+        pixel = ModuloCounter(m, self.pixels, writing & channel.last)
+        pass_ = ModuloCounter(m, self.passes, step)
+        replay = ModuloCounter(m, self.replays, step & pass_.last)
+        written = writing & channel.last & pixel.last
+        _, _, free, have = self._slots(m, written, step & pass_.last & replay.last)
+        write_base, read_base = self._base(m, written), self._base(m, step & pass_.last & replay.last)
+        row, word = self._walk(m, take, writing, writing & channel.last, pixel.last)
+
+        # The pixel is held and shifted a channel a cycle into the word of its row it belongs to.
+        held = Signal(pixel_layout(self.channels))
+        m.d.comb += [self.i.ready.eq(free & ~writing), take.eq(self.i.valid & self.i.ready)]
+        with m.If(take):
+            m.d.sync += [held.eq(self.i.payload), writing.eq(1)]
+        with m.Elif(writing):
+            m.d.sync += held.as_value().eq(held.as_value() >> WORD_BITS)
+            with m.If(channel.last):
+                m.d.sync += writing.eq(0)
+        write = mem.write_port(granularity=1)
+        m.d.comb += [write.addr.eq(write_base + row), write.data.eq(Cat(*([held[0]] * self.tiles)))]
+        m.d.comb += [write.en[j].eq(writing & (word == j)) for j in range(self.tiles)]
+
+        # The read register is the output register: it loads whenever the output is empty or taken.
+        advance = ~self.o.valid | self.o.ready
+        m.d.comb += step.eq(advance & have)
+        m.d.comb += self.o.payload.eq(read_register(m, mem, read_base + pass_.value, advance))
+        with m.If(advance):
+            m.d.sync += self.o.valid.eq(have)
+        return m
+
+
+class DeepFcErrorStore(_DeepPassMemory, FcErrorStore):
+    """:class:`FcErrorStore`'s ports and beats from one deep memory: a pass is written a row a cycle,
+    a pixel read a channel a cycle (channels + 2 cycles a pixel)."""
+
+    def elaborate(self, platform):
+        m = Module()
+        mem = self._memory(m)
+        take, reading, start = Signal(), Signal(), Signal()
+        pass_ = ModuloCounter(m, self.passes, take)
+        channel = ModuloCounter(m, self.channels, reading)
+        pixel = ModuloCounter(m, self.pixels, self.o.valid & self.o.ready)
+        released = self.o.valid & self.o.ready & pixel.last
+        _, _, free, have = self._slots(m, take & pass_.last, released)
+        write_base, read_base = self._base(m, take & pass_.last), self._base(m, released)
+        row, word = self._walk(m, start, reading, self.o.valid & self.o.ready, pixel.last)
+
+        m.d.comb += [self.i.ready.eq(free), take.eq(self.i.valid & free)]
+        write = mem.write_port()
+        m.d.comb += [write.addr.eq(write_base + pass_.value), write.data.eq(self.i.payload), write.en.eq(take)]
+
+        # A pixel: start (its channel 0's place loaded), then a read a channel a cycle; each word
+        # arrives a cycle after its read and is shifted into the pixel, which is out after the last.
+        idle = ~reading & ~self.o.valid
+        arriving, gathering = Signal(), Signal()
+        m.d.comb += start.eq(idle & have & ~gathering & ~arriving)
+        with m.If(start):
+            m.d.sync += gathering.eq(1)
+        with m.If(gathering & ~reading & ~arriving):
+            m.d.sync += [reading.eq(1), gathering.eq(0)]
+        with m.If(reading & channel.last):
+            m.d.sync += reading.eq(0)
+        data = read_register(m, mem, read_base + row, reading)
+        word_at = Signal.like(word)
+        m.d.sync += [arriving.eq(reading), word_at.eq(word)]
+        value = Array(data[j] for j in range(self.tiles))[word_at]
+        out = self.o.payload.as_value()
+        with m.If(arriving):
+            m.d.sync += out.eq(Cat(out[WORD_BITS:], value))
+        last_arrival = Signal()
+        m.d.sync += last_arrival.eq(reading & channel.last)
+        with m.If(last_arrival):
+            m.d.sync += self.o.valid.eq(1)
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
         return m

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
-from mapping.memories import (PAB_MIN_DEPTH, activation_slack, bias_steps, buildable,
+from mapping.memories import (PAB_MIN_DEPTH, activation_slack, bias_steps, buildable, deep_fc_stores,
                               dram_queues, dram_weights_problem, fc_weights_queue, pg_error_range,
                               pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
@@ -33,7 +33,7 @@ from ..engines.fp_engine import FPEngine
 from ..engines.pg_engine import BiasTerms, PGEngine
 from ..memory.act_ram import ActRam
 from ..memory.dram_weights import DramWeights
-from ..memory.fc_store import FcErrorStore, FcWindowStore
+from ..memory.fc_store import DeepFcErrorStore, DeepFcWindowStore, FcErrorStore, FcWindowStore
 from ..memory.fifo import Fifo
 from ..memory.grad_buffer import GradientBuffer
 from ..memory.grad_rounding import GradientRounder
@@ -473,7 +473,8 @@ class SliceUnit(wiring.Component):
         s = self.slice
         if s.map_pixels > 1:
             layout = WeightLayout.from_slice(s)
-            store = m.submodules[f"{role}_store"] = FcWindowStore(
+            kind = DeepFcWindowStore if deep_fc_stores(s) else FcWindowStore
+            store = m.submodules[f"{role}_store"] = kind(
                 channels=s.map_channels(s.in_channels), pixels=s.map_pixels, tiles=layout.tiles,
                 replays=layout.groups, family=self.family)
             connect(m, pixels, store.i)
@@ -510,8 +511,9 @@ class SliceUnit(wiring.Component):
             channels=layout.tiles, lanes=-(-layout.tiles // steps), pixels=layout.passes, shift=f.eb_shift,
             seed=f.seed, tensor=numerics.tensor_id(s.position, numerics.EB_OUT), channel_base=s.in_range[0],
             consecutive_beats=True)
-        store = m.submodules.eb_store = FcErrorStore(channels=s.map_channels(s.in_channels), pixels=s.map_pixels,
-                                                     tiles=layout.tiles, family=self.family)
+        kind = DeepFcErrorStore if deep_fc_stores(s) else FcErrorStore
+        store = m.submodules.eb_store = kind(channels=s.map_channels(s.in_channels), pixels=s.map_pixels,
+                                             tiles=layout.tiles, family=self.family)
         connect(m, sums, rounder.i)
         connect(m, rounder.o, store.i)
         return store.o
