@@ -20,11 +20,12 @@ from hw.balance.blocks import hosted_blocks, relayed_blocks
 from hw.balance.hosted_rows import HostedRows
 from hw.balance.relay import Relay
 from hw.memory.act_ram import ActRam
+from hw.memory.fc_store import DeepFcErrorStore, DeepFcWindowStore
 from hw.memory.fifo import Fifo
 from hw.memory.grad_buffer import GradientBuffer
 from hw.memory.param_ram import ParamRam
 from hw.synth import SynthResult, synthesize
-from mapping.memories import cost as memories_cost, hosted_memories
+from mapping.memories import Memory, cost as memories_cost, hosted_memories
 from mapping.cluster import parse_cluster
 from mapping.mapper import map_network
 from sim.chain import STOPPING_UPDATE_OPTIONS
@@ -259,3 +260,14 @@ def test_relayed_streams_in_lut_ram(tmp_path):
     assert bram_cells(result) == {} and result.dsp == 0
     # TRELLIS_DPR16X4: 16 x 4 bits per cell, one read port each
     assert result.cells.get("TRELLIS_DPR16X4") == 64 // 4 + 64 // 4 + math.ceil(134 / 4) == 66
+
+
+@pytest.mark.parametrize("store, word_writes", [(DeepFcWindowStore, True), (DeepFcErrorStore, False)])
+def test_deep_fc_corner_turns_map_to_the_block_ram_the_mapping_counts(store, word_writes, tmp_path):
+    """Two samples of 1,152 flattened inputs in passes of 6: 384 rows of 96 bits (the window
+    store written a word at a time, so 6 x 18-bit columns) in 3 DP16KD, no distributed RAM."""
+    fields = dict(channels=32, pixels=36, tiles=6, family="ecp5")
+    dut = store(**fields, replays=16) if store is DeepFcWindowStore else store(**fields)
+    result = synth(dut, "ecp5", tmp_path)
+    assert (result.bram, result.cells.get("TRELLIS_DPR16X4", 0)) == (3, 0)
+    assert memories_cost([Memory("passes", 96, 384, word_writes=word_writes)], "ecp5").bram_blocks == 3
