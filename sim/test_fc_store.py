@@ -102,3 +102,33 @@ def test_the_stores_refuse_more_tiles_than_channels():
         FcWindowStore(channels=4, pixels=2, tiles=9, replays=1)
     with pytest.raises(ValueError, match=r"^fc error store: pixels = 0 must be at least 1$"):
         FcErrorStore(channels=4, pixels=0, tiles=2)
+
+
+@pytest.mark.parametrize("replays, cycles_per_sample", [(8, 16), (2, 15)])
+def test_deep_window_store_writes_a_channel_a_cycle(replays, cycles_per_sample):
+    """A pixel of 4 channels takes 5 cycles (a take, then a word a cycle), a sample of 3 pixels
+    15: with 8 replays of 2 passes (16 steps) the engine never waits; with 2 (4 steps) the
+    writer sets the rate."""
+    channels, pixels, tiles, samples = 4, 3, 6, 8
+    dut = DeepFcWindowStore(channels=channels, pixels=pixels, tiles=tiles, replays=replays)
+    maps = np.arange(samples * channels * pixels).reshape(samples, channels, 1, pixels)
+    expected = windows_of(maps, tiles, replays)
+    edges = {"now": 0, "windows": []}
+    out = []
+
+    async def source(ctx):
+        await put(ctx, dut.i, pixels_of(maps))
+
+    async def sink(ctx):
+        out.extend(await get(ctx, dut.o, len(expected), decode=as_ints))
+
+    async def clock(ctx):
+        async for _, _, valid, ready in ctx.tick().sample(dut.o.valid, dut.o.ready):
+            edges["now"] += 1
+            if valid and ready:
+                edges["windows"].append(edges["now"])
+
+    simulate(dut, source, sink, processes=[clock], deadline=400)
+    assert out == expected
+    firsts = edges["windows"][::2 * replays]  # each sample's first window
+    assert set(np.diff(firsts[2:])) == {cycles_per_sample}
