@@ -56,15 +56,21 @@ class Run:
 
 
 def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, padding=0, tiles=None, rng,
-               stall=0.0, samples=1, group_major=False, pass_errors=False):
+               stall=0.0, samples=1, group_major=False, pass_errors=False, group_windows=False):
     weights, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                                    size=size, stride=stride, padding=padding, samples=samples)
     engine = EBEngine(in_channels=in_channels, out_channels=out_channels, kernel=kernel, ces=ces, tiles=tiles,
-                      group_major=group_major, pass_errors=pass_errors)
+                      group_major=group_major, pass_errors=pass_errors, group_windows=group_windows)
     dut = EngineWithWeights(engine, lpram_rows(weights, ces, engine.tiles, rng).tolist(), ("windows", "errors"))
     windows = [w for e in errs for w in error_windows(e, kernel, stride, padding, (size, size))]
+
     want = expected(errs, weights, (in_channels, size, size), stride, padding)
     assert len(windows) == len(want)
+    fed = windows
+    if group_windows:  # each window as its groups' P*K*K taps, in the walk's order (i-major), zero past O
+        taps = engine.ces * kernel * kernel
+        fed = [(w + [0] * (engine.groups * taps - len(w)))[g * taps:(g + 1) * taps]
+               for w in windows for _ in range(engine.passes) for g in range(engine.groups)]
     if pass_errors:  # each window's sums as v beats of b, the last pass's lanes past S dropped
         v, b = engine.passes, engine.tiles
         padded = np.zeros((len(want), v * b), np.int64)
@@ -73,7 +79,7 @@ def run_engine(*, in_channels, out_channels, kernel, ces, size, stride=1, paddin
     state = {"now": 0, "transfers": [], "issues": 0, "addrs": []}
 
     async def producer(ctx):
-        await put(ctx, dut.windows, windows, rng, stall)
+        await put(ctx, dut.windows, fed, rng, stall)
 
     async def consumer(ctx):
         state["beats"] = await get(ctx, dut.errors, len(want), rng, stall, decode=lambda p: as_ints(p.values))
@@ -136,6 +142,17 @@ def test_group_major_matches_conv_backward_with_stalls(name):
                      samples=2, group_major=True)
     np.testing.assert_array_equal(run.got, run.want)
     assert run.addrs == list(range(run.engine.rows))
+
+
+@pytest.mark.parametrize("name", ["fold-1x1-s5-b2-padded-pass", "1x1-one-input-channel"])
+def test_group_windows_take_a_groups_errors_per_step(name):
+    """``group_windows`` (a fully connected layer's output errors a group at a time, replayed
+    once per pass): the same errors as one window holding all O."""
+    s, o, kernel, ces, size, stride, padding, tiles = CORNERS[name]
+    run = run_engine(in_channels=s, out_channels=o, kernel=kernel, ces=ces, size=size, stride=stride,
+                     padding=padding, tiles=tiles, rng=np.random.default_rng(len(name)), stall=0.3,
+                     samples=2, group_windows=True)
+    np.testing.assert_array_equal(run.got, run.want)
 
 
 @pytest.mark.parametrize("group_major", [False, True])

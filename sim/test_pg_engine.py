@@ -155,20 +155,26 @@ def test_products_sum_to_conv_weight_grad_with_stalls(name):
 
 
 @pytest.mark.parametrize("in_channels, out_channels, ces, tiles, stall", [(10, 5, 2, 4, 0.3), (6, 3, 3, 6, 0.0)])
-def test_pass_windows_make_a_fully_connected_layers_gradient_terms(in_channels, out_channels, ces, tiles, stall):
+@pytest.mark.parametrize("group_errors", [False, True])
+def test_pass_windows_make_a_fully_connected_layers_gradient_terms(in_channels, out_channels, ces, tiles, stall,
+                                                                   group_errors):
     """``pass_windows`` (hw/memory/fc_store.FcWindowStore's beats): a window beat per step, the
-    errors once per sample; the beats are those of the whole input as one window."""
+    errors once per sample or, with ``group_errors``, a group's P at a time; the beats are those
+    of the whole input as one window."""
     rng = np.random.default_rng(in_channels)
     xs, errs = random_problem(rng, in_channels=in_channels, out_channels=out_channels, kernel=1, size=1, stride=1,
                               padding=0, samples=3)
     engine = PGEngine(in_channels=in_channels, out_channels=out_channels, kernel=1, ces=ces, tiles=tiles, bias=True,
-                      pass_windows=True)
+                      pass_windows=True, group_errors=group_errors)
     padded = np.zeros((len(xs), engine.passes * tiles), np.int64)
     padded[:, :in_channels] = np.array(xs).reshape(len(xs), -1)
     windows = [list(map(int, padded[s, i * tiles:(i + 1) * tiles]))
                for s in range(len(xs)) for _ in range(engine.groups) for i in range(engine.passes)]
-    run = run_engine(engine, windows, pixel_inputs(xs, errs, 1, 1, 0)[1], rng, stall=stall,
-                     beats=len(xs) * engine.rows)
+    errors = pixel_inputs(xs, errs, 1, 1, 0)[1]
+    if group_errors:  # each sample's errors as G beats of P, zero past O
+        errors = [(e + [0] * (engine.groups * ces - len(e)))[g * ces:(g + 1) * ces]
+                  for e in errors for g in range(engine.groups)]
+    run = run_engine(engine, windows, errors, rng, stall=stall, beats=len(xs) * engine.rows)
     want, want_bias = expected_beats(xs, errs, 1, 1, 0, ces, tiles)
     assert [row for row, _ in run.grads] == [row for row, _ in want]
     for (_, got), (_, values) in zip(run.grads, want):

@@ -22,6 +22,11 @@ and EB together (hw/memory/dram_weights.py). The sums of all v passes then wait 
 v*b lanes, each step adding into the pass it reaches (group 0 loading); after group G-1
 the ring holds every pass's sums and the last step's completes the beat.
 
+``group_windows`` takes the windows a group at a time, one beat of P*K*K error taps per step
+in the walk's order (a fully connected layer's output errors of 4,096 words and more, which
+no beat can hold whole, turned by ``hw.memory.fc_store.FcWindowStore`` and replayed once per
+pass), so there is no group select.
+
 ``pass_errors`` emits each pass's b sums as a beat of its own, in pass order, as the pass
 completes (after its last group), instead of one beat of all S: for a fully connected layer,
 whose S input channels are a whole flattened map (``hw.memory.fc_store.FcErrorStore`` turns
@@ -82,19 +87,19 @@ class EBEngine(WeightWalk, wiring.Component):
     """
 
     def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, group_major=False, pass_errors=False,
-                 family=None):
+                 group_windows=False, family=None):
         positive(self, "error engine", in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                  ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.family = kernel, ces, family
-        self.group_major, self.pass_errors = group_major, pass_errors
+        self.group_major, self.pass_errors, self.group_windows = group_major, pass_errors, group_windows
         self._walk("error engine", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                    banks=ces, tiles=tiles)
         self.taps = ces * kernel * kernel  # products per CE and step
         self.levels = tree_levels(self.taps)
         self.latency = eb_latency(self.taps)
         super().__init__({
-            "windows": In(stream.Signature(window_layout(out_channels, kernel))),
+            "windows": In(stream.Signature(window_layout(ces if group_windows else out_channels, kernel))),
             "weights": Out(WeightPortSignature(self.rows, ces, self.tiles * kernel * kernel)),
             "errors": Out(stream.Signature(psum_layout(self.tiles if pass_errors else in_channels))),
         })
@@ -128,11 +133,12 @@ class EBEngine(WeightWalk, wiring.Component):
         credit = CreditedOutput(self.latency + 1, self.family, stall=self.passes > 1 and not self.pass_errors)
         issue = Issue(m, self.groups, self.passes, self.windows.valid, credit.room, group_major=self.group_major)
         m.d.comb += [self.weights.en.eq(issue.issue), self.weights.addr.eq(issue.addr),
-                     self.windows.ready.eq(issue.accept)]
+                     self.windows.ready.eq(credit.room if self.group_windows else issue.accept)]
 
         # Group g's error taps, (p, ky, kx) row-major, zero for channels past O.
         taps = data.ArrayLayout(signed(WORD_BITS), self.taps)(
-            pipe.stage(select_words(self.windows.payload, issue.group, self.groups, self.taps)))
+            pipe.stage(self.windows.payload.as_value() if self.group_windows
+                       else select_words(self.windows.payload, issue.group, self.groups, self.taps)))
         valid = pipe.stage(issue.issue, reset=True)
         first, last, pass_ = (pipe.stage(flag) for flag in (issue.first_group, issue.last_group, issue.pass_))
 

@@ -48,7 +48,9 @@ both taken when the pixel's last step issues; one pixel per G*v cycles and every
 multiplier busy every cycle when both inputs flow and the outputs are ready.
 ``pass_windows``: the windows arrive a pass at a time, one beat of b*K*K words per step
 (hw.engines.fp_engine's option of the same name, from the same kind of store); the errors
-are still taken once per pixel, with the pixel's last step.
+are still taken once per pixel, with the pixel's last step. ``group_errors``: the errors
+arrive a group at a time, one beat of P words taken with the group's last step (a fully
+connected layer's output errors of 4,096 words and more, turned by the same kind of store).
 Flow control: one enable, ``advance``, holds every register; it rises when every output
 has taken the beat on display (an output that takes it early waits, flagged as
 taken, for the others), so a beat is never lost or duplicated on either output.
@@ -81,18 +83,18 @@ class PGEngine(WeightWalk, wiring.Component):
     """
 
     def __init__(self, *, in_channels, out_channels, kernel, ces, tiles=None, bias=False, pass_windows=False,
-                 family=None):
+                 group_errors=False, family=None):
         positive(self, "gradient engine", in_channels=in_channels, out_channels=out_channels, kernel=kernel,
                  ces=ces)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel, self.ces, self.bias, self.family = kernel, ces, bias, family
-        self.pass_windows = pass_windows
+        self.pass_windows, self.group_errors = pass_windows, group_errors
         self._walk("gradient engine", out_channels=out_channels, in_channels=in_channels, kernel=kernel,
                    banks=ces, tiles=tiles)
         self.latency = LATENCY
         members = {
             "windows": In(stream.Signature(window_layout(self.tiles if pass_windows else in_channels, kernel))),
-            "errors": In(stream.Signature(pixel_layout(out_channels))),
+            "errors": In(stream.Signature(pixel_layout(ces if group_errors else out_channels))),
             "grads": Out(stream.Signature(grads_layout(self.rows, ces, self.words))),
         }
         if bias:
@@ -136,7 +138,8 @@ class PGEngine(WeightWalk, wiring.Component):
         both = self.windows.valid & self.errors.valid
         issue = Issue(m, self.groups, self.passes, both, advance, group_major=True)
         m.d.comb += [self.windows.ready.eq((advance if self.pass_windows else issue.accept) & self.errors.valid),
-                     self.errors.ready.eq(issue.accept & self.windows.valid)]
+                     self.errors.ready.eq((advance & issue.last_pass if self.group_errors else issue.accept)
+                                          & self.windows.valid)]
 
         # The two selects named once: every multiplier slices them, and a slice of an unnamed
         # expression builds the expression again (a VGG-16 PG engine's 864 multipliers each
@@ -145,7 +148,8 @@ class PGEngine(WeightWalk, wiring.Component):
         selected = (self.windows.payload.as_value() if self.pass_windows
                     else select_words(self.windows.payload, issue.pass_, self.passes, self.words))
         m.d.comb += [window.eq(selected),
-                     errors.eq(select_words(self.errors.payload, issue.group, self.groups, self.ces))]
+                     errors.eq(self.errors.payload if self.group_errors
+                               else select_words(self.errors.payload, issue.group, self.groups, self.ces))]
         words = flat_elements(window.as_value(), window.shape())
         products = [multiply(m, f"mult_{p}_{j}", errors[p], words[j], self.family, advance)
                     for p in range(self.ces) for j in range(self.words)]
