@@ -176,9 +176,10 @@ class EBEngine(WeightWalk, wiring.Component):
         """Pass-major: each CE's accumulator sums a pass's consecutive groups; the sums of passes
         0 .. v-2 wait in held lanes. Returns (held lanes, the last pass's sums, output valid)."""
         accs = pipe.accumulate(sums, first, valid, signed(ACC_BITS))
-        done, done_pass = pipe.stage(valid & last, reset=True), pipe.stage(pass_)
+        done = pipe.stage(valid & last, reset=True)
         if self.pass_errors:
             return [], accs, done
+        done_pass = pipe.stage(pass_)
         held = []
         for i in range(self.passes - 1):
             lanes = [Signal(signed(ACC_BITS), name=f"held_{i}_{c}", reset_less=True) for c in range(self.tiles)]
