@@ -23,6 +23,28 @@ def pixels_of(maps):
     return [list(map(int, maps[s, :, y, x])) for s in range(samples) for y in range(h) for x in range(w)]
 
 
+def run_store(dut, beats, count, rng=None, stall=0.0):
+    """``beats`` into ``dut.i``, ``count`` beats out of ``dut.o``, each side stalled at random
+    with probability ``stall``; returns (the output beats, the clock edges they were taken at)."""
+    edges = {"now": 0, "taken": []}
+    out = []
+
+    async def source(ctx):
+        await put(ctx, dut.i, beats, rng, stall)
+
+    async def sink(ctx):
+        out.extend(await get(ctx, dut.o, count, np.random.default_rng(1), stall, as_ints))
+
+    async def clock(ctx):
+        async for _, _, valid, ready in ctx.tick().sample(dut.o.valid, dut.o.ready):
+            edges["now"] += 1
+            if valid and ready:
+                edges["taken"].append(edges["now"])
+
+    simulate(dut, source, sink, processes=[clock], deadline=40 * count + 100)
+    return out, edges["taken"]
+
+
 @pytest.mark.parametrize("store", [FcWindowStore, DeepFcWindowStore])
 @pytest.mark.parametrize("channels, height, width, tiles, replays, stall", [
     (5, 2, 3, 12, 3, 0.3),  # two channels a pass, the last pass padded; random stalls both sides
@@ -38,16 +60,7 @@ def test_window_store_gives_each_pass_of_every_pixel_in_flatten_order(channels, 
     maps = rng.integers(-2**15, 2**15, (samples, channels, height, width))
     dut = store(channels=channels, pixels=height * width, tiles=tiles, replays=replays)
     expected = windows_of(maps, tiles, replays)
-    out = []
-
-    async def source(ctx):
-        await put(ctx, dut.i, pixels_of(maps), rng, stall)
-
-    async def sink(ctx):
-        out.extend(await get(ctx, dut.o, len(expected), np.random.default_rng(1), stall, as_ints))
-
-    simulate(dut, source, sink, deadline=20 * len(expected) + 100)
-    assert out == expected
+    assert run_store(dut, pixels_of(maps), len(expected), rng, stall)[0] == expected
 
 
 @pytest.mark.parametrize("store", [FcErrorStore, DeepFcErrorStore])
@@ -59,16 +72,7 @@ def test_error_store_turns_passes_back_into_pixels(channels, height, width, tile
     maps = rng.integers(-2**15, 2**15, (samples, channels, height, width))
     dut = store(channels=channels, pixels=height * width, tiles=tiles)
     expected = pixels_of(maps)
-    out = []
-
-    async def source(ctx):
-        await put(ctx, dut.i, windows_of(maps, tiles, 1), rng, stall)
-
-    async def sink(ctx):
-        out.extend(await get(ctx, dut.o, len(expected), np.random.default_rng(2), stall, as_ints))
-
-    simulate(dut, source, sink, deadline=20 * len(expected) + 100)
-    assert out == expected
+    assert run_store(dut, windows_of(maps, tiles, 1), len(expected), rng, stall)[0] == expected
 
 
 def test_window_store_takes_a_pixel_per_cycle_and_gives_a_window_per_cycle():
@@ -77,23 +81,10 @@ def test_window_store_takes_a_pixel_per_cycle_and_gives_a_window_per_cycle():
     channels, pixels, tiles, replays, samples = 4, 3, 6, 2, 6
     dut = FcWindowStore(channels=channels, pixels=pixels, tiles=tiles, replays=replays)
     maps = np.arange(samples * channels * pixels).reshape(samples, channels, 1, pixels)
-    edges = {"now": 0, "windows": []}
-
-    async def source(ctx):
-        await put(ctx, dut.i, pixels_of(maps))
-
-    async def sink(ctx):
-        await get(ctx, dut.o, samples * replays * 2)
-
-    async def clock(ctx):
-        async for _, _, valid, ready in ctx.tick().sample(dut.o.valid, dut.o.ready):
-            edges["now"] += 1
-            if valid and ready:
-                edges["windows"].append(edges["now"])
-
-    simulate(dut, source, sink, processes=[clock], deadline=200)
-    gaps = np.diff(edges["windows"])
-    assert set(gaps[4:]) == {1}, gaps
+    expected = windows_of(maps, tiles, replays)
+    out, taken = run_store(dut, pixels_of(maps), len(expected))
+    assert out == expected
+    assert set(np.diff(taken)[4:]) == {1}
 
 
 def test_the_stores_refuse_more_tiles_than_channels():
@@ -113,22 +104,19 @@ def test_deep_window_store_writes_a_channel_a_cycle(replays, cycles_per_sample):
     dut = DeepFcWindowStore(channels=channels, pixels=pixels, tiles=tiles, replays=replays)
     maps = np.arange(samples * channels * pixels).reshape(samples, channels, 1, pixels)
     expected = windows_of(maps, tiles, replays)
-    edges = {"now": 0, "windows": []}
-    out = []
-
-    async def source(ctx):
-        await put(ctx, dut.i, pixels_of(maps))
-
-    async def sink(ctx):
-        out.extend(await get(ctx, dut.o, len(expected), decode=as_ints))
-
-    async def clock(ctx):
-        async for _, _, valid, ready in ctx.tick().sample(dut.o.valid, dut.o.ready):
-            edges["now"] += 1
-            if valid and ready:
-                edges["windows"].append(edges["now"])
-
-    simulate(dut, source, sink, processes=[clock], deadline=400)
+    out, taken = run_store(dut, pixels_of(maps), len(expected))
     assert out == expected
-    firsts = edges["windows"][::2 * replays]  # each sample's first window
+    firsts = taken[::2 * replays]  # each sample's first window
     assert set(np.diff(firsts[2:])) == {cycles_per_sample}
+
+
+def test_deep_error_store_reads_a_channel_a_cycle():
+    """A pixel of 4 channels leaves every 7 cycles to a consumer always ready: its channel 0's
+    place loaded, 4 reads, the last word's arrival, the beat taken."""
+    channels, pixels, tiles, samples = 4, 3, 6, 4
+    dut = DeepFcErrorStore(channels=channels, pixels=pixels, tiles=tiles)
+    maps = np.arange(samples * channels * pixels).reshape(samples, channels, 1, pixels)
+    expected = pixels_of(maps)
+    out, taken = run_store(dut, windows_of(maps, tiles, 1), len(expected))
+    assert out == expected
+    assert set(np.diff(taken)[1:pixels]) == {channels + 3}

@@ -104,9 +104,7 @@ class FcWindowStore(_PassMemories):
         for c in range(self.channels):
             for p in range(self.pixels):
                 i, j = self._placement(c, p)
-                m.d.comb += writes[i].data[j].eq(self.i.payload[c])
-                with m.If(take & (pixel.value == p)):
-                    m.d.comb += writes[i].en[j].eq(1)
+                m.d.comb += [writes[i].data[j].eq(self.i.payload[c]), writes[i].en[j].eq(take & (pixel.value == p))]
         rows = []
         for mem in mems:
             read = mem.read_port(domain="comb")
@@ -239,7 +237,7 @@ class DeepFcWindowStore(_DeepPassMemory, FcWindowStore):
 
 class DeepFcErrorStore(_DeepPassMemory, FcErrorStore):
     """:class:`FcErrorStore`'s ports and beats from one deep memory: a pass is written a row a cycle,
-    a pixel read a channel a cycle (channels + 2 cycles a pixel)."""
+    a pixel read a channel a cycle (channels + 3 cycles a pixel to a consumer always ready)."""
 
     def elaborate(self, platform):
         m = Module()
@@ -257,16 +255,13 @@ class DeepFcErrorStore(_DeepPassMemory, FcErrorStore):
         write = mem.write_port()
         m.d.comb += [write.addr.eq(write_base + pass_.value), write.data.eq(self.i.payload), write.en.eq(take)]
 
-        # A pixel: start (its channel 0's place loaded), then a read a channel a cycle; each word
+        # A pixel: ``start`` loads its channel 0's place, then a read a channel a cycle; each word
         # arrives a cycle after its read and is shifted into the pixel, which is out after the last.
-        idle = ~reading & ~self.o.valid
-        arriving, gathering = Signal(), Signal()
-        m.d.comb += start.eq(idle & have & ~gathering & ~arriving)
+        arriving = Signal()
+        m.d.comb += start.eq(have & ~reading & ~arriving & ~self.o.valid)
         with m.If(start):
-            m.d.sync += gathering.eq(1)
-        with m.If(gathering & ~reading & ~arriving):
-            m.d.sync += [reading.eq(1), gathering.eq(0)]
-        with m.If(reading & channel.last):
+            m.d.sync += reading.eq(1)
+        with m.Elif(reading & channel.last):
             m.d.sync += reading.eq(0)
         data = read_register(m, mem, read_base + row, reading)
         word_at = Signal.like(word)
@@ -275,10 +270,8 @@ class DeepFcErrorStore(_DeepPassMemory, FcErrorStore):
         out = self.o.payload.as_value()
         with m.If(arriving):
             m.d.sync += out.eq(Cat(out[WORD_BITS:], value))
-        last_arrival = Signal()
-        m.d.sync += last_arrival.eq(reading & channel.last)
-        with m.If(last_arrival):
-            m.d.sync += self.o.valid.eq(1)
+            with m.If(~reading):  # the last word
+                m.d.sync += self.o.valid.eq(1)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         return m
