@@ -112,6 +112,13 @@ class ChannelRanges:
 ACT_STORAGES = ("chip", "dram")  # LayerSlice.act_storage
 
 
+def map_pixels(flatten_from):
+    """Pixels of the (C, H, W) map a fully connected layer flattens (``flatten_from``), 1 without
+    one: its input arrives, and its input errors leave, as pixel streams of that map's channels
+    (hw/memory/fc_store.py)."""
+    return flatten_from[1] * flatten_from[2] if flatten_from is not None else 1
+
+
 @dataclass(frozen=True)
 class LayerSlice(ChannelRanges):
     layer: str
@@ -156,10 +163,8 @@ class LayerSlice(ChannelRanges):
 
     @property
     def map_pixels(self):
-        """Pixels of the map a fully connected layer after a flatten takes its input as (H x W of
-        ``flatten_from``), 1 for every other slice: its inputs arrive, and its input errors leave,
-        as pixel streams of :attr:`map_channels` words (hw/memory/fc_store.py)."""
-        return self.flatten_from[1] * self.flatten_from[2] if self.flatten_from is not None else 1
+        """:func:`map_pixels` of the slice's ``flatten_from``."""
+        return map_pixels(self.flatten_from)
 
     def map_channels(self, inputs):
         """The channels of the map that ``inputs`` flattened inputs hold (inputs itself without a

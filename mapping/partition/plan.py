@@ -33,7 +33,7 @@ from functools import cached_property
 
 from ..errors import SpecError
 from ..line_walk import line_buffer_cycles
-from ..nodeconfig import Pool
+from ..nodeconfig import Pool, map_pixels
 
 OCP_BELOW_IN_CHANNELS = 4
 
@@ -69,10 +69,8 @@ class LayerPlan:
     def unit_inputs(self):
         """Inputs per unit: 1, but H*W for an ICP fully connected layer after a flatten, whose
         units are the channels of the (C, H, W) map it flattens: a slice takes whole channels,
-        so its input is a pixel stream of them (hw/memory/fc_store.py)."""
-        if self.flatten_from is not None:
-            return self.flatten_from[1] * self.flatten_from[2]
-        return 1
+        so its input is a pixel stream of them (nodeconfig.map_pixels)."""
+        return map_pixels(self.flatten_from)
 
     @cached_property
     def units(self):
