@@ -90,7 +90,7 @@ def board_mapping(args, board):
     return load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
                                         cluster=cluster, mapping=args.mapping, bram_fraction=None,
                                         batch=None, lr=None, loss=args.loss, grad_bits=None,
-                                        update=args.update,
+                                        update=args.update, vector_words=None,
                                         # the boards build no DRAM controller yet (a mapping
                                         # file that keeps activations in DRAM is refused by
                                         # boards.host_interface.Trainer)

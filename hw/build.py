@@ -13,10 +13,12 @@ import sys
 import threading
 import time
 
-from mapping.cli import (ACT_STORAGE_HELP, DEFAULT_GRAD_BITS_HELP, LOSS_HELP, UPDATE_HELP, DefaultsShown, Parser, add_act_storage_option, add_loss_option, add_update_option, formats_of, fraction, output_folder,
-                         positive_int, positive_number)
+from mapping.cli import (ACT_STORAGE_HELP, DEFAULT_GRAD_BITS_HELP, LOSS_HELP, UPDATE_HELP, VECTOR_WORDS_HELP, DefaultsShown,
+                         Parser, add_act_storage_option, add_loss_option, add_update_option, add_vector_words_option,
+                         formats_of, fraction, output_folder, positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
+from mapping.nodeconfig import VECTOR_WORDS
 from mapping.numerics import GRAD_BITS
 
 DEFAULT_NETWORK = "tiny"
@@ -46,6 +48,7 @@ def parse_args(argv):
     parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, help=DEFAULT_GRAD_BITS_HELP)
     add_act_storage_option(parser, default=None, help=f"{ACT_STORAGE_HELP} (without --mapping: auto)")
     add_update_option(parser, default=None, help=f"{UPDATE_HELP} (without --mapping: auto)")
+    add_vector_words_option(parser, default=None, help=f"{VECTOR_WORDS_HELP} (without --mapping: {VECTOR_WORDS})")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     return parser.parse_args(argv)
@@ -59,7 +62,8 @@ def load_mapping(args):
     options = {key: value for key, value in (("bram_fraction", args.bram_fraction), ("batch", args.batch),
                                              ("lr", args.lr), ("loss", args.loss), ("grad_bits", args.grad_bits),
                                              ("update", args.update),
-                                             ("act_storage", args.act_storage)) if value is not None}
+                                             ("act_storage", args.act_storage),
+                                             ("vector_words", args.vector_words)) if value is not None}
     if args.mapping:
         where = f"mapping file {args.mapping}"
         if options:

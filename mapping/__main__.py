@@ -10,7 +10,7 @@ import json
 import sys
 
 from .cli import (DEFAULT_GRAD_BITS_HELP, FC_WEIGHTS_HELP, DefaultsShown, Parser,
-                  add_act_storage_option, add_fc_weights_option, add_grad_bits_option, add_jobs_option, fc_weights_problem, add_loss_option, add_update_option, formats_of, fraction, output_folder, positive_int,
+                  add_act_storage_option, add_fc_weights_option, add_vector_words_option, add_grad_bits_option, add_jobs_option, fc_weights_problem, add_loss_option, add_update_option, formats_of, fraction, output_folder, positive_int,
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
@@ -63,6 +63,7 @@ def parse_args(argv):
                         help="map as hw/ generates: conv weights on chip, balanced only as fully connected "
                              "rows kept on another node, fully connected weights in DRAM at mini-batch 1 only")
     add_update_option(parser)
+    add_vector_words_option(parser)
     return parser.parse_args(argv)
 
 
@@ -75,7 +76,7 @@ def main(argv=None):
         cluster = Cluster(cluster.devices, (args.link_gbps,) * (len(cluster) - 1),
                           f"{cluster.spec}@{args.link_gbps:g}")
     options = dict(batch=args.batch, lr=args.lr, formats=formats_of(args.loss, args.grad_bits), max_multipliers=args.max_multipliers,
-                   bram_fraction=args.bram_fraction, act_storage=args.act_storage,
+                   bram_fraction=args.bram_fraction, act_storage=args.act_storage, vector_words=args.vector_words,
                    **{**(GENERATOR_OPTIONS if args.for_hardware else {}), "update": args.update})
     if args.fc_weights is not None:
         options["fc_weights"] = args.fc_weights

@@ -262,7 +262,7 @@ def layer_slice(sl, buffers, fp_stale=0, remote_weights=(), cycles_per_sample=0)
         act_ram_words=buffers.act_ram, line_buffer_words=buffers.line_buffer,
         pab_words=buffers.pab + sl.remote_rows * p.out_pixels,
         lgb_words=lgb, weights_offchip=sl.offchip, remote_weights=remote_weights,
-        flatten_from=p.flatten_from, fp_stale=fp_stale, cycles_per_sample=cycles_per_sample,
+        flatten_from=p.flatten_from, out_map=p.out_map, eb_chunk=p.eb_chunk, fp_stale=fp_stale, cycles_per_sample=cycles_per_sample,
         overlapped_update=buffers.overlapped_update, act_storage=sl.act_storage, groups=p.groups)
 
 

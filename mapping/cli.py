@@ -10,6 +10,7 @@ from pathlib import Path
 from .devices import DEVICES
 from .errors import SpecError
 from .mapper import ACT_STORAGE_POLICIES, OVERLAPPED_MIN_GAIN, UPDATE_POLICIES
+from .nodeconfig import VECTOR_WORDS
 from .numerics import ACC_BITS, GRAD_BITS, LOSSES, Formats
 
 
@@ -147,6 +148,15 @@ def fc_weights_problem(mapping, policy):
     with_dram = ", ".join(sorted(name for name, device in DEVICES.items() if device.dram_gb > 0))
     return (f"--fc-weights dram: no fully connected slice of the mapping on cluster '{mapping.cluster}' is on a "
             f"device with DRAM (devices with DRAM: {with_dram})")
+
+
+VECTOR_WORDS_HELP = ("the widest output vector a fully connected layer hands on as one stream word; a wider one "
+                     "travels as the pixels of a map, its errors a group of the engines' P a beat (docs/design.md)")
+
+
+def add_vector_words_option(parser, default=VECTOR_WORDS, help=VECTOR_WORDS_HELP):
+    """``--vector-words``: map_network's ``vector_words``."""
+    parser.add_argument("--vector-words", type=positive_int, default=default, help=help)
 
 
 def add_act_storage_option(parser, default="auto", help=ACT_STORAGE_HELP):

@@ -26,7 +26,7 @@ import math
 
 from . import balance, memories, perf, resources
 from .errors import MemoryRefusal, SpecError
-from .nodeconfig import ACT_STORAGES, Mapping, NodeConfig, Resources, Training, update_lane_counts
+from .nodeconfig import ACT_STORAGES, VECTOR_WORDS, WINDOW_WORDS, Mapping, NodeConfig, Resources, Training, update_lane_counts
 from .numerics import ACC_BITS, WORD_BITS, Formats, acc_bits_needed, lr_constant
 from .partition import budgets, partition, plan_layers
 from .resources import logic_estimate, tile_multipliers
@@ -178,7 +178,8 @@ def map_storage(network, cluster, *, act_storage="auto", fc_weights="dram", **op
 
 def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, formats=None,
                  dsp_fraction=DSP_FRACTION, bram_fraction=BRAM_FRACTION, max_multipliers=None, network_name=None,
-                 fold_inputs=True, offchip_fc, buildable_balance=False, overlapped_update=False):
+                 fold_inputs=True, offchip_fc, buildable_balance=False, overlapped_update=False,
+                 vector_words=VECTOR_WORDS, window_words=WINDOW_WORDS):
     """Map the training of ``network`` onto ``cluster``; ``act_dram``: the Act-RAMs and SFU
     masks of the slices on devices with DRAM live there.
 
@@ -189,7 +190,11 @@ def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, f
     balancing moves only what the generator builds, rows of fully connected slices,
     all of a slice's to one node (:func:`mapping.balance.balance`); ``overlapped_update=True``:
     the weight update does not stop the engines (LayerSlice.overlapped_update: more weight
-    copies, each layer one sample staler, EB one sample behind; docs/weight_versions.md)."""
+    copies, each layer one sample staler, EB one sample behind; docs/weight_versions.md);
+    ``vector_words``: the widest output vector a fully connected layer hands on as one stream
+    word, wider ones travel as maps (LayerSlice.out_map, mapping/partition/plan.py); ``window_words``:
+    the widest EB window one stream word carries, wider ones travel in chunks of output
+    channels (LayerSlice.eb_chunk)."""
     formats = formats or Formats()
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise SpecError(f"batch must be a positive integer, got {batch!r}")
@@ -200,11 +205,14 @@ def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, f
             raise SpecError(f"{name} must be above 0 and at most 1, got {fraction!r}")
     if max_multipliers is not None and (not isinstance(max_multipliers, int) or max_multipliers < 1):
         raise SpecError(f"max_multipliers must be a positive integer, got {max_multipliers!r}")
+    for name, value in (("vector_words", vector_words), ("window_words", window_words)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(f"{name} must be a positive integer, got {value!r}")
     try:
         training = Training(batch, lr, lr_constant(lr, batch, formats), lr_constant(lr, batch, formats))
     except ValueError as error:
         raise SpecError(str(error)) from None
-    plans = plan_layers(network)
+    plans = plan_layers(network, vector_words, window_words)
     grad_bits = formats.grad_bits
     check_accumulators(plans, batch, grad_bits)
     node_budgets = budgets(cluster, dsp_fraction=dsp_fraction, bram_fraction=bram_fraction,
@@ -364,7 +372,8 @@ def _check_generator_layers(plans, describe):
     for plan in plans:
         problem = (memories.groups_problem(plan.groups, plan.mode)
                    or memories.pool_problem(plan.pool, *plan.out_shape[1:])
-                   or memories.pixel_word_problem(plan.in_shape[0] // plan.unit_inputs, plan.out_shape[0]))
+                   or memories.pixel_word_problem(plan.in_shape[0] // plan.unit_inputs,
+                                                  (plan.out_map or plan.out_shape)[0]))
         if problem:
             raise SpecError(f"{describe()}: layer '{plan.name}': {problem}")
 

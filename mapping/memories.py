@@ -93,6 +93,8 @@ def pool_problem(pool, height, width):
 # words fails its elaboration with an assertion); a slice's widest values are its memories'
 # rows and stream words (the FIFOs below carry the streams) and PG's beat of P*b*K*K products.
 WIDEST_VALUE_BITS = (1 << 16) - 1
+# What the generator streams in chunks where one word would pass that limit.
+CHUNKED = "the generator streams only fully connected outputs and EB windows in chunks"
 
 
 def pixel_word_problem(in_channels, out_channels):
@@ -105,8 +107,7 @@ def pixel_word_problem(in_channels, out_channels):
         return None
     what = "input" if in_channels >= out_channels else "output"
     return (f"its {what} of {channels:,} channels would travel as one stream word of {channels * WORD_BITS:,} "
-            f"bits, beyond the {WIDEST_VALUE_BITS:,} bits of an Amaranth value (the generator does not stream "
-            f"wide layers in chunks yet)")
+            f"bits, beyond the {WIDEST_VALUE_BITS:,} bits of an Amaranth value ({CHUNKED})")
 
 
 def widest_value(s, grad_bits=ACC_BITS):
@@ -146,8 +147,8 @@ def bias_steps(s):
 def pg_error_range(s):
     """The conv-output errors (a range of :attr:`LayerSlice.sums_channels`) PG's branch takes:
     its own channels, or every one where they make its bias beats (``LayerSlice.biases_beyond_rows``)."""
-    if s.biases_beyond_rows:
-        return (0, s.sums_channels)
+    if s.biases_beyond_rows or s.out_map is not None:  # every channel, or a group a beat
+        return (0, s.error_beat_channels)
     return (s.sums_channels - s.out_channels, s.sums_channels)
 
 
@@ -184,7 +185,7 @@ def generator_problem(s, grad_bits=ACC_BITS, batch=1):
     if bits > WIDEST_VALUE_BITS:
         return (f"layer '{s.layer}' ({s.mode} slice, input channels {s.in_range[0]}..{s.in_range[1] - 1}): its "
                 f"{what} would be {bits:,} bits wide, beyond the {WIDEST_VALUE_BITS:,} bits of an Amaranth value "
-                f"(the generator does not stream wide layers in chunks yet)")
+                f"({CHUNKED})")
     return None
 
 
@@ -324,9 +325,9 @@ def dram_queues(s):
     queues = [("act_ram", channels * WORD_BITS, s.act_ram_words // channels, pixels)]
     if s.mode == "ocp" or s.last:
         mask_bits = sfu_mask_bits(s.pool.kernel if s.pool is not None else 1, s.relu)[1]
-        _, ph, pw = sfu_shape(s)
+        channels, beats = error_beats(s)
         if mask_bits:
-            queues.append(("sfu.masks", s.out_channels * mask_bits, sfu_samples_in_flight(s) * ph * pw, ph * pw))
+            queues.append(("sfu.masks", channels * mask_bits, sfu_samples_in_flight(s) * beats, beats))
     return queues
 
 
@@ -384,12 +385,29 @@ def deep_fc_stores(s):
     return s.in_channels > DEEP_FC_STORE_INPUTS and s.fp.tiles <= math.ceil(s.out_channels / s.fp.ces)
 
 
-def _fc_store(name, s, *, word_writes):
-    """The memories of a fully connected layer's corner turn: a slot per sample, in one deep
-    memory (:func:`deep_fc_stores`; ``word_writes``: written a word at a time) or one per pass."""
-    if deep_fc_stores(s):
-        return [Memory(f"{name}.passes", s.fp.tiles * WORD_BITS, FC_STORE_SLOTS * passes(s), word_writes=word_writes)]
-    return [Memory(f"{name}.pass_{i}", s.fp.tiles * WORD_BITS, FC_STORE_SLOTS) for i in range(passes(s))]
+def deep_vector_stores(s):
+    """Whether the last slice of a layer whose output vector travels as a map (``out_map``) turns
+    it with the deep stores: above the same size (their rate, some O cycles a sample, is far
+    below the engines' G x v steps at that size)."""
+    return s.out_shape[0] > DEEP_FC_STORE_INPUTS
+
+
+def _fc_store(name, tiles, count, deep, *, word_writes):
+    """The memories of a corner turn of ``count`` passes of ``tiles`` words: a slot per sample,
+    in one deep memory (``word_writes``: written a word at a time) or one per pass."""
+    if deep:
+        return [Memory(f"{name}.passes", tiles * WORD_BITS, FC_STORE_SLOTS * count, word_writes=word_writes)]
+    return [Memory(f"{name}.pass_{i}", tiles * WORD_BITS, FC_STORE_SLOTS) for i in range(count)]
+
+
+def error_beats(s):
+    """(channels, beats) of one sample of slice ``s``'s conv-output errors at its SFU and mask
+    FIFO: a pixel of its channels per pooled output pixel, or a group of P per beat where the
+    output vector travels as a map (``out_map``)."""
+    if s.out_map is not None:
+        return s.fp.ces, -(-s.sfu_channels // s.fp.ces)
+    _, ph, pw = sfu_shape(s)
+    return s.sfu_channels, ph * pw
 
 
 def slice_memories(s, grad_bits=ACC_BITS):
@@ -406,19 +424,25 @@ def slice_memories(s, grad_bits=ACC_BITS):
     mems += _queue("act_ram", own_pixel * WORD_BITS, s.act_ram_words // own_pixel, s.act_storage)
     for role in ("fp", "pg"):
         if s.map_pixels > 1:
-            mems += _fc_store(f"{role}_store", s, word_writes=True)
+            mems += _fc_store(f"{role}_store", s.fp.tiles, passes(s), deep_fc_stores(s), word_writes=True)
         else:
             mems += _fifo(f"{role}_windows", words * WORD_BITS, window_slack(s, role))
     if s.needs_eb and s.map_pixels > 1:
-        mems += _fc_store("eb_store", s, word_writes=False)
-    if s.needs_eb:
-        mems += _fifo("eb_windows", own_out * kernel * kernel * WORD_BITS, window_slack(s, "eb"))
+        mems += _fc_store("eb_store", s.fp.tiles, passes(s), deep_fc_stores(s), word_writes=False)
+    if s.needs_eb and s.out_map is not None:  # hw/memory/fc_store.ErrorReplay
+        mems.append(Memory("eb_replay", ces * WORD_BITS, FC_STORE_SLOTS * groups))
+    elif s.needs_eb:  # a line buffer and a FIFO of windows, or one of each per chunk (hw/memory/eb_windows.py)
+        chunks = s.eb_chunks or ((0, own_out),)
+        for k, (lo, hi) in enumerate(chunks):
+            name = f"eb_windows{k}" if len(chunks) > 1 else "eb_windows"
+            mems += _fifo(name, (hi - lo) * kernel * kernel * WORD_BITS, window_slack(s, "eb"))
+            if kernel > 1:
+                rows = math.ceil((kernel - 1) / s.stride)
+                mems += [Memory(f"{name.replace('windows', 'lb')}.row{j}", (hi - lo) * WORD_BITS, ow)
+                         for j in range(rows)]
     if kernel > 1:
         for role in ("fp_lb", "pg_lb"):
             mems += [Memory(f"{role}.row{j}", own_in * WORD_BITS, width) for j in range(kernel - 1)]
-        if s.needs_eb:
-            rows = math.ceil((kernel - 1) / s.stride)
-            mems += [Memory(f"eb_lb.row{j}", own_out * WORD_BITS, ow) for j in range(rows)]
     if s.weights_offchip:  # the rows circulate through DRAM behind two staging FIFOs
         _, width, depth, _ = fc_weights_queue(s)
         mems += _queue("dram_weights", width, depth, "dram")
@@ -436,7 +460,7 @@ def slice_memories(s, grad_bits=ACC_BITS):
     if s.biases_beyond_rows:
         mems += _fifo("bias_errors", (hi - lo) * WORD_BITS, PAB_MIN_DEPTH)
     if s.mode == "ocp" or s.last:
-        mems += _sfu_memories(s, s.sfu_channels, sfu_samples_in_flight(s))
+        mems += _sfu_memories(s, sfu_samples_in_flight(s))
     return mems
 
 
@@ -480,13 +504,18 @@ def sfu_pool_rows(pool):
     return -(-pool.kernel // pool.stride)
 
 
-def _sfu_memories(s, channels, samples_in_flight):
+def _sfu_memories(s, samples_in_flight):
     k = s.pool.kernel if s.pool is not None else 1
     code_bits, mask_bits = sfu_mask_bits(k, s.relu)
-    _, ph, pw = sfu_shape(s)
+    _, _, pw = sfu_shape(s)
+    channels, beats = error_beats(s)
     mems = [Memory("sfu.rounder.output_buffer", s.fp.ces * WORD_BITS, SFU_ROUNDER_BUFFER)]
     if mask_bits:
-        mems += _queue("sfu.masks", channels * mask_bits, samples_in_flight * ph * pw, s.act_storage)
+        mems += _queue("sfu.masks", channels * mask_bits, samples_in_flight * beats, s.act_storage)
+    if s.out_map is not None:  # the corner turns between the SFU's beats and the map's pixels
+        deep = deep_vector_stores(s)
+        mems += _fc_store("out_store", s.fp.ces, beats, deep, word_writes=False)
+        mems += _fc_store("err_store", s.fp.ces, beats, deep, word_writes=True)
     rows = sfu_pool_rows(s.pool)
     for j in range(rows):
         suffix = str(j) if rows > 1 else ""
@@ -524,7 +553,11 @@ def window_slack(s, role):
 
 def pg_error_slack(s):
     """Conv-output error pixels PG's branch buffers so EB's line buffer can run a whole
-    window height (K rows) ahead of PG (hw/node/slice_unit.py)."""
+    window height (K rows) ahead of PG (hw/node/slice_unit.py); where the errors come a group a
+    beat (``out_map``), a sample of beats, so EB's replay takes a whole sample while PG works
+    through the one before."""
+    if s.out_map is not None:
+        return -(-s.out_channels // s.fp.ces) + 1
     return s.kernel * s.out_shape[2] + 1
 
 

@@ -119,6 +119,38 @@ def map_pixels(flatten_from):
     return flatten_from[1] * flatten_from[2] if flatten_from is not None else 1
 
 
+# The widest output vector a fully connected layer hands on to the next one as one stream word;
+# a wider one travels as the pixels of a map (:func:`vector_map`). One word of 4,096 16-bit
+# words passes Amaranth's value limit; 1,024 keeps the FIFOs such a word passes through out of
+# distributed RAM's worst (a LUT per bit on Xilinx).
+VECTOR_WORDS = 1024
+
+
+# The widest EB window, in words, one stream word carries: a window of O x K x K error taps of
+# 4,096 words and more passes Amaranth's value limit (VGG's conv4/conv5: 4,608), and goes a
+# chunk of ``LayerSlice.eb_chunk`` output channels at a time instead.
+WINDOW_WORDS = 4095
+
+
+def eb_chunk(out_channels, kernel, widest=WINDOW_WORDS):
+    """The output channels of a chunk of a layer's EB windows (``LayerSlice.eb_chunk``): 0 where a
+    window of every channel's K x K taps is at most ``widest`` words, else as many as fit."""
+    if out_channels * kernel * kernel <= widest:
+        return 0
+    return max(1, widest // (kernel * kernel))
+
+
+def vector_map(words, widest=VECTOR_WORDS):
+    """The (C, 1, N) map a fully connected layer's output vector of ``words`` outputs travels
+    as (``LayerSlice.out_map``): N the fewest pixels of at most ``widest`` channels that
+    divide it, output ``f`` being channel ``f // N`` of pixel ``f % N`` (the flatten's order,
+    so the next layer takes it as a map it flattens); None where one word holds it."""
+    if words <= widest:
+        return None
+    pixels = next(n for n in range(2, words + 1) if words % n == 0 and words // n <= widest)
+    return (words // pixels, 1, pixels)
+
+
 @dataclass(frozen=True)
 class LayerSlice(ChannelRanges):
     layer: str
@@ -148,6 +180,8 @@ class LayerSlice(ChannelRanges):
     weights_offchip: bool  # fully connected weights in the node's DRAM (paper 6.3.1)
     remote_weights: tuple[WeightBlock, ...] = ()  # this slice's rows kept on other nodes
     flatten_from: tuple[int, int, int] | None = None  # fc: the (C, H, W) activations its input flattens
+    out_map: tuple[int, int, int] | None = None  # fc: the (C, 1, N) map its outputs travel as (vector_map)
+    eb_chunk: int = 0  # EB's windows a chunk of this many output channels at a time (0: whole; eb_chunk())
     fp_stale: int = 0
     cycles_per_sample: int = 0
     update_lanes: int = 1  # weight words the update rounds per cycle (update_chunk)
@@ -219,6 +253,30 @@ class LayerSlice(ChannelRanges):
             return 0
         starts_group = self.in_range[0] % (self.in_shape[0] // self.groups) == 0
         return self.out_range[0] if starts_group else self.out_range[1]
+
+    @property
+    def eb_chunks(self):
+        """The ranges of the slice's own output channels (counted from its first) whose EB windows
+        travel apart (``eb_chunk``), or None where one window holds them all."""
+        if not self.needs_eb or not self.eb_chunk or self.out_channels <= self.eb_chunk:
+            return None
+        return tuple((lo, min(lo + self.eb_chunk, self.out_channels))
+                     for lo in range(0, self.out_channels, self.eb_chunk))
+
+    @property
+    def error_beat_channels(self):
+        """Channels of a beat of the conv-output errors the slice's PG and EB take (and, ICP, hand
+        back to the layer's previous slice): :attr:`sums_channels`, or a group of the engines' P
+        where the output vector travels as a map (``out_map``: G beats a sample)."""
+        return self.fp.ces if self.out_map is not None else self.sums_channels
+
+    @property
+    def upstream_error_beat_channels(self):
+        """ICP: channels of a beat of the conv-output errors arriving from the layer's next slice
+        for its previous one (:attr:`error_beat_channels` of that one), 0 on the first."""
+        if self.out_map is not None and not self.first:
+            return self.fp.ces
+        return self.upstream_sums_channels
 
     @property
     def group_in_range(self):
@@ -538,7 +596,7 @@ def check_mapping(mapping):
 
 # What every slice of one layer agrees on.
 _LAYER_FIELDS = ("position", "kind", "mode", "in_shape", "out_shape", "kernel", "stride", "padding", "bias",
-                 "relu", "pool", "needs_eb", "flatten_from", "groups")
+                 "relu", "pool", "needs_eb", "flatten_from", "out_map", "eb_chunk", "groups")
 
 
 def _json(value):
@@ -551,7 +609,10 @@ def conv_output(size, kernel, stride, padding):
 
 
 def sfu_shape(s):
-    """The (C, H, W) a slice's layer hands on after its SFU (ReLU, max-pool)."""
+    """The (C, H, W) a slice's layer hands on after its SFU (ReLU, max-pool): its ``out_map``
+    where its output vector travels as a map."""
+    if s.out_map is not None:
+        return s.out_map
     c, h, w = s.out_shape
     if s.pool is None:
         return s.out_shape
@@ -623,6 +684,14 @@ def check_slice(s, where, cut=False):
         raise SpecError(f"{where}: a fully connected layer after a flatten is an ICP layer cut between channels "
                         f"of the {'x'.join(map(str, s.flatten_from))} map (in_range ends multiples of "
                         f"{s.map_pixels}), not {s.mode.upper()} {list(s.in_range)}")
+    if s.out_map is not None and (s.kind != "fc" or s.mode != "icp" or s.pool is not None or s.out_map[1] != 1
+                                  or math.prod(s.out_map) != s.out_shape[0]):
+        raise SpecError(f"{where}.out_map: {list(s.out_map)}, but only an ICP fully connected layer without a "
+                        f"pool hands on its {s.out_shape[0]} outputs as a (C, 1, N) map of them ({s.kind}, "
+                        f"{s.mode.upper()}{', pooled' if s.pool is not None else ''})")
+    if s.eb_chunk < 0 or (s.eb_chunk and s.out_map is not None):
+        raise SpecError(f"{where}.eb_chunk: {s.eb_chunk} must not be negative, and 0 where the output vector "
+                        f"travels as a map (its EB windows come a group at a time)")
     if s.act_ram_words % s.in_channels or s.act_ram_words < s.in_channels:  # whole input pixels
         raise SpecError(f"{where}.act_ram_words: {s.act_ram_words} is not a positive multiple of the "
                         f"slice's {s.in_channels} input channels")

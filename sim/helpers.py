@@ -148,6 +148,20 @@ def wide_fc():
                                         Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=32)])
 
 
+# The widest output vector wide_vector() hands on as one stream word in its tests: fc1's 24
+# outputs travel as the pixels of an 8 x 1 x 3 map (nodeconfig.vector_map).
+WIDE_VECTOR_WORDS = 8
+
+
+def wide_vector():
+    """Two fully connected layers, fc1's 24 outputs wider than :data:`WIDE_VECTOR_WORDS`: mapped
+    with it, they travel as a map's pixels, fc1's errors a group of P a beat
+    (LayerSlice.out_map), as VGG's fc6 and fc7 outputs of 4,096 do at the default width."""
+    return infer("wide-vector", (1, 4, 4), [zoo.conv("conv1", 4, 3, pad=1), Layer("relu", "relu1"),
+                                            Layer("flatten", "flatten"), Layer("linear", "fc1", out_channels=24),
+                                            Layer("relu", "relu2"), Layer("linear", "fc2", out_channels=6)])
+
+
 def micro_overlap():
     """zoo.micro with AlexNet's max-pool: 3x3 windows at stride 2 over conv1's 7 x 7 output
     (hw/node/sfu.OverlappingPoolSFU)."""

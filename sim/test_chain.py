@@ -23,7 +23,7 @@ from mapping.nodeconfig import Pool, WeightBlock
 from mapping.numerics import LOSSES, Formats
 from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, STOPPING_UPDATE_OPTIONS, assert_bit_exact, cycles_per_sample,
                        mean_cycles_per_sample, report, train_chain)
-from sim.helpers import wide_fc
+from sim.helpers import WIDE_VECTOR_WORDS, wide_fc, wide_vector
 from sim.train import main as train_main
 
 BATCH, LR, SAMPLES = 3, 0.05, 6
@@ -138,6 +138,56 @@ def test_a_wide_fc_trains_bit_exact_through_its_deep_corner_turns():
         ("conv1", (0, 1), False), ("fc", (0, 1152), True)]
     inputs, labels, params = random_data(network, 4, 5)
     run = train_chain(network, mapping, inputs, labels, params, stall=0.2, **VERILATOR)
+    assert_bit_exact(run.params, run.golden, params)
+
+
+def _train_wide_vector(cluster, batch, backend, **options):
+    network = wide_vector()
+    mapping = map_network(network, parse_cluster(cluster), batch=batch, lr=0.2, vector_words=WIDE_VECTOR_WORDS,
+                          **{**STOPPING_UPDATE_OPTIONS, **options})
+    inputs, labels, params = random_data(network, 4, 0)
+    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, backend=backend,
+                      **({"profile": "quick"} if backend == "verilator" else {}))
+    assert_bit_exact(run.params, run.golden, params)
+    return mapping
+
+
+def test_a_vector_travelling_as_a_map_trains_bit_exact_across_three_nodes():
+    """fc1's 24 outputs leave its SFU a group of P = 5 at a time (the last group padded), turned
+    into the 8 x 1 x 3 map's pixels for fc2; their errors come back as pixels, become groups
+    again for fc1's SFU, and go back a group a beat through fc1's other two nodes, whose EB
+    replays them once per pass (hw/memory/fc_store.ErrorReplay); random stalls, two
+    mini-batches of two, on Amaranth's simulator."""
+    mapping = _train_wide_vector("ecp5-85:3", 2, "pysim", max_multipliers=80)
+    assert [[(s.layer, s.in_range, s.fp.ces, s.out_map) for s in node.slices] for node in mapping.nodes] == [
+        [("conv1", (0, 1), 2, None), ("fc1", (0, 16), 5, (8, 1, 3))], [("fc1", (16, 48), 5, (8, 1, 3))],
+        [("fc1", (48, 64), 5, (8, 1, 3)), ("fc2", (0, 24), 1, None)]]
+
+
+def test_a_vector_travelling_as_a_map_trains_bit_exact_with_weights_in_dram():
+    """As above with every fully connected row streamed from DRAM (EB walks group-major, so the
+    replay gives each group's errors once per pass in a row) and the samples in flight in DRAM:
+    four mini-batches of one on Verilator."""
+    mapping = _train_wide_vector("lfe5um5g-45f:3", 1, "verilator", max_multipliers=50, fc_weights="dram",
+                                 act_storage="dram")
+    fc1 = [s for node in mapping.nodes for s in node.slices if s.layer == "fc1"]
+    assert [(s.in_range, s.fp.ces, s.weights_offchip, s.act_storage) for s in fc1] == [
+        ((0, 16), 6, True, "dram"), ((16, 48), 6, True, "dram"), ((48, 64), 6, True, "dram")]
+
+
+def test_eb_windows_in_chunks_train_bit_exact():
+    """conv2's EB windows (8 x 3 x 3 taps) mapped as too wide for a word of 30: each of its three
+    nodes splits its errors into chunks of 3, 3 and 2 channels, a line buffer each, and gives
+    its EB engine a group of P = 2 a beat, one group from two chunks (hw/memory/eb_windows.py);
+    random stalls, two mini-batches of two, on Amaranth's simulator."""
+    network = zoo.tiny()
+    mapping = map_network(network, parse_cluster(CHAIN), batch=2, lr=LR, window_words=30, **STOPPING_UPDATE_OPTIONS)
+    conv2 = [s for node in mapping.nodes for s in node.slices if s.layer == "conv2"]
+    assert [(s.in_range, s.fp.ces, s.eb_chunks) for s in conv2] == [
+        ((0, 1), 2, ((0, 3), (3, 6), (6, 8))), ((1, 3), 2, ((0, 3), (3, 6), (6, 8))),
+        ((3, 4), 2, ((0, 3), (3, 6), (6, 8)))]
+    inputs, labels, params = random_data(network, 4, 1)
+    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, backend="pysim")
     assert_bit_exact(run.params, run.golden, params)
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.memory.fc_store import DeepFcErrorStore, DeepFcWindowStore, FcErrorStore, FcWindowStore
+from hw.memory.fc_store import DeepFcErrorStore, DeepFcWindowStore, ErrorReplay, FcErrorStore, FcWindowStore
 from sim.testbench import as_ints, get, put, simulate
 
 
@@ -120,3 +120,27 @@ def test_deep_error_store_reads_a_channel_a_cycle():
     out, taken = run_store(dut, windows_of(maps, tiles, 1), len(expected))
     assert out == expected
     assert set(np.diff(taken)[1:pixels]) == {channels + 3}
+
+
+@pytest.mark.parametrize("consecutive", [False, True])
+def test_error_replay_gives_each_sample_once_per_pass_in_the_walk_order(consecutive):
+    """Group beats in; out again v times: the whole sample per pass (pass-major walk) or each
+    beat v times before the next (group-major); random stalls on both sides."""
+    lanes, groups, replays, samples = 3, 4, 3, 5
+    rng = np.random.default_rng(7)
+    beats = rng.integers(-2**15, 2**15, (samples, groups, lanes))
+    dut = ErrorReplay(lanes=lanes, groups=groups, replays=replays, consecutive=consecutive)
+    order = ([(r, g) for g in range(groups) for r in range(replays)] if consecutive
+             else [(r, g) for r in range(replays) for g in range(groups)])
+    expected = [list(map(int, beats[s, g])) for s in range(samples) for _, g in order]
+    out, taken = run_store(dut, [list(map(int, b)) for b in beats.reshape(-1, lanes)], len(expected), rng, 0.3)
+    assert out == expected
+
+
+def test_error_replay_gives_a_beat_per_cycle():
+    lanes, groups, replays, samples = 2, 3, 2, 4
+    dut = ErrorReplay(lanes=lanes, groups=groups, replays=replays)
+    beats = np.arange(samples * groups * lanes).reshape(-1, lanes)
+    count = samples * groups * replays
+    out, taken = run_store(dut, [list(map(int, b)) for b in beats], count)
+    assert len(out) == count and set(np.diff(taken)[groups:]) == {1}

@@ -17,7 +17,7 @@ from mapping.mapper import map_network
 from sim.chain import STOPPING_UPDATE_OPTIONS
 from mapping.nodeconfig import Engine, Pool, Training
 from mapping.resources import ram_style
-from sim.helpers import layer_slice, micro_overlap, wide_fc
+from sim.helpers import WIDE_VECTOR_WORDS, layer_slice, micro_overlap, wide_fc, wide_vector
 
 
 def built_memories(fragment):
@@ -73,6 +73,25 @@ def test_inventory_of_a_wide_fc_node_with_its_deep_corner_turns():
     assert (fc.in_channels, fc.fp.tiles, memories.deep_fc_stores(fc)) == (1152, 6, True)
     assert [(m.name, m.width, m.depth) for m in memories.slice_memories(fc) if "_store" in m.name] == [
         ("fp_store.passes", 96, 384), ("pg_store.passes", 96, 384), ("eb_store.passes", 96, 384)]
+    assert_inventory(mapping)
+
+
+@pytest.mark.parametrize("cluster, options", [
+    ("ecp5-85:3", {"max_multipliers": 80}),
+    ("lfe5um5g-45f:3", {"max_multipliers": 50, "fc_weights": "dram", "act_storage": "dram"})])
+def test_inventory_of_a_vector_travelling_as_a_map(cluster, options):
+    """fc1's SFU turns its beats of P outputs into the 8 x 1 x 3 map's pixels and the error
+    pixels back (a memory per pass of P words: G of them), and each of fc1's slices replays its
+    errors for EB from two samples of G beats."""
+    mapping = map_network(wide_vector(), parse_cluster(cluster), batch=1, vector_words=WIDE_VECTOR_WORDS,
+                          **{**STOPPING_UPDATE_OPTIONS, **options})
+    fc1 = [s for node in mapping.nodes for s in node.slices if s.layer == "fc1"]
+    assert len(fc1) == 3 and {s.out_map for s in fc1} == {(8, 1, 3)}
+    p, groups = fc1[-1].fp.ces, -(-24 // fc1[-1].fp.ces)
+    assert [(m.name, m.width, m.depth) for m in memories.slice_memories(fc1[-1])
+            if m.name.split(".")[0] in ("eb_replay", "out_store", "err_store")] == (
+        [("eb_replay", 16 * p, 2 * groups)] + [(f"out_store.pass_{i}", 16 * p, 2) for i in range(groups)]
+        + [(f"err_store.pass_{i}", 16 * p, 2) for i in range(groups)])
     assert_inventory(mapping)
 
 

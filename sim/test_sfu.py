@@ -207,6 +207,9 @@ def test_full_rate_without_stalls(variant, pool, size):
     (SFU, dict(pool=Pool(2, 2, 1)), r"^SFU: max-pool kernel 2, stride 2, padding 1 is not supported \("),
     (SFU, dict(pool=Pool(8, 8)), r"^SFU: max-pool kernel 8 is larger than the 4 x 4 conv output$"),
     (SFU, dict(lanes=0), r"^SFU: lanes = 0 must be at least 1$"),
+    (SFU, dict(group_beats=True), r"^SFU: group beats are a 1 x 1 output without a pool, not 4 x 4$"),
+    (SFU, dict(group_beats=True, height=1, width=1, pool=Pool(1, 1)),
+     r"^SFU: group beats are a 1 x 1 output without a pool, not 1 x 1 pooled$"),
     (OverlappingPoolSFU, dict(pool=Pool(2, 2)),
      r"^OverlappingPoolSFU: max-pool kernel 2, stride 2, padding 0 is not supported "
      r"\(kernel > stride, padding 0; SFU pools kernel == stride\)$"),

@@ -29,8 +29,8 @@ import numpy as np
 from mapping import data, golden, link_model, zoo
 from mapping.cli import (DEFAULT_GRAD_BITS_HELP, DefaultsShown, Parser, add_act_storage_option,
                          add_fc_weights_option, fc_weights_problem,
-                         add_grad_bits_option, add_loss_option, add_update_option, formats_of, positive_int,
-                         positive_number)
+                         add_grad_bits_option, add_loss_option, add_update_option, add_vector_words_option, formats_of,
+                         positive_int, positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
 from mapping.mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums
@@ -64,6 +64,7 @@ def parse_args(argv):
     add_loss_option(parser)
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
     add_act_storage_option(parser)
+    add_vector_words_option(parser)
     add_update_option(parser)
     add_fc_weights_option(parser)
     parser.add_argument("--seed", type=int, default=0, help="initial weights and the test split")
@@ -206,6 +207,7 @@ def setup(args):
         print(f"warning: {warning}")
     mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                      formats=formats_of(args.loss, args.grad_bits), act_storage=args.act_storage,
+                     vector_words=args.vector_words,
                      **{**GENERATOR_OPTIONS, "fc_weights": args.fc_weights, "update": args.update})
     problem = fc_weights_problem(mapping, args.fc_weights)
     if problem:

@@ -108,8 +108,8 @@ def test_a_pixel_wider_than_an_amaranth_value_is_refused_before_partitioning(cha
         return
     with pytest.raises(SpecError, match=r"^network 'wide' on cluster 'vc709:1': layer 'fc': its input of 4,096 "
                                         r"channels would travel as one stream word of 65,536 bits, beyond the "
-                                        r"65,535 bits of an Amaranth value \(the generator does not stream wide "
-                                        r"layers in chunks yet\)$"):
+                                        r"65,535 bits of an Amaranth value \(the generator streams only fully "
+                                        r"connected outputs and EB windows in chunks\)$"):
         run()
 
 
@@ -121,8 +121,8 @@ def test_a_slice_whose_memory_row_is_wider_than_an_amaranth_value_is_refused_bef
                                              Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
     with pytest.raises(SpecError, match=r"^network 'wide-window' on cluster 'vc709:1': node 0: layer 'conv' \(icp "
                                         r"slice, input channels 0\.\.511\): its lgb would be 73,872 bits wide, beyond "
-                                        r"the 65,535 bits of an Amaranth value \(the generator does not stream wide "
-                                        r"layers in chunks yet\)$"):
+                                        r"the 65,535 bits of an Amaranth value \(the generator streams only fully "
+                                        r"connected outputs and EB windows in chunks\)$"):
         map_network(net, parse_cluster("vc709:1"), **GENERATOR_OPTIONS)
 
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from mapping import plots, report, zoo
+from mapping import memories, plots, report, zoo
 from mapping.__main__ import main
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError
@@ -135,34 +135,45 @@ def test_bad_network_files_and_output_folders_are_refused_in_one_line(tmp_path, 
         assert not (tmp_path / "new").exists()
 
 
-def test_alexnet_for_hardware_is_refused_for_its_wide_fc_output_not_its_overlapping_pools(tmp_path, capsys):
-    """AlexNet's 3x3 stride-2 max-pools are built (hw/node/sfu.OverlappingPoolSFU), its fully
-    connected weights stream from DRAM (hw/memory/dram_weights.py) and fc6 takes its input as
-    the 6x6 map's pixels (hw/memory/fc_store.py); what the generator still lacks for it is
-    fc6's 4,096 outputs in chunks, refused before any partitioning."""
-    args = ["--network", "alexnet-ungrouped", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path)]
-    assert refusal(main, args, capsys) == (
-        "error: network 'alexnet-ungrouped' on cluster 'vc709:15@150': layer 'fc6': its output of 4,096 channels "
-        "would travel as one stream word of 65,536 bits, beyond the 65,535 bits of an Amaranth value (the "
-        "generator does not stream wide layers in chunks yet)")
+@pytest.mark.parametrize("network, headline, chunked", [
+    ("alexnet-ungrouped", "857.3 samples/s (compute bound; 828.8 with the weight update's walks at mini-batch 1), "
+                          "377 GOPS per device", {"conv2": 163}),
+    ("vgg16", "83.0 samples/s (compute bound; 58.8 with the weight update's walks at mini-batch 1), 513 GOPS per "
+              "device", {f"conv{stage}_{n}": 455 for stage in (4, 5) for n in (1, 2, 3)})])
+def test_the_paper_networks_map_for_hardware(tmp_path, capsys, network, headline, chunked):
+    """As the generator builds them: AlexNet's 3x3 stride-2 max-pools (hw/node/sfu.OverlappingPoolSFU),
+    fully connected weights streamed from DRAM (hw/memory/dram_weights.py), fc6 taking the
+    last map's pixels and fc6 and fc7 handing their 4,096 outputs on as a 1,024 x 1 x 4 map's
+    (hw/memory/fc_store.py), and the EB windows no word holds (AlexNet's conv2: 256 x 5 x 5
+    taps, VGG's conv4 and conv5: 512 x 3 x 3) in chunks of output channels (hw/memory/eb_windows.py)."""
+    main(["--network", network, "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"{network} on vc709:15@150: {headline}, ") for line in lines[:2])
+    mapping = Mapping.from_json((tmp_path / "mapping.json").read_text())
+    slices = [s for n in mapping.nodes for s in n.slices]
+    assert {s.layer: s.eb_chunk for s in slices if s.eb_chunk} == chunked
+    assert {s.layer: s.out_map for s in slices if s.out_map} == {"fc6": (1024, 1, 4), "fc7": (1024, 1, 4)}
+    assert all(memories.generator_problem(s, n.formats.grad_bits) is None for n in mapping.nodes for s in n.slices)
 
 
-def test_grouped_alexnet_maps_and_is_refused_for_hardware_in_one_line(tmp_path, capsys):
-    """The paper's two-tower AlexNet maps on 15 VC709s (docs/paper_comparison.md); the generator
-    builds its grouped layers, but --for-hardware refuses the network in one line: fc6's
-    outputs as one stream word."""
+def test_grouped_alexnet_maps_for_hardware(tmp_path, capsys):
+    """The paper's two-tower AlexNet maps on 15 VC709s (docs/paper_comparison.md), and as the
+    generator builds it: fc6's and fc7's 4,096 outputs travel as the pixels of a 1,024 x 1 x 4
+    map (LayerSlice.out_map), which fc7 and fc8 take as a map they flatten."""
     main(["--network", "alexnet", "--cluster", "vc709:15@150", "--out", str(tmp_path / "model")])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("alexnet on vc709:15@150: 1391.0 samples/s (compute bound), 384 GOPS per device, ")
+    assert lines[0].startswith("alexnet on vc709:15@150: 1388.9 samples/s (compute bound), 383 GOPS per device, ")
     assert "conv2 ICP[9:48], conv2 ICP[48:72]" in lines[3]  # node 1: a slice of each group
     mapping = Mapping.from_json((tmp_path / "model" / "mapping.json").read_text())
     assert all(n.estimate.bram_blocks <= b for n, b in zip(mapping.nodes, mapping.summary["usable_blocks"]))
-    args = ["--network", "alexnet", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path / "hw")]
-    assert refusal(main, args, capsys) == (
-        "error: network 'alexnet' on cluster 'vc709:15@150': layer 'fc6': its output of 4,096 channels would "
-        "travel as one stream word of 65,536 bits, beyond the 65,535 bits of an Amaranth value (the generator does "
-        "not stream wide layers in chunks yet)")
-    assert not (tmp_path / "hw").exists()
+    main(["--network", "alexnet", "--cluster", "vc709:15@150", "--for-hardware", "--out", str(tmp_path / "hw")])
+    assert capsys.readouterr().out.startswith(
+        "alexnet on vc709:15@150: 1232.7 samples/s (compute bound; 1128.5 with the weight update's walks at "
+        "mini-batch 1), 340 GOPS per device, ")
+    mapping = Mapping.from_json((tmp_path / "hw" / "mapping.json").read_text())
+    maps = {(s.layer, s.flatten_from, s.out_map) for n in mapping.nodes for s in n.slices if s.kind == "fc"}
+    assert maps == {("fc6", (256, 6, 6), (1024, 1, 4)), ("fc7", (1024, 1, 4), (1024, 1, 4)),
+                    ("fc8", (1024, 1, 4), None)}
 
 
 def test_ctrl_c_prints_interrupted(tmp_path, capsys, monkeypatch):

@@ -107,7 +107,9 @@ class EBEngine(WeightWalk, wiring.Component):
     @classmethod
     def from_slice(cls, layer_slice, family=None, *, group_major=False):
         """The EB engine of a ``mapping.nodeconfig.LayerSlice``: b CEs (its FP engine's tiles) of P tiles
-        (the LPRAM's banks), a beat per pass after a flatten (``LayerSlice.map_pixels``)."""
+        (the LPRAM's banks), a beat per pass after a flatten (``LayerSlice.map_pixels``), a
+        window a group where the output vector travels as a map (``LayerSlice.out_map``) or the
+        windows in chunks (``LayerSlice.eb_chunks``)."""
         s = layer_slice
         if not s.needs_eb:
             raise ValueError(f"error engine: layer {s.layer} is the network's first weighted layer "
@@ -119,7 +121,8 @@ class EBEngine(WeightWalk, wiring.Component):
                 f"{e.kernel}x{e.kernel}, but its slice needs {s.fp.tiles} CEs (one per FP tile) "
                 f"of {s.fp.ces} tiles (one per LPRAM bank) of {k}x{k}")
         return cls(in_channels=s.in_channels, out_channels=s.out_channels, kernel=k, ces=e.tiles, tiles=e.ces,
-                   group_major=group_major, pass_errors=s.map_pixels > 1, family=family)
+                   group_major=group_major, pass_errors=s.map_pixels > 1, group_windows=s.out_map is not None or s.eb_chunks is not None,
+                   family=family)
 
     @property
     def multipliers(self):

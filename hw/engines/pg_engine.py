@@ -117,7 +117,8 @@ class PGEngine(WeightWalk, wiring.Component):
                 f"{e.kernel}x{e.kernel}, but its slice needs {s.fp.tiles} tiles (as its FP engine, whose "
                 f"LPRAM rows the gradients follow) of {k}x{k}")
         return cls(in_channels=s.in_channels, out_channels=s.out_channels, kernel=k, ces=e.ces, tiles=e.tiles,
-                   bias=s.owns_biases and not s.biases_beyond_rows, pass_windows=s.map_pixels > 1, family=family)
+                   bias=s.owns_biases and not s.biases_beyond_rows, pass_windows=s.map_pixels > 1,
+                   group_errors=s.out_map is not None, family=family)
 
     @property
     def multipliers(self):

@@ -13,6 +13,12 @@ the corner instead:
 - :class:`FcErrorStore` takes the EB engine's input errors a pass at a time (its pass-major
   walk completes pass i after its last group) and gives them back as pixels.
 
+A fully connected layer whose output vector is too wide for a beat (``LayerSlice.out_map``)
+hands it on as the pixels of a (C, 1, N) map: the same two stores turn its SFU's beats of P
+outputs into those pixels (an FcErrorStore of P tiles) and the error pixels coming back into
+beats of P (an FcWindowStore replayed once), and :class:`ErrorReplay` gives its EB engine
+those error beats once per pass.
+
 Both keep ``slots`` samples (two: one being written while the other is read) in one memory
 per pass of ``slots`` rows of b words, word j of pass i's row being flattened input
 ``i*b + j``: a pass is one row, and a pixel writes (or reads) word ``f mod b`` of memory
@@ -274,4 +280,45 @@ class DeepFcErrorStore(_DeepPassMemory, FcErrorStore):
                 m.d.sync += self.o.valid.eq(1)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
+        return m
+
+
+class ErrorReplay(_DeepPassMemory, _PassMemories):
+    """The output errors of a fully connected layer whose vector travels a group a beat
+    (``LayerSlice.out_map``), for its EB engine (``EBEngine(group_windows=True)``): ``i`` takes
+    a sample's ``groups`` beats of ``lanes`` errors, ``o`` gives them ``replays`` (v) times, in
+    the engine's walk order: the whole sample each time (pass-major, groups 0 .. G-1 per pass),
+    or with ``consecutive`` each beat v times before the next (group-major, weights from DRAM).
+    The deep stores' memory, a beat a row: ``slots`` samples of G rows."""
+
+    def __init__(self, *, lanes, groups, replays, consecutive=False, slots=2, family=None):
+        positive(self, "error replay", replays=replays)
+        self.replays, self.consecutive = replays, consecutive
+        super().__init__("error replay", channels=lanes, pixels=groups, tiles=lanes, slots=slots, family=family,
+                         members={"i": In(stream.Signature(pixel_layout(lanes))),
+                                  "o": Out(stream.Signature(window_layout(lanes, 1)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        mem = self._memory(m)
+        take, step = Signal(), Signal()
+        row_in = ModuloCounter(m, self.passes, take)
+        if self.consecutive:
+            replay = ModuloCounter(m, self.replays, step)
+            row_out = ModuloCounter(m, self.passes, step & replay.last)
+        else:
+            row_out = ModuloCounter(m, self.passes, step)
+            replay = ModuloCounter(m, self.replays, step & row_out.last)
+        written, released = take & row_in.last, step & row_out.last & replay.last
+        _, _, free, have = self._slots(m, written, released)
+        write_base, read_base = self._base(m, written), self._base(m, released)
+        m.d.comb += [self.i.ready.eq(free), take.eq(self.i.valid & free)]
+        write = mem.write_port()
+        m.d.comb += [write.addr.eq(write_base + row_in.value), write.data.eq(self.i.payload), write.en.eq(take)]
+
+        advance = ~self.o.valid | self.o.ready
+        m.d.comb += step.eq(advance & have)
+        m.d.comb += self.o.payload.eq(read_register(m, mem, read_base + row_out.value, advance))
+        with m.If(advance):
+            m.d.sync += self.o.valid.eq(have)
         return m

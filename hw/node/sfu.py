@@ -33,6 +33,13 @@ pixel, raster order, samples back to back. Per beat:
 ``fp_out``: OC words per beat, raster order of the pooled map (of the conv map
 without a pool). One pixel per cycle in, no bubbles, when G = 1.
 
+``group_beats``: a fully connected layer whose output vector no beat may hold whole
+(``LayerSlice.out_map``, 4,096 words and more at paper scale): step 3 gathers nothing, each
+rounded beat of P outputs is a "pixel" of P channels of a 1 x G raster, and everything
+after (ReLU, its masks, the backward pass) works on those beats. ``fp_out``, ``eb_in``
+and ``eb_out`` carry P words a beat, G beats a sample, lanes past OC in the last one
+being don't-cares forward (the rounder's) and zero backward where ``eb_in``'s are.
+
 Masks, and backward (``eb_in`` -> ``eb_out``)
 --------------------------------------------
 Per pooled output and channel the SFU keeps the window position of the maximum
@@ -196,7 +203,7 @@ class SFU(wiring.Component):
 
     def __init__(self, *, out_channels, height, width, lanes, position, formats=numerics.Formats(),
                  bias=True, relu=True, pool=None, channel_base=0, samples_in_flight=1, mask_storage="chip",
-                 family=None):
+                 group_beats=False, family=None):
         positive(self, "SFU", out_channels=out_channels, height=height, width=width, lanes=lanes,
                  samples_in_flight=samples_in_flight)
         name = type(self).__name__
@@ -207,20 +214,27 @@ class SFU(wiring.Component):
         if pool is not None and pool.kernel > min(height, width):
             refuse(self, f"{name}: max-pool kernel {pool.kernel} is larger than the {height} x {width} "
                          f"conv output")
-        self.out_channels, self.height, self.width, self.lanes = out_channels, height, width, lanes
+        if group_beats and (pool is not None or (height, width) != (1, 1)):
+            refuse(self, f"{name}: group beats are a 1 x 1 output without a pool, not {height} x {width}"
+                         f"{' pooled' if pool is not None else ''}")
+        self.out_channels, self.lanes, self.group_beats = out_channels, lanes, group_beats
         self.groups = -(-out_channels // lanes)
+        # What the stages after the rounder see: pixels of OC channels on the conv map, or the
+        # G beats of a sample as a 1 x G raster of P channels.
+        self.beat_channels = lanes if group_beats else out_channels
+        self.height, self.width = (1, self.groups) if group_beats else (height, width)
         self.position, self.formats, self.channel_base = position, formats, channel_base
         self.has_bias, self.relu, self.family = bias, relu, family
         self.k, self.stride = (pool.kernel, pool.stride) if pool is not None else (1, 1)
-        self.out_shape = (out_channels, *((n - self.k) // self.stride + 1 for n in (height, width)))
+        self.out_shape = (self.beat_channels, *((n - self.k) // self.stride + 1 for n in (self.height, self.width)))
         self.code_bits = (self.k * self.k - 1).bit_length()
         self.mask_bits = self.code_bits + relu  # per channel and pooled output
         self.mask_depth = samples_in_flight * self.out_shape[1] * self.out_shape[2]
         members = {
             "fp_in": In(stream.Signature(psum_layout(lanes))),
-            "fp_out": Out(stream.Signature(pixel_layout(out_channels))),
-            "eb_in": In(stream.Signature(pixel_layout(out_channels))),
-            "eb_out": Out(stream.Signature(pixel_layout(out_channels))),
+            "fp_out": Out(stream.Signature(pixel_layout(self.beat_channels))),
+            "eb_in": In(stream.Signature(pixel_layout(self.beat_channels))),
+            "eb_out": Out(stream.Signature(pixel_layout(self.beat_channels))),
             "sample_base": In(SAMPLE_BITS),
         }
         if bias:
@@ -231,7 +245,7 @@ class SFU(wiring.Component):
         if self.mask_bits:
             members["mask_level"] = Out(range(self.mask_depth + 1))
             if mask_storage == "dram":
-                members["dram"] = Out(DramQueueSignature(out_channels * self.mask_bits, self.mask_depth))
+                members["dram"] = Out(DramQueueSignature(self.beat_channels * self.mask_bits, self.mask_depth))
         super().__init__(members)
 
     @staticmethod
@@ -242,7 +256,7 @@ class SFU(wiring.Component):
         return cls(out_channels=s.sfu_channels, height=s.out_shape[1], width=s.out_shape[2],
                    lanes=s.fp.ces, position=s.position, formats=formats, bias=s.bias, relu=s.relu,
                    pool=s.pool, channel_base=s.sfu_range[0], samples_in_flight=samples_in_flight,
-                   mask_storage=s.act_storage, family=family)
+                   mask_storage=s.act_storage, group_beats=s.out_map is not None, family=family)
 
     @property
     def tensor(self):
@@ -258,11 +272,11 @@ class SFU(wiring.Component):
             # skid buffer, by the consumers) into the level and full flag was node 0's worst
             # path at 125 MHz (1.0 ns logic, 7.4 ns routing).
             if self.mask_storage == "dram":
-                fifo = m.submodules.masks = DramFifo(self.out_channels * self.mask_bits, self.mask_depth,
+                fifo = m.submodules.masks = DramFifo(self.beat_channels * self.mask_bits, self.mask_depth,
                                                      family=self.family, input_register=True)
                 connect(m, fifo.dram, flipped(self.dram))
             else:
-                fifo = m.submodules.masks = Fifo(self.out_channels * self.mask_bits, self.mask_depth,
+                fifo = m.submodules.masks = Fifo(self.beat_channels * self.mask_bits, self.mask_depth,
                                                  family=self.family, input_register=True, pop_register=True)
             m.d.comb += self.mask_level.eq(fifo.level)
         self._forward(m, fifo)
@@ -276,7 +290,7 @@ class SFU(wiring.Component):
 
     def _forward(self, m, fifo):
         oc, p, groups = self.out_channels, self.lanes, self.groups
-        hw = self.height * self.width
+        hw = 1 if self.group_beats else self.height * self.width  # conv output pixels
         f = self.formats
 
         # Credited: its input's ready (so this stage's and the sample counters' enables) is a
@@ -328,6 +342,9 @@ class SFU(wiring.Component):
         m.d.comb += [advance2.eq(out_ready & (fifo.i.ready if fifo is not None else 1)),
                      rounder.o.ready.eq(advance2)]
         taken = rounder.o.valid & advance2
+        if self.group_beats:
+            self._pool(m, fifo, rounder.o.payload.value, taken, advance2)
+            return
         gq = Signal(range(groups))
         held = Signal(data.ArrayLayout(signed(WORD), p * (groups - 1)))
         with m.If(taken):
@@ -347,7 +364,7 @@ class SFU(wiring.Component):
     def _pool(self, m, fifo, words, complete, advance2):
         """The pool stage: ``words`` (OC words, ReLU not yet applied) is a whole conv pixel
         where ``complete``; the stage moves on ``advance2``."""
-        oc, k = self.out_channels, self.k
+        oc, k = self.beat_channels, self.k
         pos = Raster(m, self.height, self.width, k, complete)
 
         # Pool stage: running window maxima and their positions.
@@ -400,13 +417,13 @@ class SFU(wiring.Component):
         masks enter the mask FIFO, where ``emit``."""
         with m.If(advance2):
             m.d.sync += self.fp_out.valid.eq(emit)
-            for c in range(self.out_channels):
+            for c in range(self.beat_channels):
                 m.d.sync += self.fp_out.payload[c].eq(best[c].value)
         with m.Elif(self.fp_out.ready):  # taken while a full mask FIFO holds the pipeline
             m.d.sync += self.fp_out.valid.eq(0)
         if fifo is not None:
             masks = [Cat(best[c].code, best[c].value > 0) if self.relu else best[c].code
-                     for c in range(self.out_channels)]
+                     for c in range(self.beat_channels)]
             m.d.comb += [fifo.i.valid.eq(advance2 & emit), fifo.i.payload.eq(Cat(*masks))]
 
     def _intake(self, m, fifo, record, advance, fire, needs):
@@ -428,7 +445,7 @@ class SFU(wiring.Component):
         return incoming, arrived
 
     def _backward(self, m, fifo):
-        oc, k, mb, cb = self.out_channels, self.k, self.mask_bits, self.code_bits
+        oc, k, mb, cb = self.beat_channels, self.k, self.mask_bits, self.code_bits
         record = data.StructLayout({"error": pixel_layout(oc), "mask": oc * mb})
 
         eb_out = self.eb_out
@@ -486,7 +503,7 @@ class OverlappingPoolSFU(SFU):
         return pool is not None and pool.kernel > pool.stride and pool.padding == 0
 
     def _pool(self, m, fifo, words, complete, advance2):
-        oc, k, pw = self.out_channels, self.k, self.out_shape[2]
+        oc, k, pw = self.beat_channels, self.k, self.out_shape[2]
         pos = StridedRaster(m, self.height, self.width, k, self.stride, complete)
         r = pos.r
         slots = data.ArrayLayout(data.StructLayout(
@@ -554,7 +571,7 @@ class OverlappingPoolSFU(SFU):
         self._output(m, fifo, advance2, emit, result)
 
     def _backward(self, m, fifo):
-        oc, k, mb, cb = self.out_channels, self.k, self.mask_bits, self.code_bits
+        oc, k, mb, cb = self.beat_channels, self.k, self.mask_bits, self.code_bits
         pw = self.out_shape[2]
         record = data.StructLayout({"error": pixel_layout(oc), "mask": oc * mb})
 

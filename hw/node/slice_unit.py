@@ -17,7 +17,9 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from mapping import numerics
 from mapping.errors import SpecError
+from mapping.nodeconfig import sfu_shape
 from mapping.memories import (PAB_MIN_DEPTH, activation_slack, bias_steps, buildable, deep_fc_stores,
+                              deep_vector_stores,
                               dram_queues, dram_weights_problem, fc_weights_queue, pg_error_range,
                               pg_error_slack, sfu_error_slack,
                               sfu_samples_in_flight, window_slack)
@@ -33,7 +35,8 @@ from ..engines.fp_engine import FPEngine
 from ..engines.pg_engine import BiasTerms, PGEngine
 from ..memory.act_ram import ActRam
 from ..memory.dram_weights import DramWeights
-from ..memory.fc_store import DeepFcErrorStore, DeepFcWindowStore, FcErrorStore, FcWindowStore
+from ..memory.eb_windows import ChunkedErrorWindows
+from ..memory.fc_store import DeepFcErrorStore, DeepFcWindowStore, ErrorReplay, FcErrorStore, FcWindowStore
 from ..memory.fifo import Fifo
 from ..memory.grad_buffer import GradientBuffer
 from ..memory.grad_rounding import GradientRounder
@@ -50,7 +53,7 @@ def slice_ports(s):
     """The chain-facing channels of slice ``s``: ({channel: layout} from the predecessor,
     {channel: layout} to the successor), channel names as in hw/node/ports.py."""
     c_in, h, w = s.in_shape
-    post = s.out_shape[0]  # pooling keeps the channel count
+    post = sfu_shape(s)[0]  # pooling keeps the channel count; a vector travels as its map's channels
     up, down = {}, {}
     if s.mode == "icp":
         # The map's pixels, where the layer flattens one: the channels from the slice's first on.
@@ -62,13 +65,13 @@ def slice_ports(s):
             down["psum"] = psum_layout(s.fp.ces)
             if s.needs_eb:
                 down["err"] = pixel_layout(c_in - hi)
-            down["zerr"] = pixel_layout(s.sums_channels)
+            down["zerr"] = pixel_layout(s.error_beat_channels)
         else:
             down["act"] = pixel_layout(post)
             down["err"] = pixel_layout(post)
         if not s.first:
             up["psum"] = psum_layout(s.fp.ces)
-            up["zerr"] = pixel_layout(s.upstream_sums_channels)
+            up["zerr"] = pixel_layout(s.upstream_error_beat_channels)
         if s.needs_eb:
             up["err"] = pixel_layout(c_in - lo)
     else:
@@ -303,7 +306,9 @@ class SliceUnit(wiring.Component):
                     connect(m, rows.ram, bias_port)
                     bias_port = rows.sfu
                 connect(m, sfu.bias, bias_port)
-            if s.mode == "icp":
+            if s.out_map is not None:
+                self._vector_outputs(m, sfu)
+            elif s.mode == "icp":
                 connect(m, sfu.fp_out, flipped(self.down.act))
                 connect(m, flipped(self.down.err), self._sfu_errors(m, sfu))
             else:
@@ -311,7 +316,7 @@ class SliceUnit(wiring.Component):
             # The errors' consumers (PG, EB behind its sample gate, the predecessor) take a beat
             # together; their ready stops at this buffer instead of reaching the SFU's mask
             # FIFO (the worst path of the CI bitstream's node, 8.1 ns of routing).
-            skid = m.submodules.conv_errors = SkidBuffer(pixel_layout(s.sfu_channels))
+            skid = m.submodules.conv_errors = SkidBuffer(sfu.eb_out.payload.shape())
             connect(m, sfu.eb_out, skid.i)
             z_errors = skid.o
         return act_ram, z_errors
@@ -321,13 +326,14 @@ class SliceUnit(wiring.Component):
         pg_error_range``), EB (the slice's own channels) and the predecessor (ICP, not the
         layer's first node: those of its groups). Returns (PG's errors, EB's errors or None)."""
         s = self.slice
-        own = (s.sums_channels - s.out_channels, s.sums_channels)
+        beat = s.error_beat_channels
+        own = (beat - s.out_channels, beat) if s.out_map is None else (0, beat)
         z_ranges = [pg_error_range(s)]
         if s.needs_eb:
             z_ranges.append(own)
         if "zerr" in self.up_channels:
-            z_ranges.append((0, s.upstream_sums_channels))
-        z_split = m.submodules.z_split = ChannelFork(s.sums_channels, z_ranges)
+            z_ranges.append((0, s.upstream_error_beat_channels))
+        z_split = m.submodules.z_split = ChannelFork(beat, z_ranges)
         connect(m, z_errors, z_split.i)
         pg_errors = z_split.o0
         if s.needs_eb:
@@ -395,12 +401,26 @@ class SliceUnit(wiring.Component):
         """EB: error line buffer -> error engine -> round (ICP) or reduce (OCP)."""
         s, lpram = self.slice, self.lpram
         _, h, w = s.in_shape
-        eb_lb = m.submodules.eb_lb = LineBuffer.from_slice(s, "eb", family=self.family)
-        connect(m, errors, eb_lb.i)
-        eb_gate = m.submodules.eb_gate = SampleGate(eb_lb.o.payload.shape(), h * w)
-        connect(m, self._window_slack(m, "eb", eb_lb.o), eb_gate.i)
         # Rows from DRAM come once per sample in address order, for FP and EB together.
-        eb = m.submodules.eb = EBEngine.from_slice(s, family=self.family, group_major=self.dram_weights is not None)
+        group_major = self.dram_weights is not None
+        layout = WeightLayout.from_slice(s)
+        if s.out_map is not None:  # the errors a group a beat, once per pass
+            replay = m.submodules.eb_replay = ErrorReplay(lanes=layout.banks, groups=layout.groups,
+                                                          replays=layout.passes, consecutive=group_major,
+                                                          family=self.family)
+            connect(m, errors, replay.i)
+            windows, beats = replay.o, layout.rows
+        elif s.eb_chunks is not None:  # windows too wide for a word: a group a beat, from chunks
+            chunked = m.submodules.eb_windows = ChunkedErrorWindows.from_slice(s, family=self.family)
+            connect(m, errors, chunked.i)
+            windows, beats = chunked.o, h * w * layout.rows
+        else:
+            eb_lb = m.submodules.eb_lb = LineBuffer.from_slice(s, "eb", family=self.family)
+            connect(m, errors, eb_lb.i)
+            windows, beats = self._window_slack(m, "eb", eb_lb.o), h * w
+        eb_gate = m.submodules.eb_gate = SampleGate(windows.payload.shape(), beats)
+        connect(m, windows, eb_gate.i)
+        eb = m.submodules.eb = EBEngine.from_slice(s, family=self.family, group_major=group_major)
         connect(m, self._weights(m, "eb", eb, eb_gate.o, None if lpram is None else lpram.b), eb.windows)
         # EB is done with the weights only when the sample's last error sum leaves the
         # engine: a stalled engine holds its operands in LPRAM port B's read register,
@@ -561,6 +581,24 @@ class SliceUnit(wiring.Component):
         slack = m.submodules.sfu_errors = Fifo(sfu.eb_in.payload.shape(), depth, family=self.family)
         connect(m, slack.o, sfu.eb_in)
         return slack.i
+
+    def _vector_outputs(self, m, sfu):
+        """A layer whose output vector travels as a map (``LayerSlice.out_map``): the SFU's beats of
+        P outputs turned into the map's pixels, the error pixels coming back into beats of P
+        (hw/memory/fc_store.py)."""
+        s = self.slice
+        channels, _, pixels = s.out_map
+        deep = deep_vector_stores(s)
+        turn = (DeepFcErrorStore if deep else FcErrorStore)(channels=channels, pixels=pixels, tiles=s.fp.ces,
+                                                             family=self.family)
+        m.submodules.out_store = turn
+        connect(m, sfu.fp_out, turn.i)
+        connect(m, turn.o, flipped(self.down.act))
+        back = (DeepFcWindowStore if deep else FcWindowStore)(channels=channels, pixels=pixels, tiles=s.fp.ces,
+                                                              replays=1, family=self.family)
+        m.submodules.err_store = back
+        connect(m, flipped(self.down.err), back.i)
+        connect(m, back.o, sfu.eb_in)
 
     def _ocp_outputs(self, m, sfu):
         """OCP: append this slice's finished channels to those of the layer's earlier nodes,

@@ -12,6 +12,13 @@ AlexNet's and VGG's conv1), where ICP could not spread the layer over more than
 one to three nodes; those layers use OCP. A fully connected layer after a flatten is always
 ICP, its units the channels of the map it flattens (:attr:`LayerPlan.unit_inputs`).
 
+Wide vectors: a fully connected layer of more than ``vector_words`` outputs followed by
+another weighted layer hands its output vector on as the pixels of a (C, 1, N) map
+(nodeconfig.vector_map, :attr:`LayerPlan.out_map`), which the next layer takes as a map it
+flattens; such a layer is ICP, its output errors travel a group of P a beat (no stream word
+holds the whole vector: hw/node/slice_unit.py). EB windows of more than ``window_words``
+taps (O x K x K) travel a chunk of output channels at a time (:attr:`LayerPlan.eb_chunk`).
+
 Grouped convolution (``groups`` G > 1, AlexNet's two towers): a unit pairs only with the
 channels of its own group on the other side (an ICP unit, an input channel, with its
 group's OC / G outputs; an OCP unit with its group's IC / G inputs), so every unit carries
@@ -33,7 +40,7 @@ from functools import cached_property
 
 from ..errors import SpecError
 from ..line_walk import line_buffer_cycles
-from ..nodeconfig import Pool, map_pixels
+from ..nodeconfig import VECTOR_WORDS, WINDOW_WORDS, Pool, eb_chunk, map_pixels, vector_map
 
 OCP_BELOW_IN_CHANNELS = 4
 
@@ -60,6 +67,8 @@ class LayerPlan:
     macs: int             # FP + EB + PG per sample
     flatten_from: tuple | None = None  # fc after a flatten: the (C, H, W) it flattens
     groups: int = 1       # grouped convolution: G groups of channels (module docstring)
+    out_map: tuple | None = None  # fc: the (C, 1, N) map its output vector travels as (module docstring)
+    eb_chunk: int = 0     # EB's windows a chunk of this many output channels at a time (module docstring)
 
     @cached_property
     def engines(self):
@@ -146,11 +155,19 @@ class LayerPlan:
         return self.group_full * self.kernel * self.kernel * self.unit_inputs
 
 
-def plan_layers(network):
-    """The weighted layers of a (trainable) network with their SFU and ICP/OCP choice."""
+def plan_layers(network, vector_words=VECTOR_WORDS, window_words=WINDOW_WORDS):
+    """The weighted layers of a (trainable) network with their SFU and ICP/OCP choice; output
+    vectors of more than ``vector_words`` words travel as maps, EB windows of more than
+    ``window_words`` in chunks (module docstring)."""
     network.check_trainable()
+    for name, value in (("vector_words", vector_words), ("window_words", window_words)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a positive integer, not {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
     plans, first, flattened = [], True, None
     layers = list(network)
+    weighted = [i for i, info in enumerate(layers) if info.has_weights]
     for i, info in enumerate(layers):
         if not info.has_weights:
             continue
@@ -169,9 +186,11 @@ def plan_layers(network):
                 sfu_shape = after.out_shape
         kind = "conv" if info.type == "conv2d" else "fc"
         c_in, c_out = info.in_channels, info.out_channels
-        # A layer after a flatten is ICP: it takes the map's pixels (hw/memory/fc_store.py).
+        out_map = vector_map(c_out, vector_words) if kind == "fc" and i != weighted[-1] else None
+        # A layer after a flatten is ICP: it takes the map's pixels (hw/memory/fc_store.py); so
+        # is one that hands on a map.
         small = c_in < OCP_BELOW_IN_CHANNELS and c_out > c_in
-        mode = "ocp" if small and not (kind == "fc" and flattened is not None) else "icp"
+        mode = "ocp" if small and not (kind == "fc" and flattened is not None) and out_map is None else "icp"
         layer = info.layer
         plans.append(LayerPlan(
             index=len(plans), position=info.position, name=info.name, kind=kind, mode=mode,
@@ -180,10 +199,13 @@ def plan_layers(network):
             stride=layer.stride if kind == "conv" else 1,
             padding=layer.padding if kind == "conv" else 0,
             bias=layer.bias, relu=relu, pool=pool, needs_eb=not first, macs=info.macs,
-            flatten_from=flattened if kind == "fc" else None, groups=layer.groups if kind == "conv" else 1))
+            flatten_from=flattened if kind == "fc" else None, groups=layer.groups if kind == "conv" else 1,
+            out_map=out_map,
+            eb_chunk=0 if first or out_map else eb_chunk(c_out // (layer.groups if kind == "conv" else 1),
+                                                         layer.kernel if kind == "conv" else 1, window_words)))
         first = False
         following = layers[i + 1:next((j for j in range(i + 1, len(layers)) if layers[j].has_weights),
                                       len(layers))]
-        flattened = sfu_shape if any(a.type == "flatten" for a in following) else None
+        flattened = out_map or (sfu_shape if any(a.type == "flatten" for a in following) else None)
     return tuple(plans)
 
