@@ -85,6 +85,17 @@ def alexnet_digits():
     ])
 
 
+def alexnet_towers():
+    """AlexNet in miniature for 8x8 digit images, every paper-scale feature the generator builds
+    at a size CI trains: two towers (conv2 in two groups), the overlapping max-pool, and two
+    fully connected layers whose first hands its 24 outputs on as a map's pixels when mapped
+    with ``vector_words`` below 24 (``python -m sim.train --vector-words 8``)."""
+    return infer("alexnet-towers", (1, 8, 8), [
+        conv("conv1", 4, 3, pad=1), _relu("relu1"), conv("conv2", 8, 3, pad=1, groups=2), _relu("relu2"),
+        _pool("pool2", k=3, stride=2), Layer("flatten", "flatten"), _fc("fc1", 24), _relu("relu3"), _fc("fc2", 10),
+    ])
+
+
 def lenet_digits():
     """A LeNet-size net for 8x8 digit images (as in scikit-learn's digits set), 10 classes."""
     return infer("lenet-digits", (1, 8, 8), [
@@ -212,6 +223,7 @@ NETWORKS = {
     "micro": micro,
     "lenet-digits": lenet_digits,
     "alexnet-digits": alexnet_digits,
+    "alexnet-towers": alexnet_towers,
     "alexnet": alexnet,
     "alexnet-ungrouped": alexnet_ungrouped,
     "vgg16": vgg16,

@@ -69,24 +69,30 @@ def test_micro_trains_bit_exact_on_the_two_nodes_of_the_ci_bitstream(loss):
         [("conv1", (0, 2), 1)], [("fc", (0, 4), 1)]]
 
 
-def test_sim_train_trains_alexnet_digits_bit_exact_with_the_paper_scale_features(capsys):
-    """``python -m sim.train`` on real digits: alexnet-digits (AlexNet's overlapping max-pool,
-    hw/node/sfu.OverlappingPoolSFU) on the CI bitstream's two nodes, 16-bit gradient sums, every
-    Act-RAM and the pool's mask FIFO in the node's DRAM (hw/memory/dram_fifo.py, a simulated
-    DRAM per queue) and the fc weights there too (hw/memory/dram_weights.py): two mini-batches
-    of one."""
-    argv = ["--network", "alexnet-digits", "--cluster", CI_BITSTREAM["cluster"], "--data", "digits",
-            "--samples", "2", "--batch", "1", "--backend", "pysim", "--grad-bits", "16", "--act-storage", "dram",
-            "--fc-weights", "dram"]
+def test_sim_train_trains_alexnet_towers_bit_exact_with_the_paper_scale_features(capsys):
+    """``python -m sim.train`` on real digits: alexnet-towers with every paper-scale feature the
+    generator builds, on three nodes: conv2's two groups (one per node), AlexNet's overlapping
+    max-pool (hw/node/sfu.OverlappingPoolSFU), fc1's 24 outputs handed on as an 8 x 1 x 3 map's
+    pixels (--vector-words 8; fc1 over two nodes, its errors a group a beat), 16-bit gradient
+    sums, every Act-RAM and mask FIFO in the node's DRAM (hw/memory/dram_fifo.py) and the fully
+    connected weights there too (hw/memory/dram_weights.py): two mini-batches of one."""
+    argv = ["--network", "alexnet-towers", "--cluster", "lfe5um5g-45f:3", "--data", "digits", "--samples", "2",
+            "--batch", "1", "--backend", "pysim", "--grad-bits", "16", "--act-storage", "dram", "--fc-weights", "dram",
+            "--vector-words", "8"]
     assert train_main(argv) == 0
     assert "bit-exact: yes" in capsys.readouterr().out.splitlines()
-    mapping = map_network(zoo.alexnet_digits(), parse_cluster(CI_BITSTREAM["cluster"]), batch=1, act_storage="dram",
-                          formats=Formats(grad_bits=16), **{**STOPPING_UPDATE_OPTIONS, "fc_weights": "dram"})
-    assert [[(s.layer, s.pool, s.act_storage, s.weights_offchip) for s in node.slices] for node in mapping.nodes] == [
-        [("conv1", Pool(3, 2), "dram", False), ("fc", None, "dram", True)], [("fc", None, "dram", True)]]
+    mapping = map_network(zoo.alexnet_towers(), parse_cluster("lfe5um5g-45f:3"), batch=1, act_storage="dram",
+                          formats=Formats(grad_bits=16), vector_words=8,
+                          **{**STOPPING_UPDATE_OPTIONS, "fc_weights": "dram"})
+    assert [[(s.layer, s.out_range, s.pool, s.act_storage, s.weights_offchip, s.out_map) for s in node.slices]
+            for node in mapping.nodes] == [
+        [("conv1", (0, 4), None, "dram", False, None), ("conv2", (0, 4), Pool(3, 2), "dram", False, None)],
+        [("conv2", (4, 8), Pool(3, 2), "dram", False, None), ("fc1", (0, 24), None, "dram", True, (8, 1, 3))],
+        [("fc1", (0, 24), None, "dram", True, (8, 1, 3)), ("fc2", (0, 10), None, "dram", True, None)]]
     assert [list(never_elaborated(Node(config)).dram_queues) for config in mapping.nodes] == [
+        ["slice0_act_ram", "slice0_sfu_masks", "slice1_act_ram"],
         ["slice0_act_ram", "slice0_sfu_masks", "slice1_act_ram", "slice1_fc_weights"],
-        ["slice0_act_ram", "slice0_fc_weights"]]
+        ["slice0_act_ram", "slice0_sfu_masks", "slice0_fc_weights", "slice1_act_ram", "slice1_fc_weights"]]
 
 
 def test_sim_train_trains_a_grouped_convolution_bit_exact(capsys):
@@ -141,38 +147,22 @@ def test_a_wide_fc_trains_bit_exact_through_its_deep_corner_turns():
     assert_bit_exact(run.params, run.golden, params)
 
 
-def _train_wide_vector(cluster, batch, backend, **options):
-    network = wide_vector()
-    mapping = map_network(network, parse_cluster(cluster), batch=batch, lr=0.2, vector_words=WIDE_VECTOR_WORDS,
-                          **{**STOPPING_UPDATE_OPTIONS, **options})
-    inputs, labels, params = random_data(network, 4, 0)
-    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, backend=backend,
-                      **({"profile": "quick"} if backend == "verilator" else {}))
-    assert_bit_exact(run.params, run.golden, params)
-    return mapping
-
-
 def test_a_vector_travelling_as_a_map_trains_bit_exact_across_three_nodes():
     """fc1's 24 outputs leave its SFU a group of P = 5 at a time (the last group padded), turned
     into the 8 x 1 x 3 map's pixels for fc2; their errors come back as pixels, become groups
     again for fc1's SFU, and go back a group a beat through fc1's other two nodes, whose EB
     replays them once per pass (hw/memory/fc_store.ErrorReplay); random stalls, two
-    mini-batches of two, on Amaranth's simulator."""
-    mapping = _train_wide_vector("ecp5-85:3", 2, "pysim", max_multipliers=80)
+    mini-batches of two, on Amaranth's simulator. (With the weights in DRAM, EB's group-major
+    replay: the alexnet-towers test above.)"""
+    network = wide_vector()
+    mapping = map_network(network, parse_cluster("ecp5-85:3"), batch=2, lr=0.2, vector_words=WIDE_VECTOR_WORDS,
+                          max_multipliers=80, **STOPPING_UPDATE_OPTIONS)
+    inputs, labels, params = random_data(network, 4, 0)
+    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, backend="pysim")
+    assert_bit_exact(run.params, run.golden, params)
     assert [[(s.layer, s.in_range, s.fp.ces, s.out_map) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", (0, 1), 2, None), ("fc1", (0, 16), 5, (8, 1, 3))], [("fc1", (16, 48), 5, (8, 1, 3))],
         [("fc1", (48, 64), 5, (8, 1, 3)), ("fc2", (0, 24), 1, None)]]
-
-
-def test_a_vector_travelling_as_a_map_trains_bit_exact_with_weights_in_dram():
-    """As above with every fully connected row streamed from DRAM (EB walks group-major, so the
-    replay gives each group's errors once per pass in a row) and the samples in flight in DRAM:
-    four mini-batches of one on Verilator."""
-    mapping = _train_wide_vector("lfe5um5g-45f:3", 1, "verilator", max_multipliers=50, fc_weights="dram",
-                                 act_storage="dram")
-    fc1 = [s for node in mapping.nodes for s in node.slices if s.layer == "fc1"]
-    assert [(s.in_range, s.fp.ces, s.weights_offchip, s.act_storage) for s in fc1] == [
-        ((0, 16), 6, True, "dram"), ((16, 48), 6, True, "dram"), ((48, 64), 6, True, "dram")]
 
 
 def test_eb_windows_in_chunks_train_bit_exact():

@@ -27,7 +27,7 @@ def _cli(*args):
      "vcu128, zc706, zcu102, zcu104, lfe5u-85f, lfe5um5g-25f, lfe5um5g-45f, lfe5um5g-85f, xc7vx690t, xc7z015, "
      "xc7z045, xcu30, xcu50, xcvu37p, xczu7ev, xczu9eg)\n"),
     (["--network", "nope", "--strategies", "dp"],
-     "error: unknown network 'nope' (zoo: tiny, tiny-grouped, micro, lenet-digits, alexnet-digits, alexnet, alexnet-ungrouped, vgg16, vgg19, "
+     "error: unknown network 'nope' (zoo: tiny, tiny-grouped, micro, lenet-digits, alexnet-digits, alexnet-towers, alexnet, alexnet-ungrouped, vgg16, vgg19, "
      "resnet18, lenet5, vgg11, vgg13, vgg16-bn, resnet34, resnet50; or a .toml/.json file)\n"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):

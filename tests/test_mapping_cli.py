@@ -87,7 +87,7 @@ def test_python_m_mapping_refuses_in_one_line_with_status_2(tmp_path):
     result = subprocess.run([sys.executable, "-m", "mapping", "--network", "nosuchnet",
                              "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert result.stderr == ("error: unknown network 'nosuchnet' (zoo: tiny, tiny-grouped, micro, lenet-digits, alexnet-digits, alexnet, "
+    assert result.stderr == ("error: unknown network 'nosuchnet' (zoo: tiny, tiny-grouped, micro, lenet-digits, alexnet-digits, alexnet-towers, alexnet, "
                              "alexnet-ungrouped, vgg16, vgg19, resnet18, lenet5, vgg11, vgg13, vgg16-bn, "
                              "resnet34, resnet50; or a .toml/.json file)\n")
     assert not (tmp_path / "m").exists()  # no empty output folder left behind

@@ -245,7 +245,7 @@ def test_malformed_and_missing_files(tmp_path):
 def test_unknown_zoo_name():
     with pytest.raises(SpecError) as error:
         zoo.get("lenet")
-    assert str(error.value) == ("unknown network 'lenet' (zoo: tiny, tiny-grouped, micro, lenet-digits, alexnet-digits, alexnet, "
+    assert str(error.value) == ("unknown network 'lenet' (zoo: tiny, tiny-grouped, micro, lenet-digits, alexnet-digits, alexnet-towers, alexnet, "
                                 "alexnet-ungrouped, vgg16, vgg19, resnet18, lenet5, vgg11, vgg13, "
                                 "vgg16-bn, resnet34, resnet50; or a .toml/.json file)")
 

@@ -180,6 +180,14 @@ class _DeepPassMemory:
             m.d.sync += base.eq(Mux(base == (self.slots - 1) * self.passes, 0, base + self.passes))
         return base
 
+    def _give(self, m, mem, addr, step, have):
+        """``o`` from ``mem[addr]``, its read register the output register: it loads whenever the
+        output is empty or taken, ``step`` being that load while a sample is there (``have``)."""
+        advance = ~self.o.valid | self.o.ready
+        m.d.comb += [step.eq(advance & have), self.o.payload.eq(read_register(m, mem, addr, advance))]
+        with m.If(advance):
+            m.d.sync += self.o.valid.eq(have)
+
     def _walk(self, m, start, next_channel, next_pixel, last_pixel):
         """(row within the sample, word) of the current channel of the current pixel: channel 0 of
         the pixel at ``start`` (a pulse), one channel on at each ``next_channel``; ``next_pixel``
@@ -232,12 +240,7 @@ class DeepFcWindowStore(_DeepPassMemory, FcWindowStore):
         m.d.comb += [write.addr.eq(write_base + row), write.data.eq(Cat(*([held[0]] * self.tiles)))]
         m.d.comb += [write.en[j].eq(writing & (word == j)) for j in range(self.tiles)]
 
-        # The read register is the output register: it loads whenever the output is empty or taken.
-        advance = ~self.o.valid | self.o.ready
-        m.d.comb += step.eq(advance & have)
-        m.d.comb += self.o.payload.eq(read_register(m, mem, read_base + pass_.value, advance))
-        with m.If(advance):
-            m.d.sync += self.o.valid.eq(have)
+        self._give(m, mem, read_base + pass_.value, step, have)
         return m
 
 
@@ -316,9 +319,5 @@ class ErrorReplay(_DeepPassMemory, _PassMemories):
         write = mem.write_port()
         m.d.comb += [write.addr.eq(write_base + row_in.value), write.data.eq(self.i.payload), write.en.eq(take)]
 
-        advance = ~self.o.valid | self.o.ready
-        m.d.comb += step.eq(advance & have)
-        m.d.comb += self.o.payload.eq(read_register(m, mem, read_base + row_out.value, advance))
-        with m.If(advance):
-            m.d.sync += self.o.valid.eq(have)
+        self._give(m, mem, read_base + row_out.value, step, have)
         return m
