@@ -25,6 +25,7 @@ BAD_OPTIONS = [
     (["--lr", "-0.1"], "argument --lr: must be a positive finite number, got '-0.1'"),
     (["--loss", "softmax"], "argument --loss: invalid choice: 'softmax' (choose from 'mse', 'ce')"),
     (["--act-storage", "disk"], "argument --act-storage: invalid choice: 'disk' (choose from 'chip', 'dram', 'auto')"),
+    (["--vector-words", "0"], "argument --vector-words: must be a positive integer, got '0'"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ]
 

@@ -547,3 +547,24 @@ def test_update_lanes_widen_only_into_the_luts_the_link_cores_leave():
     node = mapping.nodes[3]  # one neighbour; with its link core free its updates took 8 and 2 lanes
     assert [s.update_lanes for s in node.slices] == [4, 1]
     assert node.estimate.lut + LINK_CORE_LUT["ecp5"] <= LOGIC_FRACTION * get_device(node.device).lut
+
+
+def test_vectors_and_eb_windows_past_their_widths_are_planned_in_chunks():
+    """VGG-16's fc6 and fc7 hand their 4,096 outputs on as 1,024 x 1 x 4 maps (ICP, the next
+    layer flattening them), fc8's stay one word (the loss takes them); conv4_x and conv5_x's
+    EB windows (512 x 3 x 3 taps) go in chunks of 455 channels, the first layer has no EB."""
+    plans = {p.name: p for p in plan_layers(zoo.vgg16())}
+    assert [(p.name, p.mode, p.flatten_from, p.out_map) for p in plans.values() if p.kind == "fc"] == [
+        ("fc6", "icp", (512, 7, 7), (1024, 1, 4)), ("fc7", "icp", (1024, 1, 4), (1024, 1, 4)),
+        ("fc8", "icp", (1024, 1, 4), None)]
+    assert {name for name, p in plans.items() if p.eb_chunk == 455} == {
+        f"conv{stage}_{n}" for stage in (4, 5) for n in (1, 2, 3)}
+    assert all(p.eb_chunk == 0 for name, p in plans.items() if not name.startswith(("conv4", "conv5")))
+    # A width of 2 words: 24 outputs as the fewest pixels of at most 2 channels.
+    assert [p.out_map for p in plan_layers(zoo.lenet_digits(), vector_words=2)] == [None, None, (2, 1, 16), None]
+
+
+@pytest.mark.parametrize("option, value", [("vector_words", 0), ("window_words", 2.5)])
+def test_chunk_widths_are_refused_unless_positive_integers(option, value):
+    with pytest.raises(SpecError, match=rf"^{option} must be a positive integer, got {value!r}$"):
+        map_network(zoo.tiny(), parse_cluster("vc709:1"), **{option: value})

@@ -44,14 +44,27 @@ INDEX_BITS = 32
 SAMPLE_BITS = 32
 
 
+# Shifts by a constant are written shift_left/shift_right here and in the blocks that round:
+# they are wiring, where Amaranth's `<<`/`>>` by an int is a shift operator with an edge from
+# every input bit to every output bit, which its netlist's check for combinational cycles walks
+# (a 16,384-bit `>>` was 93% of a paper-scale fully connected slice's edges).
+
+
 def mix_round(x, xorshift, a, b):
     """One round of ``numerics.mix32`` on a 32-bit value: xorshift, then ``x * (1 + 2**a + 2**b)``."""
-    x = x ^ (x >> xorshift)
-    return (x + (x << a) + (x << b))[:32]
+    x = x ^ x.shift_right(xorshift)
+    return (x + x.shift_left(a)[:32] + x.shift_left(b)[:32])[:32]  # modulo 2**32: 32-bit adders
 
 
 def mix_final(x):
-    return x ^ (x >> numerics.MIX_FINAL_XORSHIFT)
+    return x ^ x.shift_right(numerics.MIX_FINAL_XORSHIFT)
+
+
+def low_bits(value, width):
+    """The low ``width`` bits of the signed ``value``, sign-extended where it is narrower: wiring."""
+    if len(value) >= width:
+        return value[:width]
+    return Cat(value, value[-1].replicate(width - len(value)))
 
 
 def clamp(value, lo, hi):
@@ -130,7 +143,7 @@ class StochasticRounder(wiring.Component):
             # register (the gradient buffers' update lanes) were a node's worst path on ECP5.
             acc = acc_layout(payload.acc.as_value())
             top = (1 << (numerics.WORD_BITS - 1)) - 1
-            high = [stage(clamp(stage(acc[lane] >> self.shift), -top - 2, top), signed(numerics.WORD_BITS + 1))
+            high = [stage(clamp(stage(acc[lane].shift_right(self.shift)), -top - 2, top), signed(numerics.WORD_BITS + 1))
                     for lane in range(self.lanes)]
             low = [stage(acc[lane][:self.shift]) for lane in range(self.lanes)]
             # The high part and its successor wait side by side, so the last stage only chooses
@@ -149,7 +162,7 @@ class StochasticRounder(wiring.Component):
                 # requantize clamps to ACC_BITS before the exact left shift.
                 if self.acc_width > numerics.ACC_BITS:
                     lanes = [saturate(a, numerics.ACC_BITS) for a in lanes]
-                lanes = [a << -self.shift for a in lanes]
+                lanes = [a.shift_left(-self.shift) for a in lanes]
             values = [stage(saturate(a, numerics.WORD_BITS), signed(numerics.WORD_BITS)) for a in lanes]
 
         extra = [] if self.extra is None else [delay(payload.extra.as_value(), self.latency)]

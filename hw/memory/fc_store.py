@@ -233,7 +233,7 @@ class DeepFcWindowStore(_DeepPassMemory, FcWindowStore):
         with m.If(take):
             m.d.sync += [held.eq(self.i.payload), writing.eq(1)]
         with m.Elif(writing):
-            m.d.sync += held.as_value().eq(held.as_value() >> WORD_BITS)
+            m.d.sync += held.as_value().eq(held.as_value()[WORD_BITS:])  # a slice: a shift is an edge per bit pair
             with m.If(channel.last):
                 m.d.sync += writing.eq(0)
         write = mem.write_port(granularity=1)

@@ -127,7 +127,7 @@ def lr_product(m, name, gsum, lr, family, enable):
     for n, part in enumerate(parts):
         mult = m.submodules[f"{name}_{n}"] = Multiplier(CHUNK_BITS + 1, LR_BITS, family=family)
         m.d.comb += [mult.a.eq(part), mult.b.eq(Const(lr, signed(LR_BITS))), mult.en.eq(enable)]
-        product = product + (mult.p << (n * CHUNK_BITS))
+        product = product + mult.p.shift_left(n * CHUNK_BITS)
     return product
 
 

@@ -33,7 +33,7 @@ from mapping import numerics
 from mapping.memories import bias_steps
 
 from ..arith.pipeline import Pipeline
-from ..arith.rounding import SAMPLE_BITS, mix_final, mix_round
+from ..arith.rounding import SAMPLE_BITS, low_bits, mix_final, mix_round
 from ..base.checks import positive, refuse
 from ..base.counter import ModuloCounter
 from ..base.layouts import flat_elements
@@ -136,7 +136,7 @@ class GradientRounder(wiring.Component):
         for lane, term in enumerate(terms):
             p, j = divmod(lane, self.words)
             r = (noise ^ (base + self._scrambled(p * self.bank_stride + j))[:shift])
-            rounded.append(((term + r) >> shift)[:lane_bits])
+            rounded.append(low_bits((term + r).shift_right(shift), lane_bits))
         out = Signal(layout)
         m.d.comb += [out.values.as_value().eq(Cat(*rounded)), out.row.eq(layout(payload).row)]
         m.d.comb += [self.o.valid.eq(delay(self.i.valid, self.latency, reset=True)),

@@ -332,7 +332,7 @@ class SFU(wiring.Component):
         for lane in range(p):
             acc = s1.psum.values[lane]
             if self.has_bias:
-                acc = acc + (self.bias.data[lane][0] << bias_shift)
+                acc = acc + self.bias.data[lane][0].shift_left(bias_shift)
             m.d.comb += [rounder.i.payload.acc[lane].eq(acc),
                          rounder.i.payload.index[lane].eq(s1.base + (self.channel_base + lane) * hw)]
 
