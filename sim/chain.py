@@ -320,12 +320,24 @@ def multiplier_utilisation(config, cycles):
     return useful / (multipliers * cycles) if cycles else 0.0
 
 
+# Samples a node must take before report() measures its rate: the rate comes from the second
+# half of the intervals, after the buffers in front of a slower node downstream have filled.
+RATE_SAMPLES = 8
+
+
 def report(mapping, run):
     """Per node: the steady rate between updates and the mean rate with them, measured against
     the node's prediction (its own period, and with its own update walk; the chain runs at its
     slowest node's), and the multiplier utilisation."""
     lines = []
     for n, cfg in enumerate(mapping.nodes):
+        entered = len(run.sample_starts[n])
+        if entered < RATE_SAMPLES:
+            # The first samples enter as fast as the buffers in front of the node take them.
+            lines.append(f"node {n}: {cfg.cycles_per_sample} cycles/sample predicted, "
+                         f"{cfg.cycles_per_sample_with_updates:.0f} with the weight updates; {entered} samples "
+                         f"entered, too few to measure its rate (at least {RATE_SAMPLES})")
+            continue
         measured = cycles_per_sample(run, n)
         lines.append(f"node {n}: {measured:.0f} cycles/sample measured, {cfg.cycles_per_sample} predicted; "
                      f"with the weight updates {mean_cycles_per_sample(run, n, cfg.training.batch):.0f} measured, "

@@ -8,6 +8,7 @@ updates, runs ``sim.train --backend pysim`` or is the smallest chain of its kind
 sim/test_verilator_chain.py checks that the two backends agree cycle for cycle."""
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from amaranth.hdl import Module
@@ -21,7 +22,7 @@ from mapping.mapper import GENERATOR_OPTIONS, map_network
 from mapping.network import Layer, infer
 from mapping.nodeconfig import Pool, WeightBlock
 from mapping.numerics import LOSSES, Formats
-from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, STOPPING_UPDATE_OPTIONS, assert_bit_exact, cycles_per_sample,
+from sim.chain import (BALANCED_BRAM, CHAIN, CI_BITSTREAM, RATE_SAMPLES, STOPPING_UPDATE_OPTIONS, assert_bit_exact, cycles_per_sample,
                        mean_cycles_per_sample, report, train_chain)
 from sim.helpers import WIDE_VECTOR_WORDS, wide_fc, wide_vector
 from sim.train import main as train_main
@@ -93,6 +94,18 @@ def test_sim_train_trains_alexnet_towers_bit_exact_with_the_paper_scale_features
         ["slice0_act_ram", "slice0_sfu_masks", "slice1_act_ram"],
         ["slice0_act_ram", "slice0_sfu_masks", "slice1_act_ram", "slice1_fc_weights"],
         ["slice0_act_ram", "slice0_sfu_masks", "slice0_fc_weights", "slice1_act_ram", "slice1_fc_weights"]]
+
+
+def test_the_report_measures_no_rate_from_too_few_samples():
+    """Two samples enter a node as fast as its input buffers take them: no rate from them."""
+    mapping = map_network(zoo.micro(), parse_cluster(CI_BITSTREAM["cluster"]), **STOPPING_UPDATE_OPTIONS)
+    run = SimpleNamespace(sample_starts=[[0, 153]] + [list(range(0, 80 * RATE_SAMPLES, 80))] * (len(mapping.nodes) - 1))
+    lines = report(mapping, run).splitlines()
+    first = mapping.nodes[0]
+    assert lines[0] == (f"node 0: {first.cycles_per_sample} cycles/sample predicted, "
+                        f"{first.cycles_per_sample_with_updates:.0f} with the weight updates; 2 samples entered, "
+                        f"too few to measure its rate (at least {RATE_SAMPLES})")
+    assert lines[1].startswith("node 1: 80 cycles/sample measured, ")
 
 
 def test_sim_train_trains_a_grouped_convolution_bit_exact(capsys):
