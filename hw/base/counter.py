@@ -8,7 +8,7 @@ clock enable behind it); comparing the count there adds a level of logic, so the
 are registered with the count instead.
 """
 
-from amaranth.hdl import Mux, Signal
+from amaranth.hdl import Cat, Mux, Signal
 
 
 def next_value(m, register):
@@ -61,3 +61,19 @@ def saturating_increment(m, counter, limit):
 def ring_successor(pointer, size):
     """The next position of ``pointer`` on a ring of ``size`` places: 0 after ``size - 1``."""
     return Mux(pointer == size - 1, 0, pointer + 1)
+
+
+def gather(m, beat, take, beats, width):
+    """A vector of ``width`` bits arriving as ``beats`` beats of ``beat`` (a Value, low part first):
+    each beat but the last, taken on ``take``, is kept in a register, and the last completes the
+    vector with no stage of its own. Returns (the vector, high while the beat on ``beat`` is the
+    last). The SFU's conv pixels and the loss unit's errors are gathered so."""
+    size = len(beat)
+    count = Signal(range(beats))
+    held = Signal(size * (beats - 1))
+    with m.If(take):
+        m.d.sync += count.eq(Mux(count == beats - 1, 0, count + 1))
+        for n in range(beats - 1):
+            with m.If(count == n):
+                m.d.sync += held[n * size:(n + 1) * size].eq(beat)
+    return Cat(held, beat)[:width], count == beats - 1

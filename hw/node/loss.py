@@ -17,7 +17,7 @@ take, where rounding ImageNet's 1,000 classes at once (a noise hash per class) w
 its node's elaboration.
 """
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -26,7 +26,7 @@ from mapping import numerics
 
 from ..arith.rounding import StochasticRounder
 from ..base.checks import refuse
-from ..base.counter import ModuloCounter
+from ..base.counter import ModuloCounter, gather
 from ..base.layouts import pixel_layout
 
 LABEL_BITS = 16
@@ -81,17 +81,10 @@ class LossUnit(wiring.Component):
                 m.d.sync += sample.eq(sample + 1)
 
         # The rounded chunks gathered into the sample's pixel of errors; the last completes it.
-        gathered = Signal(data.ArrayLayout(signed(numerics.WORD_BITS), (chunks - 1) * lanes))
-        take = rounder.o.valid & rounder.o.ready
-        taken = ModuloCounter(m, chunks, take)
-        m.d.comb += [rounder.o.ready.eq(self.errors.ready | ~taken.last),
-                     self.errors.valid.eq(rounder.o.valid & taken.last),
-                     self.errors.payload.eq(Cat(gathered.as_value(), rounder.o.payload.value.as_value())[
-                         :n * numerics.WORD_BITS])]
-        for k in range(chunks - 1):
-            with m.If(take & (taken.value == k)):
-                m.d.sync += gathered.as_value()[k * lanes * numerics.WORD_BITS:(k + 1) * lanes * numerics.WORD_BITS].eq(
-                    rounder.o.payload.value)
+        errors, last = gather(m, rounder.o.payload.value.as_value(), rounder.o.valid & rounder.o.ready, chunks,
+                              n * numerics.WORD_BITS)
+        m.d.comb += [rounder.o.ready.eq(self.errors.ready | ~last), self.errors.valid.eq(rounder.o.valid & last),
+                     self.errors.payload.eq(errors)]
         return m
 
     def _target(self, label, c, frac):

@@ -78,6 +78,7 @@ from mapping.nodeconfig import ACT_STORAGES
 
 from ..arith.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, saturate
 from ..base.checks import positive, refuse
+from ..base.counter import gather
 from ..base.layouts import pixel_layout, psum_layout
 from ..base.ram import ram_attrs
 from ..base.signatures import DramQueueSignature, WeightPortSignature
@@ -345,18 +346,8 @@ class SFU(wiring.Component):
         if self.group_beats:
             self._pool(m, fifo, rounder.o.payload.value, taken, advance2)
             return
-        gq = Signal(range(groups))
-        held = Signal(data.ArrayLayout(signed(WORD), p * (groups - 1)))
-        with m.If(taken):
-            m.d.sync += gq.eq(Mux(gq == groups - 1, 0, gq + 1))
-            for n in range(groups - 1):
-                with m.If(gq == n):
-                    m.d.sync += held.as_value()[n * p * WORD:(n + 1) * p * WORD].eq(
-                        rounder.o.payload.value)
-        words = data.ArrayLayout(signed(WORD), oc)(
-            Cat(held.as_value(), rounder.o.payload.value.as_value())[:oc * WORD])
-        complete = taken & (gq == groups - 1)
-        self._pool(m, fifo, words, complete, advance2)
+        pixel, last = gather(m, rounder.o.payload.value.as_value(), taken, groups, oc * WORD)
+        self._pool(m, fifo, data.ArrayLayout(signed(WORD), oc)(pixel), taken & last, advance2)
 
     def _activation(self, word):
         return Mux(word > 0, word, 0) if self.relu else word
