@@ -7,18 +7,23 @@ used vs available vs the mapping's estimate for multipliers, block RAM, LUTs
 and FFs.
 """
 
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
+import gc
+import multiprocessing
 from pathlib import Path
 import sys
 import threading
 import time
+import warnings
 
 from mapping.cli import (ACT_STORAGE_HELP, DEFAULT_GRAD_BITS_HELP, LOSS_HELP, UPDATE_HELP, VECTOR_WORDS_HELP, DefaultsShown,
                          Parser, add_act_storage_option, add_loss_option, add_update_option, add_vector_words_option,
-                         formats_of, fraction, output_folder, positive_int, positive_number)
+                         formats_of, fraction, jobs_count, output_folder, positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
 from mapping.nodeconfig import VECTOR_WORDS
+from mapping.parallel import check_jobs
 from mapping.numerics import GRAD_BITS
 
 DEFAULT_NETWORK = "tiny"
@@ -51,6 +56,9 @@ def parse_args(argv):
     add_vector_words_option(parser, default=None, help=f"{VECTOR_WORDS_HELP} (without --mapping: {VECTOR_WORDS})")
     parser.add_argument("--out", default="build", help="build folder")
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
+    parser.add_argument("--jobs", type=jobs_count, default=0,
+                        help="how many of the node's layer slices to elaborate, and Yosys runs writing its "
+                             "Verilog, at once, each in a process of its own (0: every core)")
     return parser.parse_args(argv)
 
 
@@ -151,6 +159,43 @@ def heartbeat(log, started, quiet=QUIET_SECONDS):
         thread.join()
 
 
+def write_node(config, family, out, jobs):
+    """Node ``config``'s RTLIL and Verilog, ``out``/top.il and top.v. Amaranth elaborates on one
+    core and a paper-scale slice takes minutes, so the node's layer slices are elaborated side by
+    side in processes of their own (``Node(slices_apart=True)``) and each slice's Verilog is
+    written by Yosys as soon as its RTLIL is there; ``jobs`` of these tasks run at once, the
+    slices first, and the node's own RTLIL (its top, links, loss) is made meanwhile."""
+    from amaranth.back import rtlil
+    from amaranth.hdl import UnusedElaboratable
+
+    from .node.top import Node, slice_rtlil
+    from .synth import VerilogWriter, yosys_rtlil
+
+    slices = range(len(config.slices))
+    # Spawned, not forked: the parent is running threads.
+    with (ProcessPoolExecutor(min(jobs, len(slices)), mp_context=multiprocessing.get_context("spawn")) as processes,
+          ThreadPoolExecutor(jobs) as tasks):
+        writer = VerilogWriter(tasks)
+
+        def elaborate(n):
+            text = yosys_rtlil(processes.submit(slice_rtlil, config, n, family=family).result())
+            writer.add(text)
+            return text
+
+        elaborated = [tasks.submit(elaborate, n) for n in slices]
+        # The node's own SliceUnits only give the instances their ports (their hardware is
+        # elaborated in the processes above): collected here, never elaborated, without warnings.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnusedElaboratable)
+            texts = [yosys_rtlil(rtlil.convert(Node(config, family=family, slices_apart=True)))]
+            gc.collect()
+        writer.add(texts[0])
+        texts += [slice_text.result() for slice_text in elaborated]
+        (out / "top.il").write_text("".join(texts))
+        (out / "top.v").write_text(writer.text())
+    return out / "top.il"
+
+
 def build(args, log=print):
     """Map, elaborate, write the RTL and (unless ``--no-synth``) synthesize one node.
 
@@ -171,17 +216,11 @@ def build(args, log=print):
                            f"out {s.out_range[0]}:{s.out_range[1]}]" for s in config.slices)
         log(f"node {config.index} of {len(mapping.nodes)} on {device.name} ({device.family}): {layers}")
 
-        from amaranth.back import verilog
-
-        from .node import Node
-        from .synth import compile_yosys, synthesize_rtlil, write_rtlil
+        from .synth import compile_yosys, synthesize_rtlil
 
         with output_folder(folder / f"node{config.index}") as out:
             (out / "mapping.json").write_text(mapping.to_json())
-            il = write_rtlil(Node(config, family=device.family), out / "top.il")
-            # The second half of verilog.convert, on the RTLIL just written: convert() would
-            # elaborate the node again.
-            (out / "top.v").write_text(verilog._convert_rtlil_text(il.read_text()))
+            il = write_node(config, device.family, out, check_jobs(args.jobs))
             log(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
             if args.no_synth:
                 log(resource_table(config, device))

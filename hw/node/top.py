@@ -24,7 +24,9 @@ in cycle t is on ``host.data`` in cycle t+2. The last node also keeps its ``loss
 as an attribute, whose scores and labels the host interface watches to report the loss.
 """
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.back import rtlil
+from amaranth.hdl import ClockSignal, Instance, Module, Mux, ResetSignal, Signal, signed
+from amaranth.hdl._ir import PortDirection  # what rtlil.convert's ``ports`` take; not re-exported
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
@@ -64,15 +66,20 @@ class NodeHostSignature(wiring.Signature):
 
 class Node(wiring.Component):
     """``params``: the network's initial parameter words (golden layout) or None for zeros.
-    ``family``: the device family for vendor primitives; None simulates."""
+    ``family``: the device family for vendor primitives; None simulates.
 
-    def __init__(self, config, *, params=None, family=None):
+    ``slices_apart``: each slice is an instance of module :meth:`slice_module_name` with the
+    slice's :meth:`SliceUnit.module_ports`, whose RTLIL :func:`slice_rtlil` makes, in another
+    process if one likes (``python -m hw.build`` elaborates a node's slices side by side); the node's
+    own RTLIL and theirs together are the node's."""
+
+    def __init__(self, config, *, params=None, family=None, slices_apart=False):
         check_family(self, family)
         if not config.slices:
             refuse(self, f"node {config.index} has no layer slices")
         if config.chain_length < 1:
             refuse(self, f"node {config.index}: the NodeConfig does not say how long the chain is")
-        self.config, self.params, self.family = config, params, family
+        self.config, self.params, self.family, self.slices_apart = config, params, family, slices_apart
         self.applies_loss = config.index == config.chain_length - 1
         self.units = [SliceUnit(s, config.formats, config.training, params=params, family=family)
                       for s in config.slices]
@@ -158,7 +165,12 @@ class Node(wiring.Component):
         m = Module()
         units = self.units
         for n, unit in enumerate(units):
-            m.submodules[f"slice{n}_{unit.slice.layer}"] = unit
+            if self.slices_apart:
+                ports = [("i" if direction is PortDirection.Input else "o", name, signal)
+                         for name, (signal, direction) in unit.module_ports().items()]
+                unit = Instance(slice_module_name(self.config, n), ("i", "clk", ClockSignal()),
+                                ("i", "rst", ResetSignal()), *ports)
+            m.submodules[slice_submodule(self.config, n)] = unit
         for host in self.hosted:
             m.submodules[f"host_{host.rows.layer}_for{host.block.owner}"] = host
         for relay in self.relays:
@@ -228,6 +240,27 @@ class Node(wiring.Component):
             with m.If(selected == n):
                 m.d.comb += data.eq(ram.host.data)
         m.d.sync += host.data.eq(data)
+
+
+def slice_submodule(config, n):
+    return f"slice{n}_{config.slices[n].layer}"
+
+
+def slice_module_name(config, n):
+    """The module of slice ``n`` of ``config`` in the RTLIL of its node, converted as ``top``."""
+    return f"top.{slice_submodule(config, n)}"
+
+
+def slice_rtlil(config, n, *, params=None, family=None):
+    """The RTLIL of slice ``n`` of ``config`` (a NodeConfig), the module (and its submodules) that a
+    ``Node(config, slices_apart=True)`` instantiates; for the node's RTLIL to have one top, this
+    text marks none."""
+    unit = SliceUnit(config.slices[n], config.formats, config.training, params=params, family=family)
+    text = rtlil.convert(unit, name=slice_module_name(config, n), ports=unit.module_ports())
+    top = "attribute \\top 1\n"
+    if text.count(top) != 1:
+        raise RuntimeError(f"slice {n}'s RTLIL marks {text.count(top)} modules as its top, not 1")
+    return text.replace(top, "")
 
 
 def connect_chain(m, nodes, link=None):
