@@ -159,12 +159,13 @@ def heartbeat(log, started, quiet=QUIET_SECONDS):
         thread.join()
 
 
-def write_node(config, family, out, jobs):
+def write_node(config, family, out, jobs, log=None):
     """Node ``config``'s RTLIL and Verilog, ``out``/top.il and top.v. Amaranth elaborates on one
     core and a paper-scale slice takes minutes, so the node's layer slices are elaborated side by
     side in processes of their own (``Node(slices_apart=True)``) and each slice's Verilog is
     written by Yosys as soon as its RTLIL is there; ``jobs`` of these tasks run at once, the
-    slices first, and the node's own RTLIL (its top, links, loss) is made meanwhile."""
+    slices first, and the node's own RTLIL (its top, links, loss) is made meanwhile. ``log`` gets
+    a line as each slice is elaborated."""
     from amaranth.back import rtlil
     from amaranth.hdl import UnusedElaboratable
 
@@ -178,7 +179,11 @@ def write_node(config, family, out, jobs):
         writer = VerilogWriter(tasks)
 
         def elaborate(n):
+            started = time.monotonic()
             text = yosys_rtlil(processes.submit(slice_rtlil, config, n, family=family).result())
+            if log is not None:
+                log(f"elaborated slice {n} ({config.slices[n].layer}) in {time.monotonic() - started:.0f} s",
+                    flush=True)
             writer.add(text)
             return text
 
@@ -220,7 +225,7 @@ def build(args, log=print):
 
         with output_folder(folder / f"node{config.index}") as out:
             (out / "mapping.json").write_text(mapping.to_json())
-            il = write_node(config, device.family, out, check_jobs(args.jobs))
+            il = write_node(config, device.family, out, check_jobs(args.jobs), log)
             log(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
             if args.no_synth:
                 log(resource_table(config, device))
