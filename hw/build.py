@@ -225,13 +225,13 @@ def build(args, log=print):
 
         with output_folder(folder / f"node{config.index}") as out:
             (out / "mapping.json").write_text(mapping.to_json())
+            compile_yosys(log)  # it writes the Verilog too
             il = write_node(config, device.family, out, check_jobs(args.jobs), log)
             log(f"wrote {out / 'top.il'} and {out / 'top.v'} ({time.monotonic() - started:.1f} s)")
             if args.no_synth:
                 log(resource_table(config, device))
                 log(f"outputs in {out}: mapping.json, top.il, top.v")
                 return config, device, None
-            compile_yosys(log)
             log(f"synthesizing for {device.family} with Yosys (log: {out / 'yosys.log'})", flush=True)
             with heartbeat(log, started) as progress:
                 result = synthesize_rtlil(il, device.family, out, progress=progress)

@@ -42,8 +42,9 @@ def test_no_synth_writes_rtlil_verilog_and_the_mapping_and_says_so(tmp_path):
     assert "module \\top" in (out / "top.il").read_text()
     assert (out / "mapping.json").exists()
     assert lines[0].startswith("node 3 of 4 on lfe5um5g-45f (ecp5): fc[icp in 0:32 out 0:10]")
+    assert re.fullmatch(r"elaborated slice 0 \(fc\) in \d+ s", lines[1])
     # the mapping's estimate against the device (72 multipliers, 108 blocks on an ECP5-45)
-    table = lines[2].splitlines()
+    table = lines[3].splitlines()
     assert table[0].split() == ["resource", "estimate", "available", "util"]
     assert table[1].split() == ["multipliers", str(config.estimate.dsp), "72", f"{config.estimate.dsp / 72:.1%}"]
     assert table[2].split()[:6] == ["block", "RAM", "(18", "Kb)", str(config.estimate.bram_blocks), "108"]
