@@ -79,10 +79,8 @@ def test_a_node_whose_slices_are_elaborated_apart_is_the_same_hardware(node_writ
 
 def _modules(verilog):
     """Each module's lines, sorted, with the numbers of the names Yosys makes up taken out."""
-    modules = re.findall(r"(?:^\(\*[^\n]*\*\)\n)*^module (\S+).*?^endmodule\n", verilog, re.M | re.S)
-    texts = re.findall(r"(?:^\(\*[^\n]*\*\)\n)*^module \S+.*?^endmodule\n", verilog, re.M | re.S)
-    return [(name, sorted(re.sub(r"(\\\$auto\$\S*\$)\d+", r"\1", text).splitlines()))
-            for name, text in zip(modules, texts)]
+    return [(module.group(1), sorted(re.sub(r"(\\\$auto\$\S*\$)\d+", r"\1", module.group(0)).splitlines()))
+            for module in re.finditer(r"(?:^\(\*[^\n]*\*\)\n)*^module (\S+).*?^endmodule\n", verilog, re.M | re.S)]
 
 
 def test_the_verilog_written_in_parts_is_the_verilog_of_the_whole(node_written_apart):
