@@ -58,7 +58,7 @@ def parse_args(argv):
     parser.add_argument("--no-synth", action="store_true", help="stop after writing the RTL")
     parser.add_argument("--jobs", type=jobs_count, default=0,
                         help="how many of the node's layer slices to elaborate, and Yosys runs writing its "
-                             "Verilog, at once, each in a process of its own (0: every core)")
+                             "Verilog or synthesizing it, at once, each in a process of its own (0: every core)")
     return parser.parse_args(argv)
 
 
@@ -221,7 +221,8 @@ def build(args, log=print):
                            f"out {s.out_range[0]}:{s.out_range[1]}]" for s in config.slices)
         log(f"node {config.index} of {len(mapping.nodes)} on {device.name} ({device.family}): {layers}")
 
-        from .synth import compile_yosys, synthesize_rtlil
+        from .node.top import slice_module_name
+        from .synth import compile_yosys, synthesize_node
 
         with output_folder(folder / f"node{config.index}") as out:
             (out / "mapping.json").write_text(mapping.to_json())
@@ -232,9 +233,12 @@ def build(args, log=print):
                 log(resource_table(config, device))
                 log(f"outputs in {out}: mapping.json, top.il, top.v")
                 return config, device, None
-            log(f"synthesizing for {device.family} with Yosys (log: {out / 'yosys.log'})", flush=True)
+            log(f"synthesizing for {device.family} with Yosys, slice by slice (logs: {out / 'synth'}/*/yosys.log)",
+                flush=True)
             with heartbeat(log, started) as progress:
-                result = synthesize_rtlil(il, device.family, out, progress=progress)
+                result = synthesize_node(il, device.family, out / "synth",
+                                         [slice_module_name(config, n) for n in range(len(config.slices))],
+                                         check_jobs(args.jobs), progress=progress)
             log(resource_table(config, device, result))
             log(f"done in {time.monotonic() - started:.1f} s; outputs in {out}: "
                 f"{', '.join(sorted(path.name for path in out.iterdir()))}")

