@@ -89,7 +89,7 @@ def board_mapping(args, board):
     cluster = args.cluster if args.cluster or args.mapping else f"{board.device}:{DEFAULT_NODES}"
     return load_mapping(SimpleNamespace(network=args.network or (None if args.mapping else DEFAULT_NETWORK),
                                         cluster=cluster, mapping=args.mapping, bram_fraction=None,
-                                        batch=None, lr=None, loss=args.loss, grad_bits=None,
+                                        batch=None, lr=None, loss=args.loss, grad_bits=None, psum_bits=None,
                                         update=args.update, vector_words=None,
                                         # the boards build no DRAM controller yet (a mapping
                                         # file that keeps activations in DRAM is refused by

@@ -9,6 +9,7 @@ and FFs.
 
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 import gc
 import multiprocessing
 from pathlib import Path
@@ -18,7 +19,8 @@ import time
 import warnings
 
 from mapping.cli import (ACT_STORAGE_HELP, DEFAULT_GRAD_BITS_HELP, LOSS_HELP, UPDATE_HELP, VECTOR_WORDS_HELP, DefaultsShown,
-                         Parser, add_act_storage_option, add_loss_option, add_update_option, add_vector_words_option,
+                         Parser, add_act_storage_option, add_loss_option, add_psum_bits_option, add_update_option,
+                         add_vector_words_option,
                          formats_of, fraction, jobs_count, output_folder, positive_int, positive_number)
 from mapping.errors import SpecError, read_text, run_cli
 from mapping.mapper import BATCH, BRAM_FRACTION, LEARNING_RATE
@@ -51,6 +53,7 @@ def parse_args(argv):
                         f"(without --mapping: {LEARNING_RATE})")
     add_loss_option(parser, default=None, help=f"{LOSS_HELP} (without --mapping: mse)")
     parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, help=DEFAULT_GRAD_BITS_HELP)
+    add_psum_bits_option(parser)
     add_act_storage_option(parser, default=None, help=f"{ACT_STORAGE_HELP} (without --mapping: auto)")
     add_update_option(parser, default=None, help=f"{UPDATE_HELP} (without --mapping: auto)")
     add_vector_words_option(parser, default=None, help=f"{VECTOR_WORDS_HELP} (without --mapping: {VECTOR_WORDS})")
@@ -68,7 +71,7 @@ def load_mapping(args):
     from mapping.nodeconfig import Mapping
 
     options = {key: value for key, value in (("bram_fraction", args.bram_fraction), ("batch", args.batch),
-                                             ("lr", args.lr), ("loss", args.loss), ("grad_bits", args.grad_bits),
+                                             ("lr", args.lr), ("loss", args.loss), ("grad_bits", args.grad_bits), ("psum_bits", args.psum_bits),
                                              ("update", args.update),
                                              ("act_storage", args.act_storage),
                                              ("vector_words", args.vector_words)) if value is not None}
@@ -89,13 +92,15 @@ def load_mapping(args):
                 raise SpecError(f"{where} maps '{recorded}', not '{given}' ({option})")
         return mapping
     from mapping.cluster import parse_cluster
-    from mapping.mapper import GENERATOR_OPTIONS, map_network, map_with_default_gradient_sums
+    from mapping.mapper import GENERATOR_OPTIONS, map_network, map_with_default_gradient_sums, with_default_partial_sums
     from mapping.zoo import get
 
-    loss, grad_bits = options.pop("loss", None), options.pop("grad_bits", None)
+    loss, grad_bits, psum_bits = (options.pop(key, None) for key in ("loss", "grad_bits", "psum_bits"))
     mapper = map_with_default_gradient_sums if grad_bits is None else map_network
+    if psum_bits is None:
+        mapper = partial(with_default_partial_sums, mapper)
     return mapper(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
-                  formats=formats_of(loss, grad_bits), **{**GENERATOR_OPTIONS, **options})
+                  formats=formats_of(loss, grad_bits, psum_bits), **{**GENERATOR_OPTIONS, **options})
 
 
 def _same(given, recorded):

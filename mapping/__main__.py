@@ -6,15 +6,17 @@
                       [--fc-weights chip|dram|auto] [--for-hardware]
 """
 
+from functools import partial
 import json
 import sys
 
 from .cli import (DEFAULT_GRAD_BITS_HELP, FC_WEIGHTS_HELP, DefaultsShown, Parser,
-                  add_act_storage_option, add_fc_weights_option, add_vector_words_option, add_grad_bits_option, add_jobs_option, fc_weights_problem, add_loss_option, add_update_option, formats_of, fraction, output_folder, positive_int,
+                  add_act_storage_option, add_fc_weights_option, add_vector_words_option, add_grad_bits_option, add_jobs_option, add_psum_bits_option, fc_weights_problem, add_loss_option, add_update_option, formats_of, fraction, output_folder, positive_int,
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
 from .mapper import (BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, grad_bits_warning, map_network,
+                     with_default_partial_sums,
                      map_with_default_gradient_sums)
 from .numerics import ACC_BITS
 from . import plots, report, zoo
@@ -57,6 +59,7 @@ def parse_args(argv):
                              "balancing keep rows on other nodes")
     add_loss_option(parser)
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
+    add_psum_bits_option(parser)
     add_act_storage_option(parser)
     add_fc_weights_option(parser, default=None, help=f"{FC_WEIGHTS_HELP}; default: dram, auto with --for-hardware")
     parser.add_argument("--for-hardware", action="store_true",
@@ -75,21 +78,26 @@ def main(argv=None):
     if args.link_gbps is not None:
         cluster = Cluster(cluster.devices, (args.link_gbps,) * (len(cluster) - 1),
                           f"{cluster.spec}@{args.link_gbps:g}")
-    options = dict(batch=args.batch, lr=args.lr, formats=formats_of(args.loss, args.grad_bits), max_multipliers=args.max_multipliers,
+    options = dict(batch=args.batch, lr=args.lr, formats=formats_of(args.loss, args.grad_bits, args.psum_bits), max_multipliers=args.max_multipliers,
                    bram_fraction=args.bram_fraction, act_storage=args.act_storage, vector_words=args.vector_words,
                    **{**(GENERATOR_OPTIONS if args.for_hardware else {}), "update": args.update})
     if args.fc_weights is not None:
         options["fc_weights"] = args.fc_weights
     with output_folder(args.out) as out:
+        mapper = map_with_default_gradient_sums if args.grad_bits is None else map_network
+        if args.psum_bits is None:
+            mapper = partial(with_default_partial_sums, mapper)
+        mapping = mapper(network, cluster, network_name=args.network, **options)
+        options["formats"] = formats = mapping.nodes[0].formats  # the sweep's too
+        if formats.psum_bits != ACC_BITS and args.psum_bits is None:
+            print(f"partial sums: {formats.psum_bits}-bit between slices (exact {ACC_BITS}-bit ones leave this "
+                  f"chain link bound; --psum-bits {ACC_BITS} keeps them; docs/numerics.md)")
         if args.grad_bits is None:
-            mapping = map_with_default_gradient_sums(network, cluster, network_name=args.network, **options)
-            options["formats"] = formats = mapping.nodes[0].formats  # the sweep's too
             if formats.grad_bits != ACC_BITS:
                 print(f"gradient sums: {formats.grad_bits}-bit, each term rounded into them (exact {ACC_BITS}-bit "
                       f"ones do not fit this cluster's memory or leave it link bound; --grad-bits {ACC_BITS} "
                       f"keeps them; docs/numerics.md)")
         else:
-            mapping = map_network(network, cluster, network_name=args.network, **options)
             warning = grad_bits_warning(args.grad_bits, args.batch)
             if warning:
                 print(f"warning: {warning}")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from .devices import DEVICES
 from .errors import SpecError
-from .mapper import ACT_STORAGE_POLICIES, OVERLAPPED_MIN_GAIN, UPDATE_POLICIES
+from .mapper import ACT_STORAGE_POLICIES, NARROW_PSUM_BITS, OVERLAPPED_MIN_GAIN, UPDATE_POLICIES
 from .nodeconfig import VECTOR_WORDS
-from .numerics import ACC_BITS, GRAD_BITS, LOSSES, Formats
+from .numerics import ACC_BITS, GRAD_BITS, LOSSES, PSUM_BITS, Formats
 
 
 class Parser(argparse.ArgumentParser):
@@ -125,6 +125,17 @@ def add_grad_bits_option(parser, default=ACC_BITS, help=GRAD_BITS_HELP):
     parser.add_argument("--grad-bits", type=int, choices=GRAD_BITS, default=default, help=help)
 
 
+PSUM_BITS_HELP = (f"width of the partial sums between the slices of a layer: {ACC_BITS} is exact, "
+                  f"{NARROW_PSUM_BITS} saturates them as they leave a slice; default: {ACC_BITS} unless the chain "
+                  f"is link bound and {NARROW_PSUM_BITS} maps faster (docs/numerics.md)")
+
+
+def add_psum_bits_option(parser):
+    """``--psum-bits``: Formats.psum_bits; None (not given) for the mapper's default
+    (:func:`mapping.mapper.with_default_partial_sums`)."""
+    parser.add_argument("--psum-bits", type=int, choices=PSUM_BITS, default=None, help=PSUM_BITS_HELP)
+
+
 ACT_STORAGE_HELP = ("where the Act-RAMs and SFU masks keep the samples in flight: chip (block RAM), dram (the "
                     "node's DRAM behind small staging FIFOs, on devices with DRAM), or auto: on chip unless the "
                     "mapping is refused so, then in DRAM (docs/nodeconfig.md)")
@@ -168,12 +179,12 @@ DEFAULT_GRAD_BITS_HELP = (f"{GRAD_BITS_HELP}; default: {ACC_BITS} where the clus
                           f"for it, else 16 at mini-batch 1 and 24 above (docs/numerics.md)")
 
 
-def formats_of(loss, grad_bits=None):
-    """The number formats a mapping made with ``--loss`` and ``--grad-bits`` carries (None, for
-    both: the mapper's default)."""
-    if loss is None and grad_bits is None:
-        return None
-    return Formats(**{key: value for key, value in (("loss", loss), ("grad_bits", grad_bits)) if value is not None})
+def formats_of(loss, grad_bits=None, psum_bits=None):
+    """The number formats a mapping made with ``--loss``, ``--grad-bits`` and ``--psum-bits``
+    carries (None, for all: the mapper's default)."""
+    given = {key: value for key, value in (("loss", loss), ("grad_bits", grad_bits), ("psum_bits", psum_bits))
+             if value is not None}
+    return Formats(**given) if given else None
 
 
 @contextmanager

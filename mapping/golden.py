@@ -40,6 +40,10 @@ ordinary layers of its groups side by side, with the noise of the whole layer's 
   input image        x = quantize(image, act_frac)          round to nearest (ties to even), saturate
   conv/linear FP     y = R(conv(x, W) + (b << act+weight-bias), fp_shift, FP_OUT, s)   (OC, OH, OW)
                      (no bias term for a layer without bias)
+                     with narrow partial sums (psum_bits < ACC_BITS) and an ICP layer cut
+                     between slices at input channels c_1 < ... < c_k (psum_cuts), conv(x, W)
+                     is the clipped running sum of numerics' "Partial sums" over the chunks
+                     conv(x restricted to channels [c_j, c_j+1), W), in channel order
   relu FP            max(x, 0)                              exact
   maxpool FP         window maximum, ties -> first in raster order, padding never wins
   flatten            reshape (C, H, W) -> (C*H*W, 1, 1), row-major: (c, h, v) -> c*H*W + h*W + v
@@ -54,6 +58,10 @@ ordinary layers of its groups side by side, with the noise of the whole layer's 
   flatten EB         reshape back to (C, H, W)
   conv/linear EB     R(conv_backward(e, W), eb_shift, EB_OUT, s); not computed for the
                      first weighted layer (nobody consumes it) nor any layer before it
+                     with narrow partial sums and an OCP layer cut at output channels
+                     c_1 < ... < c_k, the clipped running sum over the chunks
+                     conv_backward(e restricted to channels [c_j, c_j+1), W), from the
+                     last chunk down to the first
   PG                 G_m = sum over the samples of mini-batch m of conv_weight_grad(x, e)
                      (act+error fractional bits) and of bias_grad(e) (error bits), exact;
                      x is the layer's input as FP produced it, e the (rounded) error of its
@@ -121,6 +129,7 @@ class FloatArithmetic:
     mode = "float"
     dtype = np.float64
     bias_shift = 0
+    psum_cuts = {}  # exact sums: where the slices cut them changes nothing
 
     def __init__(self, loss="mse"):
         self.loss = loss
@@ -143,6 +152,9 @@ class FloatArithmetic:
     def check(self, acc, info, what):
         pass
 
+    def partial_sums(self, chunks):
+        return sum(chunks[1:], chunks[0])
+
     def accumulate(self, sums, grads, info, x, err, sample):
         return tuple(None if total is None else total + g for total, g in zip(sums, grads))
 
@@ -156,8 +168,10 @@ class FixedArithmetic:
     mode = "fixed"
     dtype = np.int64
 
-    def __init__(self, formats):
+    def __init__(self, formats, psum_cuts=None):
         self.formats = f = formats
+        # Exact partial sums are the same wherever the slices cut them.
+        self.psum_cuts = (psum_cuts or {}) if f.psum_bits < numerics.ACC_BITS else {}
         self.loss = f.loss
         self.bias_shift = f.act_frac + f.weight_frac - f.bias_frac
         self.shifts = {FP_OUT: f.fp_shift, EB_OUT: f.eb_shift, LOSS_ERROR: f.loss_shift,
@@ -192,6 +206,14 @@ class FixedArithmetic:
             raise OverflowError(f"layer '{info.name}': {what} accumulator reaches {peak}, beyond "
                                 f"the signed {numerics.ACC_BITS}-bit range")
 
+    def partial_sums(self, chunks):
+        """The sum of ``chunks`` (exact sums, in the order the slices add them), clipped to
+        ``psum_bits`` after every chunk but the last (numerics, "Partial sums")."""
+        total = chunks[0]
+        for chunk in chunks[1:]:
+            total = numerics.saturate(total, self.formats.psum_bits) + chunk
+        return total
+
     def accumulate(self, sums, grads, info, x, err, sample):
         """The gradient sums (dW, db) after one sample, whose exact gradients are ``grads``
         (its input ``x`` and output error ``err`` give the terms a narrow sum rounds)."""
@@ -220,12 +242,12 @@ class FixedArithmetic:
             raise SpecError(str(error)) from None
 
 
-def arithmetic(mode, formats=None):
-    """The arithmetic of ``mode``: "fixed" (``formats`` default to ``Formats()``) or "float";
-    both apply ``formats.loss``."""
+def arithmetic(mode, formats=None, psum_cuts=None):
+    """The arithmetic of ``mode``: "fixed" (``formats`` default to ``Formats()``, ``psum_cuts``
+    as :func:`train` takes them) or "float"; both apply ``formats.loss``."""
     formats = formats if formats is not None else numerics.Formats()
     if mode == "fixed":
-        return FixedArithmetic(formats)
+        return FixedArithmetic(formats, psum_cuts)
     if mode == "float":
         return FloatArithmetic(formats.loss)
     raise SpecError(f"golden model: mode '{mode}' is not one of {', '.join(MODES)}")
@@ -343,8 +365,11 @@ def layer_forward(info, x, wb, arith, sample, argmax):
     if t in WEIGHTED_TYPES:
         w, b = wb
         stride, padding = conv_geometry(info)
-        acc = tensor_ops.conv_forward(x, as_kernels(w), stride, padding, b, arith.bias_shift,
-                                      conv_groups(info))
+        chunks = [tensor_ops.conv_forward(part, as_kernels(w), stride, padding, groups=conv_groups(info))
+                  for part in _chunks(x, arith, info, "icp")]
+        acc = arith.partial_sums(chunks)
+        if b is not None:
+            acc = acc + (b * (1 << arith.bias_shift) if arith.bias_shift else b)[:, None, None]
         arith.check(acc, info, "FP")
         return arith.round(acc, FP_OUT, info, sample)
     if t == "relu":
@@ -364,8 +389,9 @@ def layer_backward(info, x, err, wb, arith, sample, argmax):
     t = info.type
     if t in WEIGHTED_TYPES:
         stride, padding = conv_geometry(info)
-        acc = tensor_ops.conv_backward(err, as_kernels(wb[0]), info.in_shape, stride, padding,
-                                       conv_groups(info))
+        acc = arith.partial_sums([tensor_ops.conv_backward(part, as_kernels(wb[0]), info.in_shape, stride, padding,
+                                                           conv_groups(info))
+                                  for part in _chunks(err, arith, info, "ocp")[::-1]])
         arith.check(acc, info, "EB")
         return arith.round(acc, EB_OUT, info, sample)
     if t == "relu":
@@ -376,6 +402,21 @@ def layer_backward(info, x, err, wb, arith, sample, argmax):
     if t == "flatten":
         return err.reshape(info.in_shape)
     raise AssertionError(f"layer type {t} passed check_trainable")
+
+
+def _chunks(t, arith, info, mode):
+    """``t`` (channels first) as one tensor per slice of layer ``info`` (``arith.psum_cuts``,
+    where ``mode`` is the layer's), each zero outside its slice's channels; ``[t]`` uncut."""
+    cut_mode, cuts = arith.psum_cuts.get(info.name, (mode, ()))
+    if cut_mode != mode or not cuts:
+        return [t]
+    bounds = (0, *cuts, len(t))
+    parts = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        part = np.zeros_like(t)
+        part[lo:hi] = t[lo:hi]
+        parts.append(part)
+    return parts
 
 
 def _weight_grads(info, x, err, wb):
@@ -488,6 +529,37 @@ def _stale_per_layer(network, fp_stale):
     return {name: int(fp_stale.get(name, 0)) for name in names}
 
 
+def psum_cuts(slices):
+    """The cuts :func:`train` takes from a mapping's layer slices (objects with ``layer``,
+    ``mode``, ``in_range`` and ``out_range``, in chain order): {layer: (mode, cuts)} for every
+    layer split over two or more slices."""
+    by_layer = {}
+    for sl in slices:
+        by_layer.setdefault(sl.layer, []).append(sl)
+    cuts = {}
+    for layer, parts in by_layer.items():
+        if len(parts) > 1:
+            ranges = [sl.in_range if sl.mode == "icp" else sl.out_range for sl in parts]
+            cuts[layer] = (parts[0].mode, tuple(lo for lo, _ in ranges[1:]))
+    return cuts
+
+
+def _checked_psum_cuts(network, cuts):
+    cuts = dict(cuts or {})
+    layers = {info.name: info for info in network.weighted_layers}
+    for name, (mode, channels) in cuts.items():
+        if name not in layers:
+            raise SpecError(f"psum_cuts: {name!r} is not a weighted layer of network {network.name}")
+        info = layers[name]
+        total = info.in_shape[0] if mode == "icp" else info.out_shape[0] if mode == "ocp" else None
+        if total is None:
+            raise SpecError(f"psum_cuts: layer {name!r} is cut by mode {mode!r}, not 'icp' or 'ocp'")
+        if list(channels) != sorted(set(channels)) or not all(0 < c < total for c in channels):
+            raise SpecError(f"psum_cuts: layer {name!r}: cuts {tuple(channels)} are not increasing "
+                            f"channels within 1..{total - 1}")
+    return cuts
+
+
 def _check_staleness(value, what):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
         raise SpecError(f"{what} must be an integer >= 0, got {value!r}")
@@ -515,12 +587,16 @@ def _zero_grads(params):
 
 
 def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=None, fp_stale=0,
-          eb_stale=0, resume=None):
+          eb_stale=0, resume=None, psum_cuts=None):
     """Train on ``inputs`` (N, C, H, W) real values, ``labels`` (N,) class numbers, in order.
 
     ``params`` are words (fixed mode) or real values (float mode), as :func:`init_params`
     returns them; they are not modified. ``fp_stale`` is an int for every weighted
     layer or {layer: int} (missing layers 0), ``eb_stale`` an int: see "Weight versions" above.
+    ``psum_cuts``: {layer: (mode, cuts)}, where the slices of a layer split it ("icp": its
+    input channels, "ocp": its output channels, cuts the channels where a slice after the first
+    begins, increasing), as :func:`psum_cuts` reads them from a mapping; they matter only with
+    narrow partial sums (``formats.psum_bits``).
     ``resume``: the :class:`TrainRecord` of the previous call, whose final params
     ``params`` must be: the run continues at its next sample number and weight version
     (the same rounding noise and stale versions as one call over both inputs).
@@ -530,7 +606,7 @@ def train(network, params, inputs, labels, *, batch, lr, mode="fixed", formats=N
     network.check_trainable()
     if not network.weighted_layers:
         raise SpecError(f"network {network.name} has no conv2d or linear layer to train")
-    arith = arithmetic(mode, formats)
+    arith = arithmetic(mode, formats, _checked_psum_cuts(network, psum_cuts))
     params = _checked_params(network, params, arith)
     stale = _stale_per_layer(network, fp_stale)
     eb_stale = _check_staleness(eb_stale, "eb_stale")

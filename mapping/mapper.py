@@ -280,7 +280,8 @@ def _map_network(network, cluster, *, act_dram, batch=BATCH, lr=LEARNING_RATE, f
         estimates.append(Resources(dsp=mult, bram_blocks=mem.bram_blocks, bram_bits=mem.bits,
                                    lut=lut, ff=ff))
 
-    summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch, grad_bits)
+    summary = perf.evaluate(plans, slices, blocks, node_budgets, estimates, cluster.link_gbps, batch, grad_bits,
+                            formats.psum_bits)
     nodes = _node_configs(plans, slices, blocks, memory.buffers, stale, node_budgets, estimates, summary,
                           formats, training)
     nodes = [_with_update_lanes(node, budget.device, max_multipliers, len(nodes))
@@ -344,6 +345,23 @@ def _map_with_default_gradient_sums(network, cluster, *, formats=None, batch=BAT
         return exact
     faster = map_storage(network, cluster, formats=narrow, **options)
     return faster if faster.summary["samples_per_s"] > exact.summary["samples_per_s"] else exact
+
+
+# The partial sums' width where exact ones leave a chain link bound (numerics, "Partial sums";
+# docs/numerics.md: VGG-16 on 85 VC709s at 150 Gb/s goes from link bound to compute bound).
+NARROW_PSUM_BITS = 32
+
+
+def with_default_partial_sums(mapper, network, cluster, **options):
+    """``mapper(network, cluster, **options)`` with the partial sums' default width: exact
+    (``formats.psum_bits``, other fields kept) unless that mapping is link bound and one with
+    NARROW_PSUM_BITS maps at a higher rate."""
+    exact = mapper(network, cluster, **options)
+    if exact.summary["limited_by"] != "link bandwidth":
+        return exact
+    formats = exact.nodes[0].formats
+    narrow = mapper(network, cluster, **{**options, "formats": replace(formats, psum_bits=NARROW_PSUM_BITS)})
+    return narrow if narrow.summary["samples_per_s"] > exact.summary["samples_per_s"] else exact
 
 
 def dram_bytes_held(config):

@@ -10,7 +10,24 @@ Products of two words are exact (``fa + fb`` fractional bits) and are summed
 exactly in accumulators of ``ACC_BITS`` bits; the mapping refuses any layer
 whose worst-case sum could exceed that width, so accumulation never wraps and
 never saturates, and the sum is the same whatever order the hardware adds in.
-Partial sums therefore travel between the nodes of an ICP layer at full width.
+
+Partial sums (the running sums that pass from one slice of a layer to the next: an ICP
+layer's forward sums, over the input channels of the slices so far, and an OCP layer's
+input-error sums, over the output channels of the slices from the last one back) travel at
+``Formats.psum_bits`` (:data:`PSUM_BITS`). At ``ACC_BITS`` they are exact. At 32 every
+partial sum is saturated to the signed 32-bit range as it leaves its slice (a clip, no
+rounding: the low bits are kept), and the next slice adds its own exact sum to the clipped
+value; the last slice's sum is exact again. In flow order, with ``chunk_k`` the exact sum
+over slice k's channels (FP: input channels in increasing order; EB: output channels from the
+last slice's down to the first's):
+
+    running = saturate(... saturate(saturate(chunk_0, 32) + chunk_1, 32) ..., 32) + chunk_last
+
+So the cuts between slices (the mapping's, ``golden.psum_cuts``) are part of the definition,
+but a clip changes a result only where a partial sum reaches ``2**31`` (2048 in real units
+with the default 8 + 12 fractional bits, where a complete sum already saturates the 16-bit
+output 16 times over) and later channels bring it back. A grouped layer's sums of the groups
+that end before a cut also cross it, clipped the same way.
 
 An accumulator goes back to a 16-bit word in exactly one place per tensor,
 with :func:`requantize` (stochastic rounding, ``floor((acc + r) / 2**shift)`` with
@@ -129,6 +146,10 @@ TENSOR_KINDS = 8
 
 # Widths of the gradient sums; ACC_BITS is exact, the others round each term (module docstring).
 GRAD_BITS = (16, 24, 32, ACC_BITS)
+# Widths of the partial sums between the slices of a layer; ACC_BITS is exact, 32 saturates
+# (module docstring). Narrower ones would have to round: the link traffic they would save is
+# measured in docs/numerics.md.
+PSUM_BITS = (32, ACC_BITS)
 # Integer bits (sign included) a narrow sum keeps by default: its fractional bits are the
 # rest, at most the terms' own (docs/numerics.md has the gradients' measured range).
 GRAD_INT_BITS = 8
@@ -199,6 +220,9 @@ class Formats:
 
     ``loss`` (one of LOSSES) sets the last layer's loss, and so the loss error's rounding.
 
+    ``psum_bits`` (one of PSUM_BITS) is the width of the partial sums between slices
+    (module docstring, "Partial sums").
+
     ``grad_bits`` (one of GRAD_BITS) is the width of the gradient sums, ``grad_frac`` and
     ``bias_grad_frac`` their fractional bits (module docstring, "Gradient sums"). None
     takes the default: the terms' own fractional bits (exact) at ACC_BITS, else as many as
@@ -222,6 +246,7 @@ class Formats:
     grad_bits: int = ACC_BITS
     grad_frac: int = None
     bias_grad_frac: int = None
+    psum_bits: int = ACC_BITS
 
     def __post_init__(self):
         for name in ("act_frac", "weight_frac", "bias_frac", "error_frac", "lr_frac"):
@@ -239,6 +264,9 @@ class Formats:
         if self.grad_bits not in GRAD_BITS:
             raise ValueError(f"formats: grad_bits = {self.grad_bits!r} is not one of "
                              f"{', '.join(map(str, GRAD_BITS))}")
+        if self.psum_bits not in PSUM_BITS:
+            raise ValueError(f"formats: psum_bits = {self.psum_bits!r} is not one of "
+                             f"{', '.join(map(str, PSUM_BITS))}")
         for name, exact in (("grad_frac", self.act_frac + self.error_frac), ("bias_grad_frac", self.error_frac)):
             value = getattr(self, name)
             if value is None:

@@ -224,10 +224,11 @@ def fp_stale(plans, slices, node_budgets, tau, batch, overlapped=False):
     return {key: stale + overlapped for key, stale in result.items()}
 
 
-def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS):
+def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS, psum_bits=ACC_BITS):
     """Words per sample on every link, as the link cores carry them: (forward i -> i+1, backward
     i+1 -> i), each a list of n-1 lists of (words, bits per word). A word is one beat of a
-    node's stream (docs/node_dataflow.md): a pixel of its channels, a group of P partial sums."""
+    node's stream (docs/node_dataflow.md): a pixel of its channels, a group of P partial sums
+    (``psum_bits`` each)."""
     fwd, bwd = [[] for _ in range(max(n - 1, 0))], [[] for _ in range(max(n - 1, 0))]
     layers = _by_layer(slices, len(plans))
 
@@ -258,7 +259,7 @@ def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS):
                 # but in a grouped layer, where later groups' start on their first slice),
                 # and the output errors the slices up to prev use
                 reached = (plan.group_of(prev.lo) + 1) * plan.group_full
-                fwd[link].append((-(-reached // lanes) * oh * ow, lanes * ACC_BITS))
+                fwd[link].append((-(-reached // lanes) * oh * ow, lanes * psum_bits))
                 pixels(bwd, link, reached, oh, ow)
                 if plan.needs_eb:
                     pixels(bwd, link, c_in - sl.in_range[0], h, w)
@@ -267,7 +268,7 @@ def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS):
                 pixels(fwd, link, sl.lo, ph, pw)
                 pixels(bwd, link, prev.hi, ph, pw)
                 if plan.needs_eb:
-                    bwd[link].append((h * w, c_in * ACC_BITS))
+                    bwd[link].append((h * w, c_in * psum_bits))
         if l + 1 < len(plans):
             c, ph, pw = plan.sfu_shape
             over(fwd, group[-1].node, layers[l + 1][0].node, ph * pw, c * WORD_BITS)
@@ -281,12 +282,6 @@ def link_traffic(plans, slices, blocks, n, grad_bits=ACC_BITS):
         over(weights, lo, hi, rows * remote_streams(plan_of[block.layer]), row * WORD_BITS)
         over(grads, lo, hi, rows, row * grad_bits)
     return fwd, bwd
-
-
-def link_bytes(plans, slices, blocks, n, grad_bits=ACC_BITS):
-    """Bytes per sample on every link: (forward i -> i+1, backward i+1 -> i), each length n-1."""
-    return tuple(np.array([sum(words * bits for words, bits in link) / 8 for link in links])
-                 for links in link_traffic(plans, slices, blocks, n, grad_bits))
 
 
 def link_line_bits(traffic, opposite, core=link_model.LinkCore()):
@@ -323,14 +318,16 @@ class NodePerf:
     link_blocks: int        # 18 Kb blocks of its link endpoints (resources.link_core_blocks)
 
 
-def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch, grad_bits=ACC_BITS):
+def evaluate(plans, slices, blocks, node_budgets, estimates, link_gbps, batch, grad_bits=ACC_BITS,
+             psum_bits=ACC_BITS):
     """Figures of a mapping; ``estimates[d]`` is node d's Resources, ``link_gbps`` per pair,
-    ``grad_bits`` the width of the gradients hosted rows' owners send back."""
+    ``grad_bits`` the width of the gradients hosted rows' owners send back, ``psum_bits`` that
+    of the partial sums between slices."""
     n = len(node_budgets)
     tau = period(slices, node_budgets, batch)
     rate = 1 / tau
     cyc = node_cycles(slices, node_budgets, batch)
-    traffic = link_traffic(plans, slices, blocks, n, grad_bits)
+    traffic = link_traffic(plans, slices, blocks, n, grad_bits, psum_bits)
     fwd, bwd = (np.array([sum(words * bits for words, bits in link) / 8 for link in links]) for links in traffic)
     fwd_traffic, bwd_traffic = traffic
     line_bits = np.array([link_line_bits(a, b) for a, b in zip(fwd_traffic, bwd_traffic)]

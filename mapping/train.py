@@ -38,7 +38,7 @@ from .cli import (GRAD_BITS_HELP, LOSS_HELP, DefaultsShown, Parser, add_act_stor
 from .data import DIGITS, SOURCE_HELP, load
 from .errors import SpecError, run_cli
 from .mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network
-from .numerics import ACC_BITS, GRAD_BITS
+from .numerics import ACC_BITS, GRAD_BITS, PSUM_BITS
 from .parallel import run_jobs, run_logged
 from .zoo import get
 
@@ -68,6 +68,7 @@ class Run:
     params: dict
     record: object = None
     curve: list = field(default_factory=list)  # (epoch, train loss, test accuracy)
+    psum_cuts: dict = field(default_factory=dict)  # golden.train's: where the mapping's slices cut each layer
 
 
 def accuracy(network, params, images, labels, arith):
@@ -89,7 +90,7 @@ def epoch(network, run, images, labels, *, batch, lr, formats, progress):
         run.params, run.record = golden.train(
             network, run.params, images[at:at + step], labels[at:at + step], batch=batch, lr=lr,
             mode=run.mode, formats=formats, fp_stale=run.fp_stale, eb_stale=run.eb_stale,
-            resume=run.record)
+            resume=run.record, psum_cuts=run.psum_cuts)
         losses.append(run.record.loss)
         progress(at + len(run.record.loss))
     return float(np.mean(np.concatenate(losses)))
@@ -104,13 +105,13 @@ def train(network, runs, data, *, epochs, batch, lr, formats, seed, log=print):
         raise SpecError(f"{len(train_x)} training samples make no mini-batch of {batch}")
     order_rng = np.random.default_rng(seed)
     for run in runs:
-        arith = golden.arithmetic(run.mode, formats)
+        arith = golden.arithmetic(run.mode, formats, run.psum_cuts)
         run.initial_loss = mean_loss(network, run.params, test_x, test_y, arith)
         run.curve.append((0, run.initial_loss, accuracy(network, run.params, test_x, test_y, arith)))
     for e in range(1, epochs + 1):
         order = order_rng.permutation(len(train_x))[:usable]
         for run in runs:
-            arith = golden.arithmetic(run.mode, formats)
+            arith = golden.arithmetic(run.mode, formats, run.psum_cuts)
             began = time.monotonic()
 
             def progress(done):
@@ -157,6 +158,9 @@ def parse_args(argv):
     p.add_argument("--grad-bits", type=int_list(GRAD_BITS), default=[ACC_BITS],
                    help=f"{GRAD_BITS_HELP}; several, comma-separated, make a sweep")
     add_act_storage_option(p)
+    p.add_argument("--psum-bits", type=int, choices=PSUM_BITS, default=ACC_BITS,
+                   help="width of the partial sums between the slices --cluster's mapping cuts each layer into: "
+                        f"{ACC_BITS} is exact, 32 saturates them as they leave a slice")
     p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help="mini-batch size")
     p.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
     p.add_argument("--init-scale", type=positive_number, default=golden.INIT_SCALE,
@@ -255,7 +259,7 @@ def _own_run(result):
 
 def _train_and_plot(args, out):
     network = get(args.network)
-    formats = formats_of(args.loss, args.grad_bits)
+    formats = formats_of(args.loss, args.grad_bits, args.psum_bits)
     warning = grad_bits_warning(args.grad_bits, args.batch)
     if warning:
         print(f"warning: {warning}")
@@ -283,12 +287,14 @@ def _train_and_plot(args, out):
     if check.margin < 1:
         print("warning: lr * curvature is beyond the stale-gradient stability bound (docs/numerics.md)")
     params = golden.to_fixed(real, formats) if args.mode == "fixed" else real
-    runs = [Run(f"{args.mode} {rule}", args.mode, stale, eb_stale, params)]
+    cuts = golden.psum_cuts([sl for node in mapping.nodes for sl in node.slices])
+    runs = [Run(f"{args.mode} {rule}", args.mode, stale, eb_stale, params, psum_cuts=cuts)]
     if not args.no_reference and (args.mode, rule) != ("float", "aligned"):
         runs.append(Run("float aligned", "float", {}, 0, real))
     print(f"{len(data.train_x)} training, {len(data.test_x)} test samples; batch {args.batch}, lr {args.lr:g}, "
           f"loss {args.loss}, {formats.grad_bits}-bit gradient sums"
-          + (f" ({formats.grad_frac} fractional bits)" if formats.grad_shift else ""))
+          + (f" ({formats.grad_frac} fractional bits)" if formats.grad_shift else "")
+          + (f", {formats.psum_bits}-bit partial sums between the slices" if formats.psum_bits != ACC_BITS else ""))
     try:
         train(network, runs, data, epochs=args.epochs, batch=args.batch, lr=args.lr, formats=formats,
               seed=args.seed)

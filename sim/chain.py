@@ -259,7 +259,8 @@ def finish_run(network, mapping, inputs, labels, params, final, cycles, events, 
     starts = {n: [int(c) for c in events[n][::beats[n]]] for n in range(len(beats))}
     expected, record = golden.train(network, params, inputs, labels, batch=config.training.batch,
                                     lr=config.training.lr, mode="fixed", formats=config.formats,
-                                    fp_stale=mapping.fp_stale(), eb_stale=mapping.eb_stale())
+                                    fp_stale=mapping.fp_stale(), eb_stale=mapping.eb_stale(),
+                                    psum_cuts=golden.psum_cuts([s for cfg in mapping.nodes for s in cfg.slices]))
     return ChainRun(final, cycles, starts, expected, record, seconds, cpu, counters, windows or {})
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Value
 
 from hw.base.checks import never_elaborated
 from hw.node.top import Node, connect_chain
@@ -75,16 +75,18 @@ def test_sim_train_trains_alexnet_towers_bit_exact_with_the_paper_scale_features
     generator builds, on three nodes: conv2's two groups (one per node), AlexNet's overlapping
     max-pool (hw/node/sfu.OverlappingPoolSFU), fc1's 24 outputs handed on as an 8 x 1 x 3 map's
     pixels (--vector-words 8; fc1 over two nodes, its errors a group a beat), 16-bit gradient
-    sums, every Act-RAM and mask FIFO in the node's DRAM (hw/memory/dram_fifo.py) and the fully
+    sums, 32-bit partial sums between conv2's and fc1's slices, every Act-RAM and mask FIFO in the node's DRAM (hw/memory/dram_fifo.py) and the fully
     connected weights there too (hw/memory/dram_weights.py): two mini-batches of one."""
     argv = ["--network", "alexnet-towers", "--cluster", "lfe5um5g-45f:3", "--data", "digits", "--samples", "2",
-            "--batch", "1", "--backend", "pysim", "--grad-bits", "16", "--act-storage", "dram", "--fc-weights", "dram",
-            "--vector-words", "8"]
+            "--batch", "1", "--backend", "pysim", "--grad-bits", "16", "--psum-bits", "32", "--act-storage", "dram",
+            "--fc-weights", "dram", "--vector-words", "8"]
     assert train_main(argv) == 0
     assert "bit-exact: yes" in capsys.readouterr().out.splitlines()
     mapping = map_network(zoo.alexnet_towers(), parse_cluster("lfe5um5g-45f:3"), batch=1, act_storage="dram",
-                          formats=Formats(grad_bits=16), vector_words=8,
+                          formats=Formats(grad_bits=16, psum_bits=32), vector_words=8,
                           **{**STOPPING_UPDATE_OPTIONS, "fc_weights": "dram"})
+    assert [len(Value.cast(never_elaborated(Node(config)).down.psum.payload)) for config in mapping.nodes[:2]] == [
+        32 * 1, 32 * 2]
     assert [[(s.layer, s.out_range, s.pool, s.act_storage, s.weights_offchip, s.out_map) for s in node.slices]
             for node in mapping.nodes] == [
         [("conv1", (0, 4), None, "dram", False, None), ("conv2", (0, 4), Pool(3, 2), "dram", False, None)],
@@ -376,19 +378,23 @@ def test_hosted_rows_with_random_stalls_on_every_link_stay_bit_exact():
 
 
 @pytest.mark.slow
-def test_ocp_layer_split_over_two_nodes_reduces_its_errors_across_the_link():
+@pytest.mark.parametrize("psum_bits, backend", [(48, VERILATOR), (32, {})])
+def test_ocp_layer_split_over_two_nodes_reduces_its_errors_across_the_link(psum_bits, backend):
     # conv2 (2 -> 16 channels) by OCP on both nodes: node 1 sends its partial input-error sums
     # of all conv2 input channels backwards, node 0 adds its own and rounds (EB reduction);
     # every link stalls 20% of the cycles; one mini-batch of two samples (a second repeats its
-    # dataflow)
+    # dataflow). With 32-bit partial sums (on Amaranth's simulator: no second Verilator build)
+    # the sums cross saturated and fc's too.
     network = infer("ocp-split", (1, 8, 8), [
         zoo.conv("conv1", 2, 3, pad=1), Layer("relu", "relu1"), zoo.conv("conv2", 16, 3, pad=1),
         Layer("relu", "relu2"), Layer("maxpool", "pool2", kernel=2, stride=2, padding=0),
         Layer("flatten", "flatten"), Layer("linear", "fc", out_channels=10)])
     inputs, labels, params = random_data(network, 2, 21)
-    mapping = map_network(network, parse_cluster("ecp5-85:2"), batch=2, lr=LR, **STOPPING_UPDATE_OPTIONS)
+    mapping = map_network(network, parse_cluster("ecp5-85:2"), batch=2, lr=LR, formats=Formats(psum_bits=psum_bits),
+                          **STOPPING_UPDATE_OPTIONS)
     assert [[(s.layer, s.mode, s.out_range) for s in node.slices] for node in mapping.nodes] == [
         [("conv1", "ocp", (0, 2)), ("conv2", "ocp", (0, 9))], [("conv2", "ocp", (9, 16)), ("fc", "icp", (0, 10))]]
-    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, **VERILATOR)
+    assert len(Value.cast(never_elaborated(Node(mapping.nodes[1])).up.epsum.payload)) == 2 * psum_bits
+    run = train_chain(network, mapping, inputs, labels, params, stall=0.2, **backend)
     print(f"\nOCP split over ecp5-85:2 with stalls: {run.cycles} cycles")
     assert_bit_exact(run.params, run.golden, params)

@@ -1,9 +1,11 @@
-"""PartialActivationBuffer: exact sums of two partial-sum streams under stalls and skew."""
+"""PartialActivationBuffer: exact sums of two partial-sum streams under stalls and skew;
+PartialSumWidth: partial sums between slices at Formats.psum_bits."""
 
 import numpy as np
 import pytest
 
-from hw.memory.pab import GroupedPartialActivationBuffer, PartialActivationBuffer
+from hw.memory.pab import GroupedPartialActivationBuffer, PartialActivationBuffer, PartialSumWidth
+from mapping import numerics
 from mapping.nodeconfig import Engine
 from sim.helpers import memories
 from sim.helpers import conv_slice
@@ -188,3 +190,32 @@ def test_memory_shape_and_ram_style():
     assert memories(PartialActivationBuffer(lanes=4, depth=64, family="xc7")) == {
         "fifo.mem": (4 * 48, 64, "distributed")}
     assert memories(PartialActivationBuffer(lanes=4, depth=64, first=True, family="xc7")) == {}
+
+
+@pytest.mark.parametrize("i_bits, o_bits", [(48, 32), (32, 48)])
+def test_partial_sums_leave_a_slice_saturated_and_arrive_sign_extended(i_bits, o_bits):
+    """Leaving (48 -> 32): every value of the 48-bit range clipped to 32 bits, the edges too, as
+    numerics.saturate; arriving (32 -> 48): every 32-bit value unchanged. Random stalls."""
+    rng = np.random.default_rng(i_bits)
+    lo, hi = -(1 << (i_bits - 1)), (1 << (i_bits - 1)) - 1
+    edges = [lo, hi, -(1 << 31), (1 << 31) - 1, -(1 << 31) - 1, 1 << 31, 0, -1]
+    values = np.concatenate([np.array([v for v in edges if lo <= v <= hi]),
+                             rng.integers(lo, hi, 64, dtype=np.int64, endpoint=True)]).reshape(-1, 2)
+    width = PartialSumWidth(lanes=2, i_bits=i_bits, o_bits=o_bits)
+    out = {}
+
+    async def producer(ctx):
+        await put(ctx, width.i, payloads(values), rng, 0.3)
+
+    async def consumer(ctx):
+        out["values"] = await get(ctx, width.o, len(values), rng, 0.3, decode=lambda p: as_ints(p.values))
+
+    simulate(width, producer, consumer, deadline=10 * len(values))
+    np.testing.assert_array_equal(np.array(out["values"]), numerics.saturate(values, min(i_bits, o_bits)))
+    if o_bits < i_bits:
+        assert (np.array(out["values"]) != values).any()  # some values were clipped
+
+
+def test_a_partial_sum_width_names_the_bad_parameter():
+    with pytest.raises(ValueError, match=r"^partial-sum width: lanes = 0 must be at least 1$"):
+        PartialSumWidth(lanes=0, i_bits=48, o_bits=32)

@@ -20,6 +20,7 @@ the speed per rank. Without ``mpiexec`` every part runs in this one process.
 """
 
 import argparse
+from functools import partial
 import sys
 import time
 from dataclasses import dataclass
@@ -29,11 +30,12 @@ import numpy as np
 from mapping import data, golden, link_model, zoo
 from mapping.cli import (DEFAULT_GRAD_BITS_HELP, DefaultsShown, Parser, add_act_storage_option,
                          add_fc_weights_option, fc_weights_problem,
-                         add_grad_bits_option, add_loss_option, add_update_option, add_vector_words_option, formats_of,
+                         add_grad_bits_option, add_loss_option, add_psum_bits_option, add_update_option, add_vector_words_option, formats_of,
                          positive_int, positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
-from mapping.mapper import GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums
+from mapping.mapper import (GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums,
+                            with_default_partial_sums)
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
 from sim.chain_links import LinkedChain
@@ -63,6 +65,7 @@ def parse_args(argv):
     parser.add_argument("--lr", type=positive_number, default=DEFAULT_LR, help="learning rate")
     add_loss_option(parser)
     add_grad_bits_option(parser, default=None, help=DEFAULT_GRAD_BITS_HELP)
+    add_psum_bits_option(parser)
     add_act_storage_option(parser)
     add_vector_words_option(parser)
     add_update_option(parser)
@@ -205,8 +208,10 @@ def setup(args):
     warning = args.grad_bits and grad_bits_warning(args.grad_bits, args.batch)
     if warning and mpi_rank() == 0:
         print(f"warning: {warning}")
+    if args.psum_bits is None:
+        mapper = partial(with_default_partial_sums, mapper)
     mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
-                     formats=formats_of(args.loss, args.grad_bits), act_storage=args.act_storage,
+                     formats=formats_of(args.loss, args.grad_bits, args.psum_bits), act_storage=args.act_storage,
                      vector_words=args.vector_words,
                      **{**GENERATOR_OPTIONS, "fc_weights": args.fc_weights, "update": args.update})
     problem = fc_weights_problem(mapping, args.fc_weights)

@@ -10,6 +10,7 @@ longer define it: change them, and this file with them. Only data comes from map
 network description (positions are recounted here) and Formats' fields.
 """
 
+from dataclasses import replace
 import math
 
 import numpy as np
@@ -200,7 +201,31 @@ def groups_of(info):
 
 # --- training ---------------------------------------------------------------------------
 
-def forward(network, params, image, f, sample):
+def restricted(t, lo, hi):
+    part = zeros(t.shape)
+    part[lo:hi] = t[lo:hi]
+    return part
+
+
+def clipped_sum(chunks, bits):
+    """numerics' "Partial sums": saturated to ``bits`` after every chunk but the last."""
+    total = chunks[0]
+    for chunk in chunks[1:]:
+        total = np.vectorize(lambda v: saturate(v, bits), otypes=[object])(total) + chunk
+    return total
+
+
+def chunks_of(t, cuts, name, mode, f):
+    """``t`` restricted to each slice's channels where the layer is cut by ``mode`` and the
+    partial sums are narrow, in channel order; ``[t]`` otherwise."""
+    cut_mode, channels = cuts.get(name, (mode, ()))
+    if f.psum_bits == ACC_BITS or cut_mode != mode or not channels:
+        return [t]
+    bounds = (0, *channels, t.shape[0])
+    return [restricted(t, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def forward(network, params, image, f, sample, cuts):
     sh = Shifts(f)
     acts, args = [quantize(image, f.act_frac)], {}
     for position, info in enumerate(network.layers):
@@ -208,7 +233,10 @@ def forward(network, params, image, f, sample):
         if info.type in ("conv2d", "linear"):
             w, b = params[info.name]
             s, p = geometry(info)
-            acc = conv_forward(x, kernels(info, w), s, p, b, sh.bias_align, groups_of(info))
+            acc = clipped_sum([conv_forward(part, kernels(info, w), s, p, None, 0, groups_of(info))
+                               for part in chunks_of(x, cuts, info.name, "icp", f)], f.psum_bits)
+            if b is not None:
+                acc = acc + np.array([[[int(v) << sh.bias_align]] for v in b], dtype=object)
             y = requantize(acc, sh.fp, f.seed, tensor_id(position, FP_OUT), sample)
         elif info.type == "relu":
             y = np.vectorize(lambda v: max(v, 0), otypes=[object])(x)
@@ -239,7 +267,7 @@ def reported_loss(y, label, f):
     return 0.5 * math.fsum((v - (c == label)) ** 2 for c, v in enumerate(real))
 
 
-def backward(network, params, acts, args, label, f, sample):
+def backward(network, params, acts, args, label, f, sample, cuts):
     """(grads {layer: (dW, db)}, errors) with errors[i] the error of acts[i] (None if not computed)."""
     sh = Shifts(f)
     layers = network.layers
@@ -258,7 +286,8 @@ def backward(network, params, acts, args, label, f, sample):
             break  # nobody consumes the first weighted layer's input error
         if info.type in ("conv2d", "linear"):
             s, p = geometry(info)
-            acc = conv_backward(err, kernels(info, params[info.name][0]), x.shape, s, p, groups_of(info))
+            acc = clipped_sum([conv_backward(part, kernels(info, params[info.name][0]), x.shape, s, p, groups_of(info))
+                               for part in chunks_of(err, cuts, info.name, "ocp", f)[::-1]], f.psum_bits)
             dx = requantize(acc, sh.eb, f.seed, tensor_id(position, EB_OUT), sample)
         elif info.type == "relu":
             dx = np.where(np.vectorize(lambda v: v > 0)(x), err, 0).astype(object)
@@ -284,7 +313,7 @@ def sgd_update(network, params, gsums, lr_c, f, minibatch):
     return new
 
 
-def train(network, params, inputs, labels, batch, lr, f, fp_stale):
+def train(network, params, inputs, labels, batch, lr, f, fp_stale, cuts):
     """Yields per sample (s, FP params, EB params, acts, errors, grads, loss); returns the final params."""
     lr_c = round(lr / batch * (1 << f.lr_frac))  # Python's round: ties to even
     assert 0 < lr_c < 1 << 16
@@ -293,8 +322,8 @@ def train(network, params, inputs, labels, batch, lr, f, fp_stale):
     for s, (image, label) in enumerate(zip(inputs, labels)):
         m = s // batch
         fp_params = {name: versions[max(0, (s - fp_stale.get(name, 0)) // batch)][name] for name in params}
-        acts, args = forward(network, fp_params, image, f, s)
-        grads, errors = backward(network, versions[m], acts, args, label, f, s)
+        acts, args = forward(network, fp_params, image, f, s, cuts)
+        grads, errors = backward(network, versions[m], acts, args, label, f, s, cuts)
         yield s, fp_params, versions[m], acts, errors, grads, reported_loss(acts[-1], label, f)
         for name, pair in grads.items():
             gsums[name] = tuple(None if t is None else t + g for t, g in zip(gsums[name], pair))
@@ -342,15 +371,24 @@ def same(ours, theirs):
     return ours.shape == theirs.shape and all(int(a) == int(b) for a, b in zip(ours.ravel(), theirs.ravel()))
 
 
-@pytest.mark.parametrize("formats, groups", [
-    (Formats(), 1),                                                  # MSE: loss error shifted left 4
-    (Formats(loss="ce"), 1),                                         # exp_index rounds 2 bits, ties up
-    (Formats(act_frac=5, error_frac=11, seed=12345, loss="ce"), 1),  # exp_index shifts left
-    (Formats(act_frac=10, error_frac=9, seed=7, loss="mse"), 1),     # MSE error rounded stochastically
-    (Formats(), 2),                                                  # conv2 grouped: two towers
-    (Formats(loss="ce", seed=5), 4),                                 # conv2 one channel per group
-], ids=["mse", "ce", "ce-act5", "mse-act10", "groups2", "groups4"])
-def test_the_docstrings_reimplemented_train_bit_for_bit_like_the_golden_model(formats, groups):
+# Layers cut between slices, for the narrow partial sums: conv2 and fc2 by output channels
+# (their EB sums, from the last channels back), fc1 by input channels (its FP sums).
+CUTS = {"conv2": ("ocp", (1,)), "fc1": ("icp", (8,)), "fc2": ("ocp", (1,))}
+
+
+@pytest.mark.parametrize("formats, groups, cuts, gain", [
+    (Formats(), 1, {}, 1),                                                  # MSE: loss error shifted left 4
+    (Formats(loss="ce"), 1, {}, 1),                                         # exp_index rounds 2 bits, ties up
+    (Formats(act_frac=5, error_frac=11, seed=12345, loss="ce"), 1, {}, 1),  # exp_index shifts left
+    (Formats(act_frac=10, error_frac=9, seed=7, loss="mse"), 1, {}, 1),     # MSE error rounded stochastically
+    (Formats(), 2, {}, 1),                                                  # conv2 grouped: two towers
+    (Formats(loss="ce", seed=5), 4, {}, 1),                                 # conv2 one channel per group
+    # 32-bit partial sums: weights twice the usual, activations with 14 fractional bits and fc1's
+    # weights -max on its first slice's inputs and +max on its second's, so that its sums leave the
+    # first slice clipped and the second brings them back into range
+    (Formats(act_frac=14, psum_bits=32), 1, CUTS, 2),
+], ids=["mse", "ce", "ce-act5", "mse-act10", "groups2", "groups4", "psum32"])
+def test_the_docstrings_reimplemented_train_bit_for_bit_like_the_golden_model(formats, groups, cuts, gain):
     net, rng = network(groups), np.random.default_rng(3)
     samples, batch, lr, fp_stale = 6, 2, 0.1, {"conv2": 1, "fc2": 2}
     # Inputs on a grid of 2**-(act_frac + 1): half of them are exact rounding ties.
@@ -361,14 +399,18 @@ def test_the_docstrings_reimplemented_train_bit_for_bit_like_the_golden_model(fo
         k = info.layer.kernel if info.type == "conv2d" else None
         w = (info.out_channels, info.in_channels // groups_of(info)) + ((k, k) if k else ())
         b = (info.out_channels,) if info.layer.bias else None
-        scale = 0.7 * math.sqrt(2 / math.prod(w[1:])) * (1 << formats.weight_frac)
-        params[info.name] = (random_words(rng, w, scale),
+        scale = gain * 0.7 * math.sqrt(2 / math.prod(w[1:])) * (1 << formats.weight_frac)
+        params[info.name] = (np.clip(random_words(rng, w, scale), -(1 << 15), (1 << 15) - 1),
                              None if b is None else random_words(rng, b, 0.1 * (1 << formats.bias_frac)))
+    if cuts:
+        w, b = params["fc1"]
+        row = np.where(np.arange(w.shape[1]) < cuts["fc1"][1][0], -1, 1) * ((1 << (WORD_BITS - 1)) - 1)
+        params["fc1"] = (np.tile(row, (w.shape[0], 1)), b)
 
     want, record = golden.train(net, params, inputs, labels, batch=batch, lr=lr, formats=formats,
-                                fp_stale=fp_stale)
-    arith = golden.arithmetic("fixed", formats)
-    run = train(net, to_objects(params), inputs, labels, batch, lr, formats, fp_stale)
+                                fp_stale=fp_stale, psum_cuts=cuts)
+    arith = golden.arithmetic("fixed", formats, cuts)
+    run = train(net, to_objects(params), inputs, labels, batch, lr, formats, fp_stale, cuts)
     while True:
         try:
             s, fp_params, eb_params, acts, errors, grads, loss = next(run)
@@ -389,6 +431,10 @@ def test_the_docstrings_reimplemented_train_bit_for_bit_like_the_golden_model(fo
         assert all(same(a, b) for a, b in zip(pair, want[name])), f"final params of {name} differ"
     # The updates changed the weights, so the comparison covered them.
     assert any(not np.array_equal(want[name][0], params[name][0]) for name in params)
+    if cuts:  # and some partial sum was clipped: exact ones train otherwise
+        _, exact = golden.train(net, params, inputs, labels, batch=batch, lr=lr,
+                                formats=replace(formats, psum_bits=ACC_BITS), fp_stale=fp_stale)
+        assert (record.loss != exact.loss).any()
 
 
 def test_the_docstrings_constants_and_rounding_edges():

@@ -375,6 +375,52 @@ def test_hardware_slicing_reproduces_the_golden_bits():
         assert (words == errors[p][lo:hi]).all()
 
 
+def test_narrow_partial_sums_saturate_where_they_leave_a_slice():
+    """An fc layer of six inputs cut after the third: three saturated products (3 * 2**30) leave
+    the first slice clipped to 2**31 - 1, and the second slice's three negative ones bring the sum
+    to -2**30 (-32768 once requantized) instead of the exact 0. EB of the same layer cut by output
+    channels adds from the last slice back, so its clip is the mirror image."""
+    network = infer("cut", (6, 1, 1), [flatten(), fc("fc", 1)])
+    word = numerics.WORD_MAX
+    params = {"fc": (np.array([[word, word, word, -word, -word, -word]]), np.zeros(1, dtype=np.int64))}
+    image = np.full(network.input_shape, word / 2 ** Formats().act_frac)
+    narrow = golden.arithmetic("fixed", Formats(psum_bits=32), {"fc": ("icp", (3,))})
+    assert golden.forward(network, params, image, narrow, 0).output.ravel().tolist() == [numerics.WORD_MIN]
+    assert golden.forward(network, params, image, FIXED, 0).output.ravel().tolist() == [0]
+    uncut = golden.arithmetic("fixed", Formats(psum_bits=32), {})
+    assert golden.forward(network, params, image, uncut, 0).output.ravel().tolist() == [0]
+
+    info = network["fc"]
+    err = np.full((6, 1, 1), word)
+    weights = np.array([[word], [word], [word], [-word], [-word], [-word]])
+    back = golden.arithmetic("fixed", Formats(psum_bits=32), {"fc": ("ocp", (3,))})
+    wide = golden.layer_backward(info, None, err, (weights, None), FIXED, 0, {})
+    clipped = golden.layer_backward(info, None, err, (weights, None), back, 0, {})
+    # from the last slice back: -3 * 2**30 clipped to -2**31, plus 3 * 2**30
+    assert wide.ravel().tolist() == [0] and clipped.ravel().tolist() == [numerics.WORD_MAX]
+
+
+def test_partial_sum_cuts_come_from_the_slices_and_are_checked():
+    class Slice:
+        def __init__(self, layer, mode, in_range, out_range):
+            self.layer, self.mode, self.in_range, self.out_range = layer, mode, in_range, out_range
+
+    slices = [Slice("conv1", "ocp", (0, 1), (0, 2)), Slice("conv1", "ocp", (0, 1), (2, 4)),
+              Slice("conv2", "icp", (0, 1), (0, 8)), Slice("conv2", "icp", (1, 3), (0, 8)),
+              Slice("conv2", "icp", (3, 4), (0, 8)), Slice("fc", "icp", (0, 32), (0, 10))]
+    assert golden.psum_cuts(slices) == {"conv1": ("ocp", (2,)), "conv2": ("icp", (1, 3))}
+    network = zoo.tiny()
+    inputs, labels, params = golden.random_data(network, 1, 0)
+    for cuts, message in [({"conv9": ("icp", (1,))}, r"'conv9' is not a weighted layer of network tiny"),
+                          ({"conv2": ("oc", (1,))}, r"layer 'conv2' is cut by mode 'oc', not 'icp' or 'ocp'"),
+                          ({"conv2": ("icp", (3, 1))}, r"layer 'conv2': cuts \(3, 1\) are not increasing channels "
+                                                       r"within 1..3"),
+                          ({"conv2": ("ocp", (8,))}, r"layer 'conv2': cuts \(8,\) are not increasing channels "
+                                                     r"within 1..7")]:
+        with pytest.raises(SpecError, match=rf"^psum_cuts: {message}$"):
+            golden.train(network, params, inputs, labels, batch=1, lr=0.01, psum_cuts=cuts)
+
+
 def test_accumulator_overflow_is_refused_naming_the_layer():
     # 2**18 products of saturated words: the FP sum needs more than 48 bits.
     network = infer("wide", (4, 256, 256), [flatten(), fc("fc", 2)])

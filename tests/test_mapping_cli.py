@@ -17,7 +17,10 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys):
     main(["--network", "tiny", "--cluster", "ecp5-85:4", "--out", str(tmp_path), "--sizes", "2:4"])
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].startswith("tiny on ecp5-85:4:")
+    # link bound on the ECP5s' lanes with exact partial sums: conv2's cross as 32-bit ones
+    assert lines[0] == ("partial sums: 32-bit between slices (exact 48-bit ones leave this chain link bound; "
+                        "--psum-bits 48 keeps them; docs/numerics.md)")
+    assert lines[1].startswith("tiny on ecp5-85:4:")
     assert "conv2 ICP[3:4], fc ICP[0:32]" in out and "conv1 OCP[0:4]" in out
     mapping = Mapping.from_json((tmp_path / "mapping.json").read_text())
     assert len(mapping.nodes) == 4 and mapping.network == "tiny"

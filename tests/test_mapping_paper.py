@@ -88,6 +88,31 @@ def test_default_gradient_sums_are_narrow_only_where_exact_ones_do_not_fit():
     assert all(node.formats == Formats(grad_bits=16) for node in vgg19.nodes)
 
 
+def test_32_bit_partial_sums_take_vgg16_on_85_vc709_off_its_links():
+    """The ICP partial sums are most of what crosses VGG-16's busiest link on 85 boards: at 32
+    bits instead of 48 the chain is compute bound, 19% faster (docs/numerics.md); a third less
+    on the link, since its other traffic is the same."""
+    cluster = parse_cluster("vc709:85@150")
+    exact, narrow = (map_network(zoo.vgg16(), cluster, formats=Formats(grad_bits=16, psum_bits=bits)).summary
+                     for bits in (48, 32))
+    assert (exact["limited_by"], narrow["limited_by"]) == ("link bandwidth", "compute")
+    assert 720 < exact["samples_per_s"] < 730 and 855 < narrow["samples_per_s"] < 870   # doc: 724, 862
+    assert 0.74 < narrow["busiest_link_gbps"] / exact["busiest_link_gbps"] < 0.76        # doc: 176.4, 132.2 Gb/s
+
+
+def test_default_partial_sums_are_narrow_only_where_exact_ones_leave_the_chain_link_bound():
+    from mapping.mapper import map_with_default_gradient_sums, with_default_partial_sums
+    for spec, bits in (("ecp5-85:2+ecp5-45:2", 48), ("ecp5-85:4@0.02", 32)):
+        mapping = with_default_partial_sums(map_with_default_gradient_sums, zoo.tiny(), parse_cluster(spec))
+        assert all(node.formats == Formats(psum_bits=bits) for node in mapping.nodes)
+    exact, narrow = (map_network(zoo.tiny(), parse_cluster("ecp5-85:4@0.02"), formats=Formats(psum_bits=bits)).summary
+                     for bits in (48, 32))
+    # conv2's sums (8 channels of 4 x 4 pixels, P lanes a beat) cross links 1 and 2: 16 bits less a sum
+    assert [a - b for a, b in zip(exact["link_bytes_forward"], narrow["link_bytes_forward"])] == [0, 256, 256]
+    assert exact["link_bytes_backward"] == narrow["link_bytes_backward"]
+    assert narrow["samples_per_s"] > 1.3 * exact["samples_per_s"]
+
+
 def test_vgg19_maps_on_15_vc709_with_16_bit_gradient_sums_and_its_activations_in_dram():
     with pytest.raises(SpecError, match=r"it needs 80\d.\d Mbit on chip \(320.3 Mbit of 16-bit weights, 320.3 Mbit "
                                         r"of 16-bit gradient buffers, 16\d.\d Mbit of activations and buffers\)"):

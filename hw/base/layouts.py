@@ -1,7 +1,7 @@
 """Payload layouts of the streams and memory rows every block agrees on.
 
 Words are 16-bit signed (``mapping.numerics.WORD_BITS``); partial sums are exact
-``ACC_BITS``-bit words; gradient products are exact 32-bit products.
+``ACC_BITS``-bit words (``Formats.psum_bits`` between slices); gradient products are exact 32-bit products.
 """
 
 import numpy as np
@@ -23,9 +23,10 @@ def window_layout(channels, kernel):
     return data.ArrayLayout(signed(WORD_BITS), channels * kernel * kernel)
 
 
-def psum_layout(lanes):
-    """Exact partial sums, one per lane (output channel of a group, or input channel)."""
-    return data.StructLayout({"values": data.ArrayLayout(signed(ACC_BITS), lanes)})
+def psum_layout(lanes, bits=ACC_BITS):
+    """Partial sums, one per lane (output channel of a group, or input channel): exact, or
+    ``bits`` wide between slices (``Formats.psum_bits``)."""
+    return data.StructLayout({"values": data.ArrayLayout(signed(bits), lanes)})
 
 
 def row_layout(words):

@@ -11,7 +11,9 @@ matching upstream beat arrives; an upstream beat that comes first waits on its o
 stream (back-pressure), and a full FIFO back-pressures the engine. The sum goes to
 an output register; one beat per cycle when both inputs are ahead of a ready output
 and ``depth >= 3`` (see hw.memory.fifo).
-Sums are exact: the mapping guarantees every partial sum fits ACC_BITS.
+Sums are exact: the mapping guarantees every partial sum fits ACC_BITS. Between slices
+they may travel narrower (``Formats.psum_bits``): :class:`PartialSumWidth` saturates them as
+they leave a slice and sign-extends them as they arrive.
 
 ``first=True`` (the layer's first node, no upstream): the local stream passes straight
 through and there is no ``upstream`` port.
@@ -34,11 +36,44 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mapping.memories import PAB_MIN_DEPTH
+from mapping.numerics import ACC_BITS
 
+from ..arith.rounding import saturate
 from ..base.checks import positive, refuse
 from ..base.counter import ModuloCounter
 from ..base.layouts import psum_layout
 from .fifo import Fifo
+
+
+class PartialSumWidth(wiring.Component):
+    """Partial sums from ``i_bits`` to ``o_bits`` per lane, as they leave a slice (saturated,
+    ``mapping.numerics``'s "Partial sums") or arrive at the next (sign-extended); combinational."""
+
+    def __init__(self, *, lanes, i_bits, o_bits):
+        positive(self, "partial-sum width", lanes=lanes, i_bits=i_bits, o_bits=o_bits)
+        self.lanes, self.i_bits, self.o_bits = lanes, i_bits, o_bits
+        super().__init__({"i": In(stream.Signature(psum_layout(lanes, i_bits))),
+                          "o": Out(stream.Signature(psum_layout(lanes, o_bits)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
+        for lane in range(self.lanes):
+            value = self.i.payload.values[lane]
+            m.d.comb += self.o.payload.values[lane].eq(saturate(value, self.o_bits) if self.o_bits < self.i_bits
+                                                       else value)
+        return m
+
+
+def partial_sums_between_slices(m, name, stream_, lanes, bits, leaving):
+    """``stream_`` of exact partial sums as ``bits``-wide ones leaving a slice (``leaving``), or
+    the ``bits``-wide ones arriving at a slice as exact ones; ``stream_`` itself at ACC_BITS."""
+    if bits == ACC_BITS:
+        return stream_
+    i_bits, o_bits = (ACC_BITS, bits) if leaving else (bits, ACC_BITS)
+    width = m.submodules[name] = PartialSumWidth(lanes=lanes, i_bits=i_bits, o_bits=o_bits)
+    wiring.connect(m, stream_, width.i)
+    return width.o
 
 
 class PartialActivationBuffer(wiring.Component):

@@ -7,11 +7,11 @@ backward ones inputs.
 forward (to the successor)             backward (to the predecessor)
   act    input bypass / finished         err    ICP: input errors [lo, C) (all of them on
          output activations                     the layer's first node); OCP: pooled-output
-  psum   ICP partial sums (48-bit)              errors [0, lo), or on the first node the
+  psum   ICP partial sums (psum_bits)           errors [0, lo), or on the first node the
   ocp    OCP output channels [0, hi)            rounded input errors; at a layer boundary:
   label  the sample's class                     errors of the output
                                          zerr   ICP conv-output errors, bypassed backwards
-                                         epsum  OCP partial input errors (48-bit)
+                                         epsum  OCP partial input errors (psum_bits)
 
 and, for weight balancing, one :class:`~hw.balance.blocks.RowStreams` per block of rows
 whose streams cross the link, an output where its host lies upstream. A node's ``up``

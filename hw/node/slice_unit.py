@@ -42,7 +42,7 @@ from ..memory.fifo import Fifo
 from ..memory.grad_buffer import GradientBuffer
 from ..memory.grad_rounding import GradientRounder
 from ..memory.line_buffer import LineBuffer
-from ..memory.pab import PartialActivationBuffer
+from ..memory.pab import PartialActivationBuffer, partial_sums_between_slices
 from ..memory.param_ram import ParamRam, VersionedParamRam, WeightLayout, slice_weights
 from ..memory.update_gate import COUNT_BITS, BothDone, OverlappedGate, SampleGate, UpdateGate
 from ..streams.channels import ChannelConcat, ChannelFork, channel_slice
@@ -50,8 +50,9 @@ from .ports import ChainLink
 from .sfu import SFU, BiasRows
 
 
-def slice_ports(s):
-    """The chain-facing channels of slice ``s``: ({channel: layout} from the predecessor,
+def slice_ports(s, psum_bits):
+    """The chain-facing channels of slice ``s``, its partial sums ``psum_bits`` wide
+    (``Formats.psum_bits``): ({channel: layout} from the predecessor,
     {channel: layout} to the successor), channel names as in hw/node/ports.py."""
     c_in, h, w = s.in_shape
     post = sfu_shape(s)[0]  # pooling keeps the channel count; a vector travels as its map's channels
@@ -63,7 +64,7 @@ def slice_ports(s):
         up["act"] = pixel_layout(c_in - lo)
         if not s.last:
             down["act"] = pixel_layout(c_in - hi)
-            down["psum"] = psum_layout(s.fp.ces)
+            down["psum"] = psum_layout(s.fp.ces, psum_bits)
             if s.needs_eb:
                 down["err"] = pixel_layout(c_in - hi)
             down["zerr"] = pixel_layout(s.error_beat_channels)
@@ -71,7 +72,7 @@ def slice_ports(s):
             down["act"] = pixel_layout(post)
             down["err"] = pixel_layout(post)
         if not s.first:
-            up["psum"] = psum_layout(s.fp.ces)
+            up["psum"] = psum_layout(s.fp.ces, psum_bits)
             up["zerr"] = pixel_layout(s.upstream_error_beat_channels)
         if s.needs_eb:
             up["err"] = pixel_layout(c_in - lo)
@@ -86,7 +87,7 @@ def slice_ports(s):
             down["ocp"] = pixel_layout(hi)
             down["err"] = pixel_layout(hi)
             if s.needs_eb:
-                down["epsum"] = psum_layout(c_in)
+                down["epsum"] = psum_layout(c_in, psum_bits)
         else:
             down["act"] = pixel_layout(s.out_shape[0])
             down["err"] = pixel_layout(s.out_shape[0])
@@ -94,7 +95,7 @@ def slice_ports(s):
             if s.first:
                 up["err"] = pixel_layout(c_in)
             else:
-                up["epsum"] = psum_layout(c_in)
+                up["epsum"] = psum_layout(c_in, psum_bits)
     return up, down
 
 
@@ -151,7 +152,7 @@ class SliceUnit(wiring.Component):
         if not s.overlapped_update:
             bias_ram.update(shared_update=True)
         self.bias_ram = ram(**bias_ram) if self.owns_bias else None
-        up, down = slice_ports(s)
+        up, down = slice_ports(s, formats.psum_bits)
         members = {"total_samples": In(COUNT_BITS), "updates": Out(COUNT_BITS),
                    "up": In(ChainLink(up)), "down": Out(ChainLink(down))}
         # The weights in DRAM and, for the DRAM, their first contents (the board loads them).
@@ -302,12 +303,14 @@ class SliceUnit(wiring.Component):
             pab = m.submodules.pab = PartialActivationBuffer.from_slice(s, family=self.family)
             connect(m, fp.psums, pab.local)
             if not s.first:
-                connect(m, flipped(self.up.psum), pab.upstream)
+                connect(m, partial_sums_between_slices(m, "psum_in", flipped(self.up.psum), ces, f.psum_bits,
+                                                       leaving=False), pab.upstream)
             connect(m, pab.o, fp_end.i)
         else:
             connect(m, fp.psums, fp_end.i)
         if s.mode == "icp" and not s.last:
-            connect(m, fp_end.o, flipped(self.down.psum))
+            connect(m, partial_sums_between_slices(m, "psum_out", fp_end.o, ces, f.psum_bits, leaving=True),
+                    flipped(self.down.psum))
             z_errors = flipped(self.down.zerr)
         else:
             sfu = m.submodules.sfu = SFU.from_slice(s, f, samples_in_flight=sfu_samples_in_flight(s),
@@ -583,11 +586,13 @@ class SliceUnit(wiring.Component):
             lanes=c_in, depth=max(PAB_MIN_DEPTH, s.pab_words // c_in), first=s.last, family=self.family)
         connect(m, sums, reduce.local)
         if not s.last:
-            connect(m, flipped(self.down.epsum), reduce.upstream)
+            connect(m, partial_sums_between_slices(m, "epsum_in", flipped(self.down.epsum), c_in,
+                                                   self.formats.psum_bits, leaving=False), reduce.upstream)
         if s.first:
             connect(m, self._round_errors(m, reduce.o, c_in, 0, steps), flipped(self.up.err))
         else:
-            connect(m, reduce.o, flipped(self.up.epsum))
+            connect(m, partial_sums_between_slices(m, "epsum_out", reduce.o, c_in, self.formats.psum_bits,
+                                                   leaving=True), flipped(self.up.epsum))
 
     def _sfu_errors(self, m, sfu):
         """Where the SFU's backward input takes pooled-output errors: behind a FIFO of one

@@ -100,8 +100,8 @@ class Node(wiring.Component):
             self.memories.append(host.bpram)
             self.contents.append(("weights", host.rows))
         self.loss = None
-        up, _ = slice_ports(config.slices[0])
-        _, down = slice_ports(config.slices[-1])
+        up, _ = slice_ports(config.slices[0], config.formats.psum_bits)
+        _, down = slice_ports(config.slices[-1], config.formats.psum_bits)
         up["label"] = LABEL_BITS
         if self.applies_loss:
             last = config.slices[-1]
