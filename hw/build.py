@@ -238,7 +238,7 @@ def build(args, log=print):
                 log(resource_table(config, device))
                 log(f"outputs in {out}: mapping.json, top.il, top.v")
                 return config, device, None
-            log(f"synthesizing for {device.family} with Yosys, slice by slice (logs: {out / 'synth'}/*/yosys.log)",
+            log(f"synthesizing for {device.family} with Yosys, module by module (logs: {out / 'synth'}/*/yosys.log)",
                 flush=True)
             with heartbeat(log, started) as progress:
                 result = synthesize_node(il, device.family, out / "synth",

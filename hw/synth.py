@@ -429,46 +429,78 @@ def synthesize_rtlil(il_path, family, workdir, progress=None, extra="", inferenc
     return SynthResult(family, cells, inference_only)
 
 
+def _named_modules(text):
+    """(name, text) of every module of RTLIL ``text``, the name without its ``\\``."""
+    return [(re.search(r"^module \\(\S+)", module, re.M).group(1), module) for module in _RTLIL_MODULE.findall(text)]
+
+
 def rtlil_parts(text, tops):
     """The modules of RTLIL ``text`` in parts: for each name in ``tops``, the module of that name
     (``\\`` left out) and those under it (Amaranth names a submodule's module after its parent's
-    with a dot); the part named ``top`` holds the rest. Returns {part name: RTLIL text}."""
+    with a dot) but for those of a deeper name in ``tops``; the part named ``top`` holds the rest.
+    Returns {part name: RTLIL text}."""
+    return _grouped(_named_modules(text), tops)
+
+
+def _grouped(modules, tops):
     parts = {name: [] for name in ("top", *tops)}
-    for module in _RTLIL_MODULE.findall(text):
-        name = re.search(r"^module \\(\S+)", module, re.M).group(1)
-        owner = next((top for top in tops if name == top or name.startswith(f"{top}.")), "top")
+    for name, module in modules:
+        owner = max((top for top in tops if name == top or name.startswith(f"{top}.")), key=len, default="top")
         parts[owner].append(module)
-    for name, modules in parts.items():
-        if not modules:
+    for name, grouped in parts.items():
+        if not grouped:
             raise ValueError(f"RTLIL has no module {name!r}")
-    return {name: "".join(modules) for name, modules in parts.items()}
+    return {name: "".join(grouped) for name, grouped in parts.items()}
+
+
+def _enclosing(part, parts):
+    """The part that instantiates ``part``'s module: the one of the longest name it lies under."""
+    return max((other for other in parts if other != "top" and part.startswith(f"{other}.")), key=len, default="top")
 
 
 def synthesize_node(il_path, family, workdir, tops, jobs, progress=None):
     """Synthesize the RTLIL file ``il_path`` module by module: each module named in ``tops`` (a
-    node's layer slices) with the modules under it on its own, in ``workdir``/<name>, and the rest
-    (the node's top, links, loss) with those as black boxes, in ``workdir``/top; ``jobs`` Yosys runs
-    at once, largest first. Nothing is optimised across a slice's ports, so the counts are at least
-    a flattened synthesis's (multipliers and block RAM the same), and a paper-scale node, which would
-    not fit the 4 GB a WebAssembly Yosys can address in one run, is synthesized part by part on
-    every core. ``progress`` gets each Yosys pass with its part's name, and a line as each part is
-    done. Returns the SynthResult of the whole."""
+    node's layer slices) and each module it instantiates (its engines, memories, buffers) on its
+    own, with the modules under it, in ``workdir``/<name>, and the rest (the node's top, links,
+    loss) in ``workdir``/top, each with the modules it instantiates as black boxes; ``jobs``
+    Yosys runs at once, largest first. Nothing is optimised across these modules' ports, so the
+    counts are at least a flattened synthesis's (multipliers and block RAM the same); and a
+    paper-scale node, which no WebAssembly Yosys could hold in the 4 GB it addresses (one conv3
+    slice of VGG-16 did not), is synthesized part by part on every core. ``progress`` gets a line
+    as each part starts and as it is done (with its counts). Returns the SynthResult of the
+    whole."""
     work = Path(workdir)
-    parts = rtlil_parts(Path(il_path).read_text(), tops)
-    for name, text in parts.items():
+    modules = _named_modules(Path(il_path).read_text())
+    below = {".".join(name.split(".")[:top.count(".") + 2]) for top in tops for name, _ in modules
+             if name.startswith(f"{top}.")}
+    parts = _grouped(modules, [*tops, *sorted(below)])
+    for name, part in parts.items():
         (work / name).mkdir(parents=True, exist_ok=True)
-        (work / name / "design.il").write_text(text)
-    for name in tops:
-        shutil.copy(work / name / "design.il", work / "top" / f"{name}.il")
+        (work / name / "design.il").write_text(part)
+    library = {name: [other for other in parts if other != name and _enclosing(other, parts) == name]
+               for name in parts}
+    for name, others in library.items():
+        for other in others:
+            shutil.copy(work / other / "design.il", work / name / f"{other}.il")
+
+    running, done, lock = [], [], threading.Lock()
+
+    def report(line):
+        if progress is not None:
+            progress(f"{line}; {len(done)} of {len(parts)} parts done"
+                     + (f", running: {', '.join(running)}" if running else ""))
 
     def run(name):
-        def step(text):
-            if progress is not None:
-                progress(f"{name}: {text}")
-        result = synthesize_rtlil(work / name / "design.il", family, work / name, progress=step, top=name,
-                                  library=() if name != "top" else tuple(f"{top}.il" for top in tops))
-        step(f"done: {result.dsp} multipliers, {result.bram} block RAM (18 Kb), {result.lut} LUTs, "
-             f"{result.ff} FFs")
+        with lock:
+            running.append(name)
+            report(f"synthesizing {name}")
+        result = synthesize_rtlil(work / name / "design.il", family, work / name, top=name,
+                                  library=tuple(f"{other}.il" for other in library[name]))
+        with lock:
+            running.remove(name)
+            done.append(name)
+            report(f"{name}: {result.dsp} multipliers, {result.bram} block RAM (18 Kb), {result.lut} LUTs, "
+                   f"{result.ff} FFs")
         return result
 
     with ThreadPoolExecutor(jobs) as pool:
@@ -476,7 +508,7 @@ def synthesize_node(il_path, family, workdir, tops, jobs, progress=None):
     cells = {}
     for result in results:
         for cell, count in result.cells.items():
-            if cell not in tops:  # the slices' black boxes in the top's part
+            if cell not in parts:  # the black boxes of other parts
                 cells[cell] = cells.get(cell, 0) + count
     return SynthResult(family, dict(sorted(cells.items())))
 

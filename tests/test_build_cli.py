@@ -341,6 +341,10 @@ def test_a_node_is_synthesized_in_parts_each_slice_with_the_modules_under_it():
               "top.slice1_fc": ("top.slice1_fc",)}
     parts = rtlil_parts("".join(modules.values()), ["top.slice0_conv", "top.slice1_fc"])
     assert parts == {part: "".join(modules[name] for name in names) for part, names in owners.items()}
+    # a deeper name takes its modules out of its parent's part
+    nested = rtlil_parts("".join(modules.values()), ["top.slice0_conv", "top.slice0_conv.engine", "top.slice1_fc"])
+    assert nested["top.slice0_conv"] == modules["top.slice0_conv"]
+    assert nested["top.slice0_conv.engine"] == modules["top.slice0_conv.engine"] + modules["top.slice0_conv.engine.mul"]
     with pytest.raises(ValueError, match=r"^RTLIL has no module 'top\.slice2_fc'$"):
         rtlil_parts("".join(modules.values()), ["top.slice0_conv", "top.slice2_fc"])
 
