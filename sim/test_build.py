@@ -1,7 +1,7 @@
 """Synthesis of the default mapping's nodes agrees with the mapping's estimate: exactly for multipliers
 and block RAM, within LOGIC_TOLERANCE for LUTs and FFs.
 
-A whole node takes Yosys one to four minutes, so CI synthesizes the smallest real case (node 3);
+A node takes Yosys about a minute module by module, so CI synthesizes the smallest real case (node 3);
 the other nodes, and the weight-balanced ones (whose hosted rows and relays
 sim/test_synthesis_memory.py checks in CI block by block), are the same check on larger
 netlists and run under the bench marker:

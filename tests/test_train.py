@@ -82,6 +82,18 @@ def test_cli_trains_with_the_update_that_stops_the_engines(tmp_path, capsys):
     assert float(rows[0]["test_accuracy"]) < 0.3 and float(rows[-1]["test_accuracy"]) >= 0.4  # measured 0.45
 
 
+def test_cli_trains_with_32_bit_partial_sums_as_with_exact_ones(tmp_path, capsys):
+    """conv2 cut over three nodes: no partial sum of lenet-digits comes near 2**31, so the first
+    epoch is the exact run's above, bit for bit."""
+    train.main(["--limit", "300", "--epochs", "1", "--lr", "0.05", "--update", "pipelined", "--psum-bits", "32",
+                "--no-reference", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "loss mse, 48-bit gradient sums, 32-bit partial sums between the slices\n" in out
+    with open(tmp_path / "curves.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[1]["train_loss"] == "0.455079"
+
+
 def test_cli_trains_with_softmax_cross_entropy(tmp_path, capsys):
     # (the update that stops the engines, whose staleness learns in these two short epochs)
     train.main(["--limit", "300", "--epochs", "2", "--lr", "0.05", "--loss", "ce", "--update", "pipelined",
