@@ -88,7 +88,7 @@ def main(argv=None):
         if args.psum_bits is None:
             mapper = partial(with_default_partial_sums, mapper)
         mapping = mapper(network, cluster, network_name=args.network, **options)
-        options["formats"] = formats = mapping.nodes[0].formats  # the sweep's too
+        formats = mapping.nodes[0].formats
         if formats.psum_bits != ACC_BITS and args.psum_bits is None:
             print(f"partial sums: {formats.psum_bits}-bit between slices (exact {ACC_BITS}-bit ones leave this "
                   f"chain link bound; --psum-bits {ACC_BITS} keeps them; docs/numerics.md)")
@@ -119,12 +119,16 @@ def main(argv=None):
             device = cluster.devices[0]
             typed = first_device_name(args.cluster) or device.name
             shown = typed if typed.lower() == device.name else f"{typed} ({device.name})"
+            # each size with the widths the tools choose for it
             points = report.sweep(network, cluster, sizes, gbps, jobs=args.jobs, progress=_sweep_progress,
-                                  network_name=args.network, **options)
+                                  mapper=mapper, network_name=args.network, **options)
             for point in points:
                 if "error" in point:  # kept in scaling.json and marked on the plot
                     print(f"{point['devices']} devices: refused: {point['error']}")
             print(report.scaling_summary(points, gbps))
+            widths = report.widths_summary(points)
+            if widths:
+                print(widths)
             (out / "scaling.json").write_text(json.dumps(points, indent=1))
             plots.scaling(points, gbps, f"{network.name} on {shown} chains", out / "scaling.png")
             written += ["scaling.json", "scaling.png"]

@@ -39,25 +39,28 @@ def table(mapping):
     return "\n".join(lines)
 
 
-def sweep(network, device_cluster, sizes, link_gbps, *, jobs=1, progress=None, **options):
-    """Map ``network`` on n copies of the cluster's first device for every n in ``sizes``,
-    ``jobs`` sizes at a time (mapping/parallel.py; ``progress(done, total, index, point)`` as
-    each finishes).
+def sweep(network, device_cluster, sizes, link_gbps, *, jobs=1, progress=None, mapper=map_network, **options):
+    """Map ``network`` with ``mapper`` (``map_network``'s signature; a picklable one, such as
+    ``python -m mapping``'s default widths) on n copies of the cluster's first device for every
+    n in ``sizes``, ``jobs`` sizes at a time (mapping/parallel.py; ``progress(done, total,
+    index, point)`` as each finishes).
 
     Returns one dict per size: compute-bound and link-bound samples/s, throughput,
-    busiest link Gb/s at the compute-bound rate, idle share, GOPS per device; or the
-    refusal for sizes the network does not fit."""
+    busiest link Gb/s at the compute-bound rate, idle share, GOPS per device, the widths of the
+    gradient and partial sums; or the refusal for sizes the network does not fit."""
     device = device_cluster.devices[0]
-    return run_jobs(_sweep_point, [(network, device, n, link_gbps, options) for n in sizes], jobs, progress)
+    return run_jobs(_sweep_point, [(network, device, n, link_gbps, mapper, options) for n in sizes], jobs, progress)
 
 
-def _sweep_point(network, device, n, link_gbps, options):
+def _sweep_point(network, device, n, link_gbps, mapper, options):
     cluster = Cluster((device,) * n, (link_gbps,) * (n - 1), f"{device.name}:{n}@{link_gbps:g}")
     try:
-        s = map_network(network, cluster, **options).summary
+        mapping = mapper(network, cluster, **options)
     except SpecError as error:
         return {"devices": n, "error": str(error)}
-    return {"devices": n, "compute_samples_per_s": s["compute_samples_per_s"],
+    s, formats = mapping.summary, mapping.nodes[0].formats
+    return {"devices": n, "grad_bits": formats.grad_bits, "psum_bits": formats.psum_bits,
+            "compute_samples_per_s": s["compute_samples_per_s"],
             "link_samples_per_s": s["link_samples_per_s"],
             "samples_per_s": s["samples_per_s"], "limited_by": s["limited_by"],
             "busiest_link_gbps": s["busiest_link_gbps"],
@@ -118,6 +121,23 @@ def scaling_summary(points, link_gbps):
               f"larger clusters add less ({bound} from {after['devices']} devices), up to "
               f"{best['samples_per_s']:.0f} samples/s at {best['devices']} devices")
     return f"linear scaling up to {limit} devices ({rule}); {beyond}"
+
+
+def widths_summary(points):
+    """One line on the widths of gradient and partial sums the sweep's sizes were mapped with,
+    by runs of sizes, or None where every size took the same."""
+    runs = []
+    for point in (p for p in points if "error" not in p):
+        widths = (point["grad_bits"], point["psum_bits"])
+        if runs and runs[-1][0] == widths:
+            runs[-1][2] = point["devices"]
+        else:
+            runs.append([widths, point["devices"], point["devices"]])
+    if len(runs) < 2:
+        return None
+    return "widths by size: " + "; ".join(
+        f"{lo}{'' if lo == hi else f'-{hi}'} devices {grad}-bit gradient sums, {psum}-bit partial sums"
+        for (grad, psum), lo, hi in runs)
 
 
 def balancing(mapping):

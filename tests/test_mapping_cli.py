@@ -26,6 +26,11 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys):
     assert len(mapping.nodes) == 4 and mapping.network == "tiny"
     points = json.loads((tmp_path / "scaling.json").read_text())
     assert [p["devices"] for p in points] == [2, 3, 4]
+    # each size with the widths the tools choose for it: from 3 devices the links are short for
+    # exact partial sums
+    assert [(p["grad_bits"], p["psum_bits"]) for p in points] == [(48, 48), (48, 32), (48, 32)]
+    assert "widths by size: 2 devices 48-bit gradient sums, 48-bit partial sums; 3-4 devices 48-bit gradient " \
+           "sums, 32-bit partial sums" in lines
     for name in ("utilisation.png", "scaling.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
@@ -55,8 +60,10 @@ def test_cli_maps_with_the_loss_given(tmp_path, capsys):
 def test_cli_sweep_reports_the_sizes_it_refused(tmp_path, capsys):
     main(["--network", "vgg16", "--cluster", "vc709:50@150", "--out", str(tmp_path), "--sizes", "10:50:40"])
     lines = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("10 devices: refused: network 'vgg16' on cluster 'xc7vx690t:10@150' does "
-                               "not fit even with weight balancing") for line in lines)
+    # refused with the widths the tools would choose for 10 devices, each tried
+    assert any(line.startswith("10 devices: refused: network 'vgg16' on cluster 'xc7vx690t:10@150': node ")
+               and line.endswith("(with 16-bit gradient sums, tried as exact 48-bit ones were refused too)")
+               for line in lines)
     assert "only 50 devices map in the sweep: no scaling to judge" in lines
     points = json.loads((tmp_path / "scaling.json").read_text())
     assert [("error" in p) for p in points] == [True, False]
