@@ -494,8 +494,11 @@ def synthesize_node(il_path, family, workdir, tops, jobs, progress=None):
         with lock:
             running.append(name)
             report(f"synthesizing {name}")
-        result = synthesize_rtlil(work / name / "design.il", family, work / name, top=name,
-                                  library=tuple(f"{other}.il" for other in library[name]))
+        try:
+            result = synthesize_rtlil(work / name / "design.il", family, work / name, top=name,
+                                      library=tuple(f"{other}.il" for other in library[name]))
+        except RuntimeError as error:
+            raise RuntimeError(f"synthesis of {name} (log: {work / name / 'yosys.log'}): {error}") from None
         with lock:
             running.remove(name)
             done.append(name)
@@ -504,7 +507,12 @@ def synthesize_node(il_path, family, workdir, tops, jobs, progress=None):
         return result
 
     with ThreadPoolExecutor(jobs) as pool:
-        results = list(pool.map(run, sorted(parts, key=lambda name: -len(parts[name]))))
+        runs = [pool.submit(run, name) for name in sorted(parts, key=lambda name: -len(parts[name]))]
+        try:
+            results = [future.result() for future in runs]
+        except BaseException:  # a part failed or Ctrl-C: start no other
+            pool.shutdown(cancel_futures=True)
+            raise
     cells = {}
     for result in results:
         for cell, count in result.cells.items():

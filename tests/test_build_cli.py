@@ -17,8 +17,8 @@ from amaranth.lib.wiring import In, Out
 import pytest
 
 from hw.build import build, heartbeat, load_mapping, main, parse_args
-from hw.synth import (ToolStopped, cached_outputs, compile_yosys, rtlil_parts, run_tool, without_source_locations,
-                      yosys_compiled)
+from hw.synth import (ToolStopped, cached_outputs, compile_yosys, rtlil_parts, run_tool, synthesize_node,
+                      without_source_locations, yosys_compiled)
 from mapping.__main__ import main as map_main
 
 from .cli_refusal import (BAD_OPTIONS, OCP_GROUPED, OCP_GROUPED_REFUSAL, PADDED_POOL_REFUSAL, bad_network_files,
@@ -347,6 +347,19 @@ def test_a_node_is_synthesized_in_parts_each_slice_with_the_modules_under_it():
     assert nested["top.slice0_conv.engine"] == modules["top.slice0_conv.engine"] + modules["top.slice0_conv.engine.mul"]
     with pytest.raises(ValueError, match=r"^RTLIL has no module 'top\.slice2_fc'$"):
         rtlil_parts("".join(modules.values()), ["top.slice0_conv", "top.slice2_fc"])
+
+
+def test_a_part_that_fails_to_synthesize_is_named_with_its_log(tmp_path):
+    """The slice instantiates a module no part defines: its Yosys run stops in hierarchy, and the
+    error names the part and its log."""
+    (tmp_path / "top.il").write_text(
+        "attribute \\top 1\nmodule \\top\n  wire input 1 \\a\n  wire output 2 \\y\n"
+        "  cell \\top.slice0 \\slice0\n    connect \\a \\a\n    connect \\y \\y\n  end\nend\n"
+        "module \\top.slice0\n  wire input 1 \\a\n  wire output 2 \\y\n"
+        "  cell \\missing \\m\n    connect \\a \\a\n  end\n  connect \\y \\a\nend\n")
+    with pytest.raises(RuntimeError, match=r"^synthesis of top\.slice0 \(log: .*/synth/top\.slice0/yosys\.log\): "
+                                           r"Yosys failed"):
+        synthesize_node(tmp_path / "top.il", "ecp5", tmp_path / "synth", ["top.slice0"], jobs=1)
 
 
 def test_a_watch_stops_the_tool_with_its_reason(tmp_path):
