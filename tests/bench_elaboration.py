@@ -1,6 +1,7 @@
-"""Elaboration at paper scale (a benchmark: it prints figures and asserts only that each node builds).
+"""Elaboration and synthesis at paper scale (benchmarks: they print figures).
 
-Run with ``python -m pytest tests/bench_elaboration.py -m bench -s -p no:xdist``. It maps VGG-16
+Run with ``python -m pytest tests/bench_elaboration.py -m bench -s -p no:xdist``; the synthesis of
+the largest node (hours) alone with ``-k synthesizes``. It maps VGG-16
 on 15 VC709s at 150 Gb/s as ``python -m mapping --for-hardware`` does (16-bit gradient sums,
 fully connected weights and the samples in flight in DRAM) and runs ``python -m hw.build
 --mapping ... --node N --no-synth`` for every node, one at a time, printing its wall and CPU
@@ -20,16 +21,23 @@ import pytest
 
 from mapping import zoo
 from mapping.cluster import parse_cluster
+from hw.build import build, parse_args
 from mapping.mapper import GENERATOR_OPTIONS, map_with_default_gradient_sums
 
 pytestmark = pytest.mark.bench
 
 
-def test_every_vgg16_node_elaborates(tmp_path):
+def vgg16_mapping(folder):
+    """The --for-hardware VGG-16 mapping on 15 VC709s at 150 Gb/s, written to ``folder``."""
     mapping = map_with_default_gradient_sums(zoo.vgg16(), parse_cluster("vc709:15@150"), network_name="vgg16",
                                              **GENERATOR_OPTIONS)
-    path = tmp_path / "mapping.json"
+    path = folder / "mapping.json"
     path.write_text(mapping.to_json())
+    return mapping, path
+
+
+def test_every_vgg16_node_elaborates(tmp_path):
+    mapping, path = vgg16_mapping(tmp_path)
     for config in mapping.nodes:
         layers = ", ".join(s.layer for s in config.slices)
         log = tmp_path / f"node{config.index}.log"
@@ -82,3 +90,28 @@ class TreeMemory:
     def __exit__(self, *exc):
         self._done.set()
         self._thread.join()
+
+
+# Slice LUTs as the device counts them: logic (LUT1-6), shift registers (SRL16E, SRLC32E) and
+# distributed RAM, each primitive the LUTs it takes (UG474).
+XC7_LUT_SITES = {"RAM32X1S": 1, "RAM32X1D": 2, "RAM64X1S": 1, "RAM64X1D": 2, "RAM128X1S": 2, "RAM128X1D": 4,
+                 "RAM256X1S": 4, "RAM32M": 4, "RAM64M": 4}
+
+
+def xc7_slice_luts(cells):
+    return sum(count * (1 if cell.startswith(("LUT", "SRL")) else XC7_LUT_SITES.get(cell, 0))
+               for cell, count in cells.items())
+
+
+def test_the_largest_vgg16_node_synthesizes_within_the_xc7vx690t(tmp_path):
+    """Node 2 (the end of conv2_2, conv3_1, most of conv3_2: 3,594 of the part's 3,600 DSP48E1 and
+    2,631 of its 2,940 RAMB18 by the mapping's plan) through ``python -m hw.build``'s Yosys
+    ``synth_xilinx``, module by module on every core (hours; the parts are cached)."""
+    mapping, path = vgg16_mapping(tmp_path)
+    config, device, result = build(parse_args(["--mapping", str(path), "--node", "2", "--out", str(tmp_path / "build")]))
+    luts = xc7_slice_luts(result.cells)
+    print(f"\nnode 2: {result.dsp} DSP48E1 of {device.dsp}, {result.bram} RAMB18 of {device.bram_blocks}, "
+          f"{luts} slice LUTs of {device.lut} ({result.lut} as logic), {result.ff} FFs of {device.ff}")
+    assert (result.dsp, result.bram) == (config.estimate.dsp, config.estimate.bram_blocks)
+    assert result.dsp <= device.dsp and result.bram <= device.bram_blocks
+    assert luts <= device.lut and result.ff <= device.ff
