@@ -68,15 +68,21 @@ def test_cli_trains_a_grouped_net_with_the_mapping_model_s_staleness(tmp_path, c
     assert loss[0] > loss[1] > loss[2] and accuracy[2] >= accuracy[0] + 0.15, (loss, accuracy)
 
 
+def short_run(tmp_path, capsys, *options):
+    """lenet-digits on 300 digits at lr 0.05 with the update that stops the engines, no float
+    reference: (what it printed, the rows of its curves.csv)."""
+    train.main(["--limit", "300", "--lr", "0.05", "--update", "pipelined", "--no-reference", *options,
+                "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    with open(tmp_path / "curves.csv") as f:
+        return out, list(csv.DictReader(f))
+
+
 def test_cli_trains_with_the_update_that_stops_the_engines(tmp_path, capsys):
     # The versions of the update that stops the engines for its walk (the mapping made without
     # overlapped_update: every layer a sample less stale, EB on the sample's own version)
-    train.main(["--limit", "300", "--epochs", "2", "--lr", "0.05", "--update", "pipelined", "--no-reference",
-                "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    out, rows = short_run(tmp_path, capsys, "--epochs", "2")
     assert "fp_stale per layer conv1=4, conv2=3, fc1=2, fc2=1; update pipelined\n" in out
-    with open(tmp_path / "curves.csv") as f:
-        rows = list(csv.DictReader(f))
     assert [(r["run"], r["epoch"]) for r in rows] == [("fixed pipelined", str(e)) for e in range(3)]
     assert rows[1]["train_loss"] == "0.455079"
     assert float(rows[0]["test_accuracy"]) < 0.3 and float(rows[-1]["test_accuracy"]) >= 0.4  # measured 0.45
@@ -85,23 +91,15 @@ def test_cli_trains_with_the_update_that_stops_the_engines(tmp_path, capsys):
 def test_cli_trains_with_32_bit_partial_sums_as_with_exact_ones(tmp_path, capsys):
     """conv2 cut over three nodes: no partial sum of lenet-digits comes near 2**31, so the first
     epoch is the exact run's above, bit for bit."""
-    train.main(["--limit", "300", "--epochs", "1", "--lr", "0.05", "--update", "pipelined", "--psum-bits", "32",
-                "--no-reference", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    out, rows = short_run(tmp_path, capsys, "--epochs", "1", "--psum-bits", "32")
     assert "loss mse, 48-bit gradient sums, 32-bit partial sums between the slices\n" in out
-    with open(tmp_path / "curves.csv") as f:
-        rows = list(csv.DictReader(f))
     assert rows[1]["train_loss"] == "0.455079"
 
 
 def test_cli_trains_with_softmax_cross_entropy(tmp_path, capsys):
     # (the update that stops the engines, whose staleness learns in these two short epochs)
-    train.main(["--limit", "300", "--epochs", "2", "--lr", "0.05", "--loss", "ce", "--update", "pipelined",
-                "--no-reference", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    out, rows = short_run(tmp_path, capsys, "--epochs", "2", "--loss", "ce")
     assert "batch 1, lr 0.05, loss ce" in out
-    with open(tmp_path / "curves.csv") as f:
-        rows = list(csv.DictReader(f))
     # The untrained net's cross-entropy is ln 10 to within 0.01 (measured 2.299); then it learns.
     assert abs(float(rows[0]["train_loss"]) - np.log(10)) < 0.01
     assert float(rows[-1]["train_loss"]) < 2.2 and float(rows[-1]["test_accuracy"]) >= 0.4  # measured 2.11, 0.48
