@@ -365,11 +365,12 @@ def layer_forward(info, x, wb, arith, sample, argmax):
     if t in WEIGHTED_TYPES:
         w, b = wb
         stride, padding = conv_geometry(info)
-        chunks = [tensor_ops.conv_forward(part, as_kernels(w), stride, padding, groups=conv_groups(info))
-                  for part in _chunks(x, arith, info, "icp")]
-        acc = arith.partial_sums(chunks)
-        if b is not None:
-            acc = acc + (b * (1 << arith.bias_shift) if arith.bias_shift else b)[:, None, None]
+        parts = _chunks(x, arith, info, "icp")
+        # The bias joins the last slice's sum, which is exact (the hardware adds it in the SFU).
+        acc = arith.partial_sums([tensor_ops.conv_forward(part, as_kernels(w), stride, padding,
+                                                          b if n == len(parts) - 1 else None, arith.bias_shift,
+                                                          conv_groups(info))
+                                  for n, part in enumerate(parts)])
         arith.check(acc, info, "FP")
         return arith.round(acc, FP_OUT, info, sample)
     if t == "relu":
