@@ -9,7 +9,6 @@ and FFs.
 
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import partial
 import gc
 import multiprocessing
 from pathlib import Path
@@ -92,14 +91,11 @@ def load_mapping(args):
                 raise SpecError(f"{where} maps '{recorded}', not '{given}' ({option})")
         return mapping
     from mapping.cluster import parse_cluster
-    from mapping.mapper import GENERATOR_OPTIONS, map_network, map_with_default_gradient_sums, with_default_partial_sums
+    from mapping.mapper import GENERATOR_OPTIONS, mapper_for_widths
     from mapping.zoo import get
 
     loss, grad_bits, psum_bits = (options.pop(key, None) for key in ("loss", "grad_bits", "psum_bits"))
-    mapper = map_with_default_gradient_sums if grad_bits is None else map_network
-    if psum_bits is None:
-        mapper = partial(with_default_partial_sums, mapper)
-    return mapper(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
+    return mapper_for_widths(grad_bits, psum_bits)(get(args.network or DEFAULT_NETWORK), parse_cluster(args.cluster or DEFAULT_CLUSTER),
                   formats=formats_of(loss, grad_bits, psum_bits), **{**GENERATOR_OPTIONS, **options})
 
 

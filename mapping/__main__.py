@@ -6,7 +6,6 @@
                       [--fc-weights chip|dram|auto] [--for-hardware]
 """
 
-from functools import partial
 import json
 import sys
 
@@ -15,9 +14,7 @@ from .cli import (DEFAULT_GRAD_BITS_HELP, FC_WEIGHTS_HELP, DefaultsShown, Parser
                   positive_number)
 from .cluster import Cluster, first_device_name, parse_cluster
 from .errors import SpecError, run_cli
-from .mapper import (BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, grad_bits_warning, map_network,
-                     with_default_partial_sums,
-                     map_with_default_gradient_sums)
+from .mapper import BATCH, BRAM_FRACTION, GENERATOR_OPTIONS, LEARNING_RATE, grad_bits_warning, mapper_for_widths
 from .numerics import ACC_BITS
 from . import plots, report, zoo
 
@@ -84,9 +81,7 @@ def main(argv=None):
     if args.fc_weights is not None:
         options["fc_weights"] = args.fc_weights
     with output_folder(args.out) as out:
-        mapper = map_with_default_gradient_sums if args.grad_bits is None else map_network
-        if args.psum_bits is None:
-            mapper = partial(with_default_partial_sums, mapper)
+        mapper = mapper_for_widths(args.grad_bits, args.psum_bits)
         mapping = mapper(network, cluster, network_name=args.network, **options)
         formats = mapping.nodes[0].formats
         if formats.psum_bits != ACC_BITS and args.psum_bits is None:

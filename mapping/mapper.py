@@ -22,6 +22,7 @@ every node of such a mapping fits its block RAM as built.
 """
 
 from dataclasses import replace
+from functools import partial
 import math
 
 from . import balance, memories, perf, resources
@@ -362,6 +363,15 @@ def with_default_partial_sums(mapper, network, cluster, **options):
     formats = exact.nodes[0].formats
     narrow = mapper(network, cluster, **{**options, "formats": replace(formats, psum_bits=NARROW_PSUM_BITS)})
     return narrow if narrow.summary["samples_per_s"] > exact.summary["samples_per_s"] else exact
+
+
+def mapper_for_widths(grad_bits, psum_bits):
+    """The mapper (``map_network``'s signature, picklable) the command-line tools use for the
+    ``--grad-bits`` and ``--psum-bits`` given: each width not given (None) at its default
+    (:func:`map_with_default_gradient_sums`, :func:`with_default_partial_sums`); the formats
+    passed carry the ones given."""
+    mapper = map_with_default_gradient_sums if grad_bits is None else map_network
+    return partial(with_default_partial_sums, mapper) if psum_bits is None else mapper
 
 
 def dram_bytes_held(config):

@@ -20,7 +20,6 @@ the speed per rank. Without ``mpiexec`` every part runs in this one process.
 """
 
 import argparse
-from functools import partial
 import sys
 import time
 from dataclasses import dataclass
@@ -34,8 +33,7 @@ from mapping.cli import (DEFAULT_GRAD_BITS_HELP, DefaultsShown, Parser, add_act_
                          positive_int, positive_number)
 from mapping.cluster import parse_cluster
 from mapping.errors import SpecError, run_cli
-from mapping.mapper import (GENERATOR_OPTIONS, grad_bits_warning, map_network, map_with_default_gradient_sums,
-                            with_default_partial_sums)
+from mapping.mapper import GENERATOR_OPTIONS, grad_bits_warning, mapper_for_widths
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from sim.chain import first_difference, report, train_chain
 from sim.chain_links import LinkedChain
@@ -204,13 +202,10 @@ class Setup:
 def setup(args):
     """The network, its mapping, the data and the initial weights the options ask for."""
     network = zoo.get(args.network)
-    mapper = map_with_default_gradient_sums if args.grad_bits is None else map_network
     warning = args.grad_bits and grad_bits_warning(args.grad_bits, args.batch)
     if warning and mpi_rank() == 0:
         print(f"warning: {warning}")
-    if args.psum_bits is None:
-        mapper = partial(with_default_partial_sums, mapper)
-    mapping = mapper(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
+    mapping = mapper_for_widths(args.grad_bits, args.psum_bits)(network, parse_cluster(args.cluster), batch=args.batch, lr=args.lr,
                      formats=formats_of(args.loss, args.grad_bits, args.psum_bits), act_storage=args.act_storage,
                      vector_words=args.vector_words,
                      **{**GENERATOR_OPTIONS, "fc_weights": args.fc_weights, "update": args.update})

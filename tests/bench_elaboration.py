@@ -22,15 +22,15 @@ import pytest
 from mapping import zoo
 from mapping.cluster import parse_cluster
 from hw.build import build, parse_args
-from mapping.mapper import GENERATOR_OPTIONS, map_with_default_gradient_sums
+from mapping.mapper import GENERATOR_OPTIONS, mapper_for_widths
 
 pytestmark = pytest.mark.bench
 
 
 def vgg16_mapping(folder):
     """The --for-hardware VGG-16 mapping on 15 VC709s at 150 Gb/s, written to ``folder``."""
-    mapping = map_with_default_gradient_sums(zoo.vgg16(), parse_cluster("vc709:15@150"), network_name="vgg16",
-                                             **GENERATOR_OPTIONS)
+    mapping = mapper_for_widths(None, None)(zoo.vgg16(), parse_cluster("vc709:15@150"), network_name="vgg16",
+                                            **GENERATOR_OPTIONS)
     path = folder / "mapping.json"
     path.write_text(mapping.to_json())
     return mapping, path

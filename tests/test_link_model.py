@@ -8,7 +8,7 @@ from mapping import link_model
 from mapping.cluster import parse_cluster
 from mapping.link_model import LinkCore
 from mapping.resources import link_core_blocks
-from mapping.mapper import GENERATOR_OPTIONS, map_network, map_with_default_gradient_sums
+from mapping.mapper import GENERATOR_OPTIONS, map_network, mapper_for_widths
 from mapping.train import DEFAULT_BATCH, DEFAULT_LR
 from mapping import zoo
 from sim.chain_links import LinkedChain
@@ -142,6 +142,6 @@ def test_the_model_is_the_verilator_chains_rate_over_links():
     `python -m sim.train --network lenet-digits --cluster ecp5-85:3 --data digits --samples 40
     --links` on Verilator: 960 cycles per sample (536 over wires; 1,747 before bursts), link 0
     forward the busiest direction. Tolerance 2%."""
-    mapping = map_with_default_gradient_sums(zoo.lenet_digits(), parse_cluster("ecp5-85:3"), batch=DEFAULT_BATCH,
-                                             lr=DEFAULT_LR, **GENERATOR_OPTIONS)
+    mapping = mapper_for_widths(None, None)(zoo.lenet_digits(), parse_cluster("ecp5-85:3"), batch=DEFAULT_BATCH,
+                                            lr=DEFAULT_LR, **GENERATOR_OPTIONS)
     assert LinkedChain(lane_width=16, latency=16).predicted_cycles(mapping) == pytest.approx(960, rel=0.02)

@@ -190,7 +190,7 @@ def test_ctrl_c_prints_interrupted(tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("mapping.__main__.map_with_default_gradient_sums", interrupted)
+    monkeypatch.setattr("mapping.mapper.map_with_default_gradient_sums", interrupted)
     assert refusal(main, ["--network", "tiny", "--out", str(tmp_path / "m")], capsys, status=130) == "interrupted"
     assert not (tmp_path / "m").exists()
 
