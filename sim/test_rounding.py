@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from amaranth.hdl import unsigned
+from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data
 
-from hw.arith.rounding import StochasticRounder
+from hw.arith.rounding import StochasticRounder, clamp, saturate
 from mapping import numerics
 from sim.testbench import as_ints, get, put, simulate
 from sim.helpers import accumulators
@@ -101,3 +101,35 @@ def test_extra_passes_through_at_one_beat_per_cycle(credited):
 def test_refuses_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=message):
         StochasticRounder(**kwargs, seed=SEED, tensor=0)
+
+
+@pytest.mark.parametrize("shape", [signed(7), unsigned(7), signed(3)], ids=str)
+def test_clamp_and_saturate_every_value(shape):
+    """Every input of a few narrow shapes, bounds at, inside and beyond the powers of two."""
+    bounds = [(-8, 7), (-9, 7), (-5, 3), (0, 5), (2, 9), (-40, -3), (-1, 0), (-64, 63), (-100, 100)]
+    m = Module()
+    value = Signal(shape)
+    outputs = []
+    for lo, hi in bounds:
+        out = Signal(clamp(value, lo, hi).shape())
+        m.d.comb += out.eq(clamp(value, lo, hi))
+        outputs.append((lo, hi, out))
+    for bits in (1, 4, 8):
+        out = Signal(saturate(value, bits).shape())
+        m.d.comb += out.eq(saturate(value, bits))
+        outputs.append((-(1 << (bits - 1)), (1 << (bits - 1)) - 1, out))
+    inputs = range(-(1 << (shape.width - 1)), 1 << (shape.width - 1)) if shape.signed else range(1 << shape.width)
+    wrong = []
+
+    async def bench(ctx):
+        for x in inputs:
+            ctx.set(value, x)
+            wrong.extend((x, lo, hi, ctx.get(out)) for lo, hi, out in outputs if ctx.get(out) != min(max(x, lo), hi))
+
+    simulate(m, bench)
+    assert wrong == []
+
+
+def test_clamp_refuses_empty_range():
+    with pytest.raises(ValueError, match=r"^clamp: lo = 3 is above hi = 2$"):
+        clamp(Signal(8), 3, 2)

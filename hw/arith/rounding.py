@@ -67,8 +67,35 @@ def low_bits(value, width):
     return Cat(value, value[-1].replicate(width - len(value)))
 
 
+def signed_width(constant):
+    """The fewest two's-complement bits that hold the integer ``constant``."""
+    return (constant if constant >= 0 else ~constant).bit_length() + 1
+
+
 def clamp(value, lo, hi):
-    return Mux(value > hi, hi, Mux(value < lo, lo, value))
+    """``value`` (signed or unsigned) clamped to the constants ``lo`` .. ``hi``, as ``signed(n)``
+    for the narrowest n that holds both.
+
+    Whether a wider value fits n bits is whether its bits from n - 1 up are all equal (a LUT
+    tree), not two comparisons with constants as wide as the value: Yosys builds each of those
+    as a carry chain, and a gradient buffer's saturating adds were mostly such chains. Only
+    bounds inside the n-bit range are compared, on n bits."""
+    if lo > hi:
+        raise ValueError(f"clamp: lo = {lo!r} is above hi = {hi!r}")
+    n = max(signed_width(lo), signed_width(hi))
+    if not value.shape().signed:
+        value = Cat(value, Const(0, 1)).as_signed()
+    narrow = value[:n].as_signed()
+    within = narrow
+    if hi < (1 << (n - 1)) - 1:
+        within = Mux(narrow > hi, hi, within)
+    if lo > -(1 << (n - 1)):
+        within = Mux(narrow < lo, lo, within)
+    if len(value) <= n:
+        return within
+    top = value[n - 1:]
+    fits = top.all() | ~top.any()
+    return Mux(fits, within, Mux(value[-1], Const(lo, signed(n)), Const(hi, signed(n))))
 
 
 def saturate(value, bits):
