@@ -56,21 +56,47 @@ def test_rounded_terms_are_the_definitions(bias):
     # Zero terms (padding) must stay zero.
     beats[3] = (beats[3][0], np.zeros_like(beats[3][1]))
     want = expected(rounder, beats, shift, numerics.tensor_id(s.position, kind), f.seed, bias)
-    got = []
-
-    async def feed(ctx):
-        await put(ctx, rounder.i, [{"row": row, "values": values.tolist()} for row, values in beats], rng, 0.2)
-
-    async def drain(ctx):
-        got.extend(await get(ctx, rounder.o, len(beats), rng, 0.3,
-                             decode=lambda p: (int(p.row), np.array([[int(v) for v in bank] for bank in p.values])
-                                               if not bias else np.array([int(v) for v in p.values]))))
-
-    simulate(rounder, feed, drain, deadline=4 * len(beats))
+    got, _ = run(rounder, beats, bias, rng, stall=(0.2, 0.3))
     assert [row for row, _ in got] == [row for row, _ in want]
     for (_, a), (_, b) in zip(got, want):
         assert np.array_equal(a, b)
     assert np.array_equal(want[3][1], np.zeros_like(want[3][1]))
+
+
+def run(rounder, beats, bias, rng, stall):
+    """The rounded beats, and the cycles from the first beat offered to the last taken."""
+    got, cycles = [], []
+
+    async def feed(ctx):
+        await put(ctx, rounder.i, [{"row": row, "values": values.tolist()} for row, values in beats], rng, stall[0])
+
+    async def drain(ctx):
+        got.extend(await get(ctx, rounder.o, len(beats), rng, stall[1],
+                             decode=lambda p: (int(p.row), np.array([[int(v) for v in bank] for bank in p.values])
+                                               if not bias else np.array([int(v) for v in p.values]))))
+
+    async def clock(ctx):
+        async for _ in ctx.tick():
+            cycles.append(len(got))
+
+    simulate(rounder, feed, drain, processes=[clock], deadline=4 * len(beats) + 40)
+    return got, cycles.index(len(beats)) + 1
+
+
+def test_one_beat_per_pixel_at_full_rate():
+    """A slice of one PG step per pixel (P = O, b = S) takes a beat every cycle, each with a
+    noise word of its own: the noise is computed ahead, so only the first beat waits for it."""
+    rng = np.random.default_rng(2)
+    s = layer_slice(in_channels=(0, 2), out_channels=(0, 2), kernel=1, ces=2)
+    f = Formats(grad_bits=16)
+    rounder = GradientRounder.from_slice(s, f, grads_layout(1, 2, 2))
+    beats = [(0, rng.integers(-(1 << 29), 1 << 29, (2, 2))) for _ in range(SAMPLES * rounder.pixels)]
+    got, cycles = run(rounder, beats, False, rng, stall=(0, 0))
+    want = expected(rounder, beats, f.grad_shift, numerics.tensor_id(s.position, numerics.GRAD_SUM), f.seed, False)
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want))
+    # The first noise word takes 2R hash stages and 2 FIFO cycles; then a beat a cycle, each
+    # rounded a cycle after it is taken.
+    assert cycles == len(beats) + 2 * len(numerics.MIX_ROUNDS) + 4
 
 
 def test_a_shift_of_zero_is_refused():

@@ -10,8 +10,10 @@ and the hosts' BGBs), so every copy of a weight's gradient is rounded once, wher
 It follows PG's beats: per output pixel in raster order the steps (g, i), g-major, i-minor
 (``hw.engines.pg_engine``), ``rows`` = G*v of them for weights (``row`` = g*v + i) and for
 biases (``row`` = g, the same G*v beats); the pixel ``q`` and the sample ``s`` (from 0) are
-counted. The noise word is one hash per beat, ``mix32(key(s) ^ q)``, computed in 2R pipeline
-stages like hw.arith.rounding's; each lane adds only its scramble: the index of lane (p, j)
+counted. The noise word is one hash per pixel, ``mix32(key(s) ^ q)``, in 2R pipeline stages
+like hw.arith.rounding's, but computed ahead of the beats (the pixels come in order), into a
+FIFO of NOISE_AHEAD words: the beats themselves wait for no hash. Each lane adds only its
+scramble: the index of lane (p, j)
 is the beat's base index + ``p * bank_stride + j``, so its low ``shift`` bits of
 ``index * GRAD_SCRAMBLE`` are those of the base's product (a register stepped per beat) plus
 a constant, a ``shift``-bit adder and an XOR per lane, then the term's own add.
@@ -19,14 +21,16 @@ a constant, a ``shift``-bit adder and an XOR per lane, then the term's own add.
 Padded terms (channels past the slice's in the last group or pass) are zero products, and
 ``(0 + r) >> shift`` is 0 for every ``r < 2**shift``: they stay zero.
 
-A stalling pipeline (one enable, as hw.arith.rounding.StochasticRounder without
-``credited``): ``latency`` cycles from an accepted beat to its output with a ready consumer;
-the beats and their order are unchanged, only the values are rounded (in the same layout,
-sign-extended).
+One register: a beat's rounded terms leave the cycle after it is accepted (a beat waits only
+for the first pixel's noise, 2R + 3 cycles after reset); the beats and their order are
+unchanged, only the values are rounded (in the same layout, sign-extended). Delaying each beat
+through the hash stages instead would keep 2R copies of every term in flight: in a VGG-16
+slice of 576 terms per beat, 18,000 shift registers.
 """
 
 from amaranth.hdl import Assert, Cat, Const, Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from mapping import numerics
@@ -35,8 +39,13 @@ from mapping.memories import bias_steps
 from ..arith.pipeline import Pipeline
 from ..arith.rounding import SAMPLE_BITS, low_bits, mix_final, mix_round
 from ..base.checks import positive, refuse
-from ..base.counter import ModuloCounter
+from ..base.counter import ModuloCounter, up_down
 from ..base.layouts import flat_elements
+
+# Pixels whose noise is started ahead of their beats: the hash pipeline's 2R stages, the
+# FIFO's two (SyncFIFOBuffered) and the cycle a taken pixel's place comes back, so one pixel per
+# cycle (a layer of one beat per pixel) never waits for its noise.
+NOISE_AHEAD = 2 * len(numerics.MIX_ROUNDS) + 3
 
 
 class GradientRounder(wiring.Component):
@@ -59,7 +68,6 @@ class GradientRounder(wiring.Component):
         self.groups, self.passes, self.pixels, self.banks, self.words = groups, passes, pixels, banks, words
         self.base, self.group_stride, self.pass_stride, self.bank_stride = base, group_stride, pass_stride, bank_stride
         self.shift, self.seed, self.tensor, self.bias = shift, seed, tensor, bias
-        self.latency = 2 * len(numerics.MIX_ROUNDS) + 1
         super().__init__({"i": In(stream.Signature(layout)), "o": Out(stream.Signature(layout))})
 
     @classmethod
@@ -89,14 +97,13 @@ class GradientRounder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         shift = self.shift
-        accept = self.i.valid & self.i.ready
+        ready = Signal()
+        accept = self.i.valid & ready
 
         # PG's position: step (g, i) of pixel q of sample s, and the scrambled base index of
         # the step, stepped with it (all modulo 2**shift).
         step = ModuloCounter(m, self.groups * self.passes, accept)
         pass_ = ModuloCounter(m, self.passes, accept)
-        pixel = ModuloCounter(m, self.pixels, accept & step.last)
-        sample = Signal(SAMPLE_BITS)
         group = Signal(range(self.groups))
         scrambled = Signal(shift, init=self._scrambled(self.base))
         with m.If(accept):
@@ -107,12 +114,43 @@ class GradientRounder(wiring.Component):
                     scrambled + self._scrambled(self.group_stride - (self.passes - 1) * self.pass_stride))]
             with m.Else():
                 m.d.sync += scrambled.eq(scrambled + self._scrambled(self.pass_stride))
-            with m.If(step.last & pixel.last):
-                m.d.sync += sample.eq(sample + 1)
         row = group if self.bias else group * self.passes + pass_.value
         with m.If(self.i.valid):
             m.d.sync += Assert(self.i.payload.row == row, "gradient rounder: a beat out of PG's step order")
 
+        noise = self._noise_ahead(m, taken=accept & step.last)
+        layout = self.i.payload.shape()
+        field = layout["values"]
+        terms = flat_elements(self.i.payload.as_value()[field.offset:field.offset + field.width], field.shape)
+        lane_bits = len(terms[0])
+        rounded = []
+        for lane, term in enumerate(terms):
+            p, j = divmod(lane, self.words)
+            r = noise.r_data ^ (scrambled + self._scrambled(p * self.bank_stride + j))[:shift]
+            rounded.append(low_bits((term + r).shift_right(shift), lane_bits))
+        m.d.comb += ready.eq(noise.r_rdy & (~self.o.valid | self.o.ready))
+        m.d.comb += self.i.ready.eq(ready)
+        with m.If(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(accept):
+            m.d.sync += [self.o.valid.eq(1), self.o.payload.values.as_value().eq(Cat(*rounded)),
+                         self.o.payload.row.eq(self.i.payload.row)]
+        return m
+
+    def _noise_ahead(self, m, taken):
+        """A FIFO of the pixels' noise words, ``mix32(key(s) ^ q)`` modulo 2**shift, in PG's pixel
+        order, computed ahead of the beats: a pipeline of 2R hash stages that never stalls starts
+        a pixel while fewer than NOISE_AHEAD are started and not yet ``taken`` (popped, as the
+        pixel's last beat is accepted), so the FIFO never overflows and, after the first 2R + 1
+        cycles, holds the noise of the next pixel whenever its first beat comes."""
+        fifo = m.submodules.noise = SyncFIFOBuffered(width=self.shift, depth=NOISE_AHEAD)
+        started = Signal(range(NOISE_AHEAD + 1))
+        start = started != NOISE_AHEAD
+        up_down(m, started, start, taken)
+        pixel = ModuloCounter(m, self.pixels, start)
+        sample = Signal(SAMPLE_BITS)
+        with m.If(start & pixel.last):
+            m.d.sync += sample.eq(sample + 1)
         pipe = Pipeline()
         stage, delay = pipe.stage, pipe.delay
         key = Const(int(numerics.mix32(self.seed ^ self.tensor)), 32) ^ sample
@@ -121,27 +159,8 @@ class GradientRounder(wiring.Component):
         noise = mix_final(key) ^ delay(pixel.value, len(numerics.MIX_ROUNDS))
         for xorshift, (a, b) in numerics.MIX_ROUNDS:
             noise = stage(mix_round(noise, xorshift, a, b))
-        # Named once: an expression used by every lane would be built again for each of them.
-        lane_noise = Signal(shift)
-        m.d.comb += lane_noise.eq(mix_final(noise)[:shift])
-        noise = lane_noise
-        rounds = 2 * len(numerics.MIX_ROUNDS)
-        base = delay(scrambled, rounds)
-        payload = delay(self.i.payload.as_value(), rounds)
-        layout = self.i.payload.shape()
-        field = layout["values"]
-        terms = flat_elements(payload[field.offset:field.offset + field.width], field.shape)
-        lane_bits = len(terms[0])
-        rounded = []
-        for lane, term in enumerate(terms):
-            p, j = divmod(lane, self.words)
-            r = (noise ^ (base + self._scrambled(p * self.bank_stride + j))[:shift])
-            rounded.append(low_bits((term + r).shift_right(shift), lane_bits))
-        out = Signal(layout)
-        m.d.comb += [out.values.as_value().eq(Cat(*rounded)), out.row.eq(layout(payload).row)]
-        m.d.comb += [self.o.valid.eq(delay(self.i.valid, self.latency, reset=True)),
-                     self.o.payload.eq(stage(out))]
-        advance = Signal()
-        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
-        pipe.attach(m, advance)
-        return m
+        m.d.comb += [fifo.w_data.eq(mix_final(noise)[:self.shift]),
+                     fifo.w_en.eq(delay(start, 2 * len(numerics.MIX_ROUNDS), reset=True)),
+                     fifo.r_en.eq(taken)]
+        pipe.attach(m)
+        return fifo
