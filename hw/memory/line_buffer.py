@@ -202,7 +202,10 @@ class LineBuffer(wiring.Component):
         b_first = Signal()
         b_src = Signal(data.ArrayLayout(unsigned((mems + 1).bit_length()), k))
         b_pixel = Signal(pixel)
-        window = Signal(data.ArrayLayout(column, k))      # window[kx][ky][channel]
+        # window[kx][ky][channel]. Off the reset net: its only clear is the left padding at a
+        # row's first column, which then maps to the flip-flops' synchronous reset; a second
+        # clear besides the domain's reset took a LUT per window bit.
+        window = Signal(data.ArrayLayout(column, k), reset_less=True)
 
         o_valid = self.o.valid
         b_fire = Signal()
