@@ -76,26 +76,35 @@ def clamp(value, lo, hi):
     """``value`` (signed or unsigned) clamped to the constants ``lo`` .. ``hi``, as ``signed(n)``
     for the narrowest n that holds both.
 
-    Whether a wider value fits n bits is whether its bits from n - 1 up are all equal (a LUT
+    Whether a wider value fits m bits is whether its bits from m - 1 up are all equal (a LUT
     tree), not two comparisons with constants as wide as the value: Yosys builds each of those
-    as a carry chain, and a gradient buffer's saturating adds were mostly such chains. Only
-    bounds inside the n-bit range are compared, on n bits."""
+    as a carry chain, and a gradient buffer's saturating adds were mostly such chains. Where
+    each bound is at most one beyond the m-bit range (a saturation, or the rounder's
+    -2**15 - 1), a value that does not fit m bits is a bound, by its sign: no comparison at
+    all. Other bounds are compared on n bits only."""
     if lo > hi:
         raise ValueError(f"clamp: lo = {lo!r} is above hi = {hi!r}")
     n = max(signed_width(lo), signed_width(hi))
     if not value.shape().signed:
         value = Cat(value, Const(0, 1)).as_signed()
+    bounds = Mux(value[-1], Const(lo, signed(n)), Const(hi, signed(n)))
+    inside = [m for m in range(1, n + 1) if lo <= -(1 << (m - 1)) and (1 << (m - 1)) - 1 <= hi]
+    if inside and lo >= -(1 << (inside[-1] - 1)) - 1 and hi <= 1 << (inside[-1] - 1):
+        m = inside[-1]
+        if len(value) <= m:
+            return value
+        return Mux(fits(value, m), value[:n].as_signed(), bounds)  # the bits above m - 1 equal
     narrow = value[:n].as_signed()
-    within = narrow
-    if hi < (1 << (n - 1)) - 1:
-        within = Mux(narrow > hi, hi, within)
-    if lo > -(1 << (n - 1)):
-        within = Mux(narrow < lo, lo, within)
+    within = Mux(narrow > hi, hi, Mux(narrow < lo, lo, narrow))
     if len(value) <= n:
         return within
-    top = value[n - 1:]
-    fits = top.all() | ~top.any()
-    return Mux(fits, within, Mux(value[-1], Const(lo, signed(n)), Const(hi, signed(n))))
+    return Mux(fits(value, n), within, bounds)
+
+
+def fits(value, bits):
+    """Whether the signed ``value`` is in the ``bits``-bit two's-complement range."""
+    top = value[bits - 1:]
+    return top.all() | ~top.any()
 
 
 def saturate(value, bits):
