@@ -5,7 +5,7 @@ import pytest
 from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data
 
-from hw.arith.rounding import StochasticRounder, clamp, saturate
+from hw.arith.rounding import StochasticRounder, clamp, saturate, saturating_add
 from mapping import numerics
 from sim.testbench import as_ints, get, put, simulate
 from sim.helpers import accumulators
@@ -133,3 +133,23 @@ def test_clamp_and_saturate_every_value(shape):
 def test_clamp_refuses_empty_range():
     with pytest.raises(ValueError, match=r"^clamp: lo = 3 is above hi = 2$"):
         clamp(Signal(8), 3, 2)
+
+
+def test_saturating_add_of_every_pair():
+    """A 4-bit sum plus every 9-bit term, saturated to 4 bits."""
+    m = Module()
+    narrow, wide = Signal(signed(4)), Signal(signed(9))
+    out = Signal(signed(4))
+    m.d.comb += out.eq(saturating_add(narrow, wide, 4))
+    wrong = []
+
+    async def bench(ctx):
+        for a in range(-8, 8):
+            for b in range(-256, 256):
+                ctx.set(narrow, a)
+                ctx.set(wide, b)
+                if ctx.get(out) != min(max(a + b, -8), 7):
+                    wrong.append((a, b, ctx.get(out)))
+
+    simulate(m, bench)
+    assert wrong == []

@@ -101,6 +101,20 @@ def clamp(value, lo, hi):
     return Mux(fits(value, n), within, bounds)
 
 
+def saturating_add(narrow, wide, bits):
+    """``saturate(narrow + wide, bits)`` for a ``narrow`` value of at most ``bits`` bits (a narrow
+    sum) and a ``wide`` one (a term): the add is only ``bits`` + 2 bits wide, since a ``wide``
+    that does not fit ``bits`` + 1 bits saturates the sum by its own sign whatever ``narrow``
+    is. The carry chain of a full-width add and its overflow check were most of a gradient
+    buffer's logic per term."""
+    head = bits + 1
+    if len(wide) <= head:
+        return saturate(narrow + wide, bits)
+    near = saturate(narrow + wide[:head].as_signed(), bits)
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return Mux(fits(wide, head), near, Mux(wide[-1], Const(low, signed(bits)), Const(high, signed(bits))))
+
+
 def fits(value, bits):
     """Whether the signed ``value`` is in the ``bits``-bit two's-complement range."""
     top = value[bits - 1:]

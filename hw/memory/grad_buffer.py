@@ -104,7 +104,7 @@ from mapping.nodeconfig import update_chunk
 
 from ..arith.mult import Multiplier
 from ..arith.rounding import (INDEX_BITS, SAMPLE_BITS, StochasticRounder,
-                              saturate)
+                              saturate, saturating_add)
 from ..base.checks import positive, refuse
 from ..base.counter import ModuloCounter, next_value
 from ..base.layouts import bias_grads_layout, flat_elements, grads_layout, named
@@ -349,7 +349,7 @@ class GradientBuffer(WeightWalk, wiring.Component):
         if self.sum_bits == numerics.ACC_BITS:
             sums_added = [old_sum + term for old_sum, term in zip(old, terms)]
         else:
-            sums_added = [saturate(old_sum + term, self.sum_bits) for old_sum, term in zip(old, terms)]
+            sums_added = [saturating_add(old_sum, term, self.sum_bits) for old_sum, term in zip(old, terms)]
         m.d.comb += new_sum.as_value().eq(Cat(*(value[:self.sum_bits] for value in sums_added)))
         # An address's sums are cleared in its first chunk's cycle (their read is held).
         for write, written, clears in store.writes(s1_valid, clearing):
