@@ -49,28 +49,27 @@ LUTRAM_MAX_DEPTH = {"ecp5": 16, "xc7": 64, "zynqmp": 64, "virtexuplus": 64}
 
 URAM_IN_BLOCKS = URAM_BLOCK_BITS // BRAM_BLOCK_BITS
 
-# Logic model (see module docstring). Xilinx DSP slices cascade the K*K tile sum
-# through their post-adders, so a multiplier costs only operand and control
-# registers; ECP5 MULT18X18D has no accumulator, so each tile's adder tree of K*K
-# 32-bit products sits in LUT4s, carry cells and flip-flops. The ECP5 figures are a
-# least-squares fit to Yosys 0.70 synth_ecp5 of eight generated nodes (tiny on the
-# default ecp5-85:2+ecp5-45:2 and, folded, on ecp5-85:3 with 40 multipliers per
-# node; lenet-digits' node 0 on ecp5-85:4: one or two slices, 9 to 135
-# multipliers; each node within 18%). Their logic is mostly per slice: the LGB's
-# adders and update path, the stochastic rounders, the line buffers; a slice with
-# an EB engine (every weighted layer but the first) adds its error line buffer,
-# engine and rounder. The flip-flops were fitted again once fully connected layers took
-# their map's pixels (hw/memory/fc_store.py: no register of the whole flattened input
-# any more; the default chain's fc node went from 16,042 estimated to 11,087 built) on
-# the default chain's four nodes, tiny's three on ecp5-85:3 and lenet-digits' node 0 on
-# ecp5-85:4: each within 17%; an EB slice's own flip-flops then fit as none beyond its
-# multipliers'. The Xilinx figures are not fitted to synthesis.
-LUT_PER_MULTIPLIER = {"ecp5": 64, "xc7": 6, "zynqmp": 6, "virtexuplus": 6}
-FF_PER_MULTIPLIER = {"ecp5": 101, "xc7": 40, "zynqmp": 40, "virtexuplus": 40}
-LUT_PER_SLICE = {"ecp5": 7000, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
-FF_PER_SLICE = {"ecp5": 7100, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
-LUT_PER_EB_SLICE = {"ecp5": 3400, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
-FF_PER_EB_SLICE = {"ecp5": 0, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+# Logic model (see module docstring). The ECP5 figures are a relative least-squares fit
+# (non-negative) to Yosys synth_ecp5 of thirteen generated nodes, synthesized module by
+# module as hw.build does (LUT4 sites, carry cells and distributed RAM counted), at 1f48c7d:
+# the default chain's four (tiny on ecp5-85:2+ecp5-45:2), tiny on ecp5-85:3 with 40
+# multipliers (three nodes), on ecp5-45:4 (nodes 0 and 3), on ecp5-85:2 and ecp5-85:1 (node
+# 0), lenet-digits' node 0 on ecp5-85:4 and node 1 on ecp5-85:3: one to three slices, 9 to
+# 135 multipliers, the update lanes and distributed RAM taken as given. Each is within 12%
+# in LUTs and 20% in FFs (the default chain's within 8% and 12%). Two nodes are outside it:
+# lenet-digits' last node (conv2, fc1, fc2) on ecp5-85:3 and ecp5-85:4, 24-28% more LUTs and
+# 33-38% more FFs than the model, whose terms do not grow with a slice's channels (its fully
+# connected stores do). Per multiplier: the engines' adder trees (MULT18X18D has no
+# accumulator), the gradient terms' saturating adds, the line buffers' windows; per slice
+# its update path, rounders, gates and SFU; an EB engine adds its error line buffer and
+# rounder. The Xilinx figures are not fitted to synthesis (docs/design.md has what Yosys's
+# synth_xilinx gives for a paper-scale node).
+LUT_PER_MULTIPLIER = {"ecp5": 130, "xc7": 6, "zynqmp": 6, "virtexuplus": 6}
+FF_PER_MULTIPLIER = {"ecp5": 150, "xc7": 40, "zynqmp": 40, "virtexuplus": 40}
+LUT_PER_SLICE = {"ecp5": 7600, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+FF_PER_SLICE = {"ecp5": 4900, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+LUT_PER_EB_SLICE = {"ecp5": 3200, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
+FF_PER_EB_SLICE = {"ecp5": 2400, "xc7": 0, "zynqmp": 0, "virtexuplus": 0}
 NODE_BASE_LUT = {"ecp5": 0, "xc7": 8000, "zynqmp": 8000, "virtexuplus": 8000}
 NODE_BASE_FF = {"ecp5": 0, "xc7": 12000, "zynqmp": 12000, "virtexuplus": 12000}
 
@@ -167,14 +166,15 @@ def update_multipliers(owns_biases, lanes=1):
     return UPDATE_MULTIPLIERS * (lanes + (1 if owns_biases else 0))
 
 
-# Logic of each weight-update lane past the first besides its three multipliers' share of
-# LUT_PER_MULTIPLIER / FF_PER_MULTIPLIER: the rounder lane (noise mixing, 17 + shift bits
-# delayed through it), the sum and weight selects, the subtract and saturate. Measured with
-# Yosys on a GradientBuffer of 2 banks x 9 words at 1, 4 and 9 lanes: 726-739 LUT and
-# 796-804 FF per lane on ECP5, 490-513 LUT and 830 FF on xc7; then 64 FF more per lane for
-# the registers of each lane's selected sum and old weight in front of its multipliers
-# (measured on ECP5, shift 8: 690 -> 754 FF per lane from 1 to 9 lanes), less the three
-# multipliers' FF_PER_MULTIPLIER.
+# Logic of each weight-update lane past the first (its three multipliers are not counted
+# in LUT_PER_MULTIPLIER / FF_PER_MULTIPLIER for it): the rounder lane (noise mixing, 17 +
+# shift bits delayed through it), the sum and weight selects, the subtract and saturate.
+# Measured with Yosys on a GradientBuffer of 2 banks x 9 words at 1, 4 and 9 lanes: 726-739
+# LUT and 796-804 FF per lane on ECP5, 490-513 LUT and 830 FF on xc7; then 64 FF more per
+# lane for the registers of each lane's selected sum and old weight in front of its
+# multipliers (measured on ECP5, shift 8: 690 -> 754 FF per lane from 1 to 9 lanes), less
+# an earlier per-multiplier share. Fitted freely with the nodes above, the lane comes out at
+# 589 LUT and 354 FF on ECP5.
 UPDATE_LANE_LUT = {"ecp5": 540, "xc7": 480, "zynqmp": 480, "virtexuplus": 480}
 UPDATE_LANE_FF = {"ecp5": 560, "xc7": 774, "zynqmp": 774, "virtexuplus": 774}
 

@@ -82,7 +82,7 @@ def test_a_board_is_mapped_with_the_update_that_does_not_stop_the_engines_when_a
     (["--board", "de10-nano", "--node", "0"],
      "unknown board 'de10-nano' (known: versa-ecp5-5g, ecp5-5g-evn, ulx3s-85f, vc709)"),
     (["--board", "versa-ecp5-5g", "--chain"],
-     "the chain needs 192 dsp (the mapping's estimate, with the link cores), lfe5um5g-45f on versa-ecp5-5g has 72"),
+     "the chain needs 183 dsp (the mapping's estimate, with the link cores), lfe5um5g-45f on versa-ecp5-5g has 72"),
     (["--board", "versa-ecp5-5g", "--node", "0", "--cluster", "ecp5-85:4"],
      "node 0 of the mapping is for lfe5um5g-85f, board versa-ecp5-5g carries lfe5um5g-45f"),
     (["--board", "versa-ecp5-5g", "--node", "4"], "no node 4: the mapping has nodes 0..3"),

@@ -15,7 +15,7 @@ from mapping.mapper import GENERATOR_OPTIONS, LOGIC_FRACTION, map_network
 from mapping.nodeconfig import Mapping
 from mapping.partition import (Partitioner, Shape, _nearest_first, budgets, coarse, dram_bytes, partition,
                                plan_layers)
-from mapping.resources import LINK_CORE_LUT, update_multipliers
+from mapping.resources import LINK_CORE_LUT, UPDATE_LANE_LUT, update_multipliers
 
 
 @pytest.fixture(scope="module")
@@ -534,8 +534,8 @@ def test_mask_bits_are_the_sfus():
 
 
 def test_a_node_must_fit_with_its_link_cores():
-    # lenet-digits on two 45F: node 1 alone needs about 41,280 LUT4, its link core 4,300 more
-    message = ("network 'lenet-digits' on cluster 'ecp5-45:2': node 1 (lfe5um5g-45f) needs about 45,468 LUTs "
+    # lenet-digits on two 45F: node 1 alone needs about 46,130 LUT4, its link core 4,300 more
+    message = ("network 'lenet-digits' on cluster 'ecp5-45:2': node 1 (lfe5um5g-45f) needs about 50,430 LUTs "
                "(3 layer slices, 57 multipliers, distributed RAM and 1 link core), more than its 43,848")
     with pytest.raises(SpecError) as refused:
         map_network(zoo.lenet_digits(), parse_cluster("ecp5-45:2"), **GENERATOR_OPTIONS)
@@ -543,10 +543,11 @@ def test_a_node_must_fit_with_its_link_cores():
 
 
 def test_update_lanes_widen_only_into_the_luts_the_link_cores_leave():
-    mapping = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:2+ecp5-45:2"), **GENERATOR_OPTIONS)
-    node = mapping.nodes[3]  # one neighbour; with its link core free its updates took 8 and 2 lanes
-    assert [s.update_lanes for s in node.slices] == [4, 1]
-    assert node.estimate.lut + LINK_CORE_LUT["ecp5"] <= LOGIC_FRACTION * get_device(node.device).lut
+    mapping = map_network(zoo.lenet_digits(), parse_cluster("ecp5-85:2"), **GENERATOR_OPTIONS)
+    node = mapping.nodes[1]  # one neighbour; its walks still cost it 85 cycles a sample
+    assert [s.update_lanes for s in node.slices] == [2, 8, 1]
+    room = LOGIC_FRACTION * get_device(node.device).lut - node.estimate.lut - LINK_CORE_LUT["ecp5"]
+    assert 0 <= room < UPDATE_LANE_LUT["ecp5"]  # another lane would take the link core's LUTs
 
 
 def test_vectors_and_eb_windows_past_their_widths_are_planned_in_chunks():
