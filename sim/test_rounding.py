@@ -135,17 +135,19 @@ def test_clamp_refuses_empty_range():
         clamp(Signal(8), 3, 2)
 
 
-def test_saturating_add_of_every_pair():
-    """A 4-bit sum plus every 9-bit term, saturated to 4 bits."""
+@pytest.mark.parametrize("shape", [signed(9), unsigned(8)], ids=str)
+def test_saturating_add_of_every_pair(shape):
+    """A 4-bit sum plus every term of ``shape``, saturated to 4 bits."""
     m = Module()
-    narrow, wide = Signal(signed(4)), Signal(signed(9))
+    narrow, wide = Signal(signed(4)), Signal(shape)
     out = Signal(signed(4))
     m.d.comb += out.eq(saturating_add(narrow, wide, 4))
+    terms = range(-256, 256) if shape.signed else range(256)
     wrong = []
 
     async def bench(ctx):
         for a in range(-8, 8):
-            for b in range(-256, 256):
+            for b in terms:
                 ctx.set(narrow, a)
                 ctx.set(wide, b)
                 if ctx.get(out) != min(max(a + b, -8), 7):

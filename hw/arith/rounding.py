@@ -85,8 +85,7 @@ def clamp(value, lo, hi):
     if lo > hi:
         raise ValueError(f"clamp: lo = {lo!r} is above hi = {hi!r}")
     n = max(signed_width(lo), signed_width(hi))
-    if not value.shape().signed:
-        value = Cat(value, Const(0, 1)).as_signed()
+    value = _signed(value)
     bounds = Mux(value[-1], Const(lo, signed(n)), Const(hi, signed(n)))
     inside = [m for m in range(1, n + 1) if lo <= -(1 << (m - 1)) and (1 << (m - 1)) - 1 <= hi]
     if inside and lo >= -(1 << (inside[-1] - 1)) - 1 and hi <= 1 << (inside[-1] - 1):
@@ -107,12 +106,17 @@ def saturating_add(narrow, wide, bits):
     that does not fit ``bits`` + 1 bits saturates the sum by its own sign whatever ``narrow``
     is. The carry chain of a full-width add and its overflow check were most of a gradient
     buffer's logic per term."""
-    head = bits + 1
+    head, wide = bits + 1, _signed(wide)
     if len(wide) <= head:
         return saturate(narrow + wide, bits)
     near = saturate(narrow + wide[:head].as_signed(), bits)
     low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     return Mux(fits(wide, head), near, Mux(wide[-1], Const(low, signed(bits)), Const(high, signed(bits))))
+
+
+def _signed(value):
+    """``value`` as a signed value of the same number (an unsigned one gains a zero bit)."""
+    return value if value.shape().signed else Cat(value, Const(0, 1)).as_signed()
 
 
 def fits(value, bits):
