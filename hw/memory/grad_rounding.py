@@ -141,7 +141,7 @@ class GradientRounder(wiring.Component):
         """A FIFO of the pixels' noise words, ``mix32(key(s) ^ q)`` modulo 2**shift, in PG's pixel
         order, computed ahead of the beats: a pipeline of 2R hash stages that never stalls starts
         a pixel while fewer than NOISE_AHEAD are started and not yet ``taken`` (popped, as the
-        pixel's last beat is accepted), so the FIFO never overflows and, after the first 2R + 1
+        pixel's last beat is accepted), so the FIFO never overflows and, after the first 2R + 3
         cycles, holds the noise of the next pixel whenever its first beat comes."""
         fifo = m.submodules.noise = SyncFIFOBuffered(width=self.shift, depth=NOISE_AHEAD)
         started = Signal(range(NOISE_AHEAD + 1))
