@@ -35,9 +35,9 @@ from .resources import logic_estimate, tile_multipliers
 DSP_FRACTION = 0.9   # the rest: weight-update multipliers (48 x 16 bit), timing closure
 BRAM_FRACTION = 0.9  # the rest: link FIFOs, stream skew buffers, routing
 LOGIC_FRACTION = 0.8  # of the LUTs, at most, once the weight update is widened (routing, timing)
-# A weight update that costs a node this share of its cycles per sample is not widened: a lane
-# is about 500 LUTs of noise hashing and rounding (resources.UPDATE_LANE_LUT), and a VGG-16
-# slice's walk at 72 lanes was 0.25% of its sample period, 4 points of its device's LUTs.
+# A weight update that costs a node at most this share of its cycles per sample is not widened:
+# a lane is about 500 LUTs of noise hashing and rounding (resources.UPDATE_LANE_LUT), and a
+# VGG-16 slice's 72 lanes (about 35,000 LUTs) took its walk to 0.25% of its sample period.
 UPDATE_SHARE = 0.01
 # Training defaults: plain SGD, one sample per update.
 BATCH = 1
@@ -577,8 +577,8 @@ def _with_update_lanes(node, device, max_multipliers, nodes):
         walks = [s.update_cycles(shift) for s in slices]
         k = max(range(len(slices)), key=walks.__getitem__)
         s = slices[k]
-        widened = replace(node, slices=tuple(slices))
-        if widened.cycles_per_sample_with_updates <= widened.cycles_per_sample * (1 + UPDATE_SHARE):
+        so_far = replace(node, slices=tuple(slices))
+        if so_far.cycles_per_sample_with_updates <= so_far.cycles_per_sample * (1 + UPDATE_SHARE):
             break
         # lazily: a large layer has hundreds of lane counts, and the next one usually shortens the walk
         wider = (replace(s, update_lanes=n) for n in update_lane_counts(s.fp.ces, s.fp.tiles * s.kernel ** 2)
